@@ -1,0 +1,110 @@
+"""Honest GPU timing: medians from ``triton.testing.do_bench``, with warm-up outside the timed
+region, and every speed expressed against ceilings measured in the same run.
+
+``do_bench`` flushes the L2 cache before each timed call, so even inputs that would fit in the
+cache are read from device memory. Nothing here decides a grade with an absolute time: results
+are ratios to the copy bandwidth, to PyTorch, or to the reference solution, all timed together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from grader import device
+from grader.cases import SHORT_DTYPE, Case, Spec
+from grader.checks import build_inputs, compare, reference_outputs, as_tuple
+
+
+def time_ms(fn: Callable[[], object]) -> float:
+    """Median milliseconds of ``fn()`` on the GPU (compile and warm-up happen first, untimed)."""
+    import triton.testing
+
+    fn()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s, counting the bytes read and the bytes written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    return 2 * nbytes / time_ms(lambda: dst.copy_(src)) / 1e6
+
+
+@dataclass
+class Measurement:
+    case: Case
+    impl: str  # "reference", "learner", "pytorch"
+    ms: float
+    gbs: float | None
+    tflops: float | None
+
+
+def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurement]:
+    """Time each implementation on the same inputs; each output is checked before it counts."""
+    args, kwargs = build_inputs(spec, case)
+    references = reference_outputs(spec, args, kwargs)
+    rows = []
+    for name, fn in impls.items():
+        problems = compare(spec, case, as_tuple(fn(*args, **kwargs)), references)
+        if problems:
+            raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
+        ms = time_ms(lambda: fn(*args, **kwargs))
+        gbs = spec.bytes_moved(case) / ms / 1e6 if spec.bytes_moved else None
+        tflops = spec.flops(case) / ms / 1e9 if spec.flops else None
+        rows.append(Measurement(case, name, ms, gbs, tflops))
+    return rows
+
+
+def ceiling_ratio(spec: Spec, row: Measurement, rows: list[Measurement], copy_gbs: float) -> float:
+    """The row's speed as a fraction of the module's ceiling (copy bandwidth, or PyTorch's time)."""
+    if spec.ceiling == "copy":
+        return row.gbs / copy_gbs
+    baseline = next(r for r in rows if r.impl == "pytorch" and r.case == row.case)
+    return baseline.ms / row.ms
+
+
+def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
+    ceiling = "x copy" if spec.ceiling == "copy" else "x PyTorch"
+    header = f"{'case':<34} {'impl':<10} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}"
+    lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header,
+             "-" * len(header)]
+    for row in rows:
+        gbs = f"{row.gbs:8.0f}" if row.gbs is not None else f"{'':>8}"
+        tflops = f"{row.tflops:8.1f}" if row.tflops is not None else f"{'':>8}"
+        ratio = ceiling_ratio(spec, row, rows, copy_gbs)
+        lines.append(f"{row.case.name:<34} {row.impl:<10} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}")
+    return "\n".join(lines)
+
+
+def plot(spec: Spec, rows: list[Measurement], copy_gbs: float, title: str, path) -> None:
+    """Bar chart of each implementation's speed per case, against the module's ceiling."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r.case.name for r in rows))
+    impls = list(dict.fromkeys(r.impl for r in rows))
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(cases)), 4))
+    for i, impl in enumerate(impls):
+        values = [next((ceiling_ratio(spec, r, rows, copy_gbs) for r in rows
+                        if r.impl == impl and r.case.name == c), 0) for c in cases]
+        ax.bar([x + i * width for x in range(len(cases))], values, width, label=impl)
+    ax.axhline(spec.target, color="black", linestyle="--", linewidth=1, label="reference target")
+    ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(cases))])
+    ax.set_xticklabels(cases, fontsize=8)
+    ax.set_ylabel("fraction of copy bandwidth" if spec.ceiling == "copy" else "speed-up over PyTorch")
+    ax.set_title(f"{title} on {device.describe()}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return SHORT_DTYPE.get(dtype, str(dtype))

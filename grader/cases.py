@@ -1,0 +1,117 @@
+"""How a module describes what to test: a ``Spec`` (the API, inputs, reference, tolerances, cost
+model) and a list of ``Case`` s (sizes and dtypes).
+
+Public cases live in the module's ``test_kernel.py`` as ``SPEC`` and ``CASES``; hidden ones in
+``solutions/<module>/hidden.py`` as ``CASES``. Both are plain data and functions, so the test
+suite, the learner's ``check`` and the grader all read them without pytest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from grader.catalog import Module
+
+# (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+SHORT_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+               torch.float64: "fp64"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input configuration: ``params`` go to the spec's ``make_inputs``."""
+    params: dict[str, Any]
+    dtype: torch.dtype = torch.float32
+    label: str = ""  # why the case exists: "tail", "size 1", "non-contiguous"
+    cuda_only: bool = False  # too large for the interpreter, or a dtype it cannot run
+
+    @property
+    def name(self) -> str:
+        values = ",".join(f"{k}={v}" for k, v in self.params.items())
+        prefix = f"{self.label}: " if self.label else ""
+        return f"{prefix}{values} {SHORT_DTYPE.get(self.dtype, str(self.dtype))}"
+
+    def seed(self, secret: int = 0) -> int:
+        digest = hashlib.sha256(f"{secret}:{self.name}".encode()).digest()
+        return int.from_bytes(digest[:6], "little")
+
+
+class Rand:
+    """Random tensors for one case, reproducible from its seed, made on the kernel's device."""
+
+    def __init__(self, seed: int, device: torch.device):
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    def randn(self, *shape: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> torch.Tensor:
+        values = torch.randn(shape, generator=self.generator, device=self.device, dtype=torch.float32)
+        return (values * scale).to(dtype)
+
+    def uniform(self, *shape: int, low: float, high: float, dtype: torch.dtype = torch.float32):
+        values = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
+        return (low + (high - low) * values).to(dtype)
+
+
+Inputs = tuple[tuple, dict]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything the harness needs to test and time one module's API function."""
+    api: str
+    make_inputs: Callable[[Case, Rand], Inputs]
+    # Computes the expected result from float64 copies of the inputs (same args and kwargs).
+    reference: Callable[..., Any]
+    tolerances: dict[torch.dtype, tuple[float, float]] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ("output",)
+    # Cost model for benchmarks: the fewest bytes moved through memory, and the FLOPs.
+    bytes_moved: Callable[[Case], int] | None = None
+    flops: Callable[[Case], int] | None = None
+    # What a PyTorch user would write instead; benchmarks compare with it.
+    torch_baseline: Callable[..., Any] | None = None
+    bench_cases: tuple[Case, ...] = ()
+    ceiling: str = "copy"  # "copy" (memory-bound) or "matmul" (compute-bound)
+    target: float = 0.0  # the reference solution's target, as a fraction of the ceiling
+    learner_threshold: float = 0.8  # learner's full performance credit, as a fraction of the reference
+
+    def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))
+
+
+def for_mode(cases: list[Case], cuda: bool) -> list[Case]:
+    return [case for case in cases if cuda or not case.cuda_only]
+
+
+def _import_file(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def public(module: Module) -> tuple[Spec, list[Case]]:
+    """The spec and public cases from the course's own copy of the module's test_kernel.py."""
+    tests = _import_file(module.learner_dir / "test_kernel.py",
+                         f"_public_cases_{module.track}_{module.slug}".replace("-", "_"))
+    return tests.SPEC, list(tests.CASES)
+
+
+def hidden(module: Module) -> list[Case]:
+    """The hidden grading cases; only instructors' checkouts have them."""
+    path = module.solution_dir / "hidden.py"
+    if not path.is_file():
+        return []
+    return list(_import_file(path, f"_hidden_cases_{module.track}_{module.slug}".replace("-", "_")).CASES)

@@ -1,0 +1,121 @@
+"""The learner's main command: run a module's public tests on their kernel.py and explain.
+
+The tests run in-process through pytest (quietly), and the report lists per test pass/fail with
+the diagnosis, the TODOs left, and on a GPU the speed against PyTorch and the reference.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from grader import device, progress
+from grader.catalog import Module, find_module
+from grader.checks import short_error
+from grader.loading import LoadError, kernel_path, load_kernel, todo_summary
+from grader.stubs import open_todos
+
+
+class _Collector:
+    """pytest plugin that keeps each test's outcome and its learner-facing message."""
+
+    def __init__(self):
+        self.results: list[tuple[str, str, str]] = []  # (test name, outcome, message)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.when == "call" or report.outcome != "passed":
+            message = ""
+            if call.excinfo is not None and report.outcome == "failed":
+                error = call.excinfo.value
+                message = str(error) if isinstance(error, (AssertionError, pytest.fail.Exception)) \
+                    else f"{type(error).__name__}: {short_error(error)}"
+            elif report.outcome == "skipped":
+                message = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+            self.results.append((item.name, report.outcome, message))
+
+
+def run_public_tests(module: Module, impl: str | Path) -> list[tuple[str, str, str]]:
+    collector = _Collector()
+    test_file = module.learner_dir / "test_kernel.py"
+    with redirect_stdout(io.StringIO()):
+        pytest.main([str(test_file), f"--impl={impl}", "-p", "no:terminal", "-p", "no:cacheprovider",
+                     "-W", "ignore"], plugins=[collector])
+    return collector.results
+
+
+def _indent(text: str, prefix: str = "      ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
+    """Print the report for one module; True when every public test passes."""
+    path = kernel_path(module, impl)
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    print(f"{module.id}: {module.title}\nChecking {shown} on {device.describe()}\n", file=out)
+    if not path.is_file():
+        print(f"There is no kernel.py at {path}.", file=out)
+        return False
+    todos = open_todos(path.read_text())
+    summary = todo_summary(todos)
+    if todos:
+        print(f"TODOs left: {len(todos)}", file=out)
+        for todo in todos:
+            print(f"  {todo}", file=out)
+        print(file=out)
+
+    results = run_public_tests(module, impl)
+    passed = sum(outcome == "passed" for _, outcome, _ in results)
+    counted = [r for r in results if r[1] != "skipped"]
+    print(f"Public tests: {passed} of {len(counted)} pass", file=out)
+    shown: list[str] = []
+    for name, outcome, message in results:
+        mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}[outcome]
+        print(f"  {mark} {name}", file=out)
+        # The case name heads check_case's message; the TODO list was printed above.
+        detail = message.replace(summary, "").strip()
+        if name.endswith(f"[{detail.splitlines()[0]}]" if detail else "\0"):
+            detail = "\n".join(detail.splitlines()[1:])
+        detail = detail.removeprefix("Skipped: ")
+        if outcome == "failed" and detail in shown:
+            print("      (same problem as above)", file=out)
+        elif detail and len(shown) < 4:
+            shown.append(detail)
+            print(_indent(detail), file=out)
+
+    if path.resolve() == (module.learner_dir / "kernel.py").resolve():
+        progress.record(module, path, passed, len(counted))
+    done = passed == len(counted) and bool(counted)
+    if done and device.is_cuda():
+        from grader.speed import report_speed
+        report_speed(module, impl, out)
+    print(file=out)
+    if done:
+        print(f"All public tests pass{' (TODO markers remain: delete them)' if todos else ''}. "
+              "Well done!", file=out)
+        if not device.is_cuda():
+            print("Speed is measured on a CUDA GPU only; on this CPU the interpreter checks correctness.",
+                  file=out)
+    elif todos:
+        print(f"Next: complete {todos[0]}, then run the check again.", file=out)
+    else:
+        print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
+    return done
+
+
+def self_check(file: str) -> None:
+    """``python kernel.py``: check this very file against its module's public tests."""
+    path = Path(file).resolve()
+    module = find_module(str(path.parent))
+    try:
+        load_kernel(module, path)
+    except LoadError as error:
+        print(error)
+        sys.exit(1)
+    sys.exit(0 if check(module, path) else 1)

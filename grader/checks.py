@@ -1,0 +1,176 @@
+"""Run one case of a module's API and judge the result.
+
+The pieces are separate so that the grader can run ``call_api`` in a sandboxed child process and
+``reference_outputs``/``compare`` in the parent; ``run_case`` strings them together in-process
+for the learner's ``check`` and the test suite.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from grader import device
+from grader.cases import Case, Rand, Spec
+from grader.diagnosis import diagnose
+from grader.loading import LoadedKernel, todo_summary
+
+
+class KernelCallError(Exception):
+    """The API call raised, or broke a rule (mutated an input, returned an input)."""
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    passed: bool
+    message: str = ""
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for item in obj for t in _tensors(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _tensors(item)]
+    return []
+
+
+def _upcast(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to(torch.float64) if obj.is_floating_point() else obj.detach().clone()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_upcast(item) for item in obj)
+    if isinstance(obj, dict):
+        return {key: _upcast(value) for key, value in obj.items()}
+    return obj
+
+
+def as_tuple(outputs) -> tuple:
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+
+
+def build_inputs(spec: Spec, case: Case, secret: int = 0,
+                 on: torch.device | None = None) -> tuple[tuple, dict]:
+    return spec.make_inputs(case, Rand(case.seed(secret), on or device.torch_device()))
+
+
+def reference_outputs(spec: Spec, args: tuple, kwargs: dict) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        return as_tuple(spec.reference(*_upcast(args), **_upcast(kwargs)))
+
+
+@contextmanager
+def poisoned_memory():
+    """Fill every tensor allocated with torch.empty* with NaN (floats) or the largest integer,
+    so that output elements a kernel never writes cannot pass by luck."""
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    was_filling = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = was_filling
+
+
+def short_error(error: BaseException, max_lines: int = 8) -> str:
+    """The useful head of an exception message (Triton's compile errors run long)."""
+    text = str(error).strip() or repr(error)
+    lines = [line for line in text.splitlines() if line.strip()]
+    shown = "\n".join(lines[:max_lines])
+    return shown + ("\n..." if len(lines) > max_lines else "")
+
+
+def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function") -> tuple:
+    """Call ``fn`` with poisoned allocations and return its outputs after a device sync.
+
+    Raises KernelCallError if the call raises, changes an input, or returns an input tensor.
+    """
+    inputs = _tensors((args, kwargs))
+    snapshots = [t.detach().clone() for t in inputs]
+    try:
+        with poisoned_memory():
+            outputs = as_tuple(fn(*args, **kwargs))
+            device.synchronize()
+    except Exception as error:  # the learner's code can raise anything
+        raise KernelCallError(f"{api}() raised {type(error).__name__}: {short_error(error)}") from None
+    for position, (tensor, before) in enumerate(zip(inputs, snapshots)):
+        if not torch.equal(tensor.nan_to_num(), before.nan_to_num()):
+            raise KernelCallError(f"{api}() changed its input #{position + 1} (shape "
+                                  f"{tuple(tensor.shape)}). Write results to a new output tensor "
+                                  "and leave the inputs as they are.")
+    input_storages = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    for out in outputs:
+        if isinstance(out, torch.Tensor) and out.numel() and \
+                out.untyped_storage().data_ptr() in input_storages:
+            raise KernelCallError(f"{api}() returned one of its inputs (or a view of it). "
+                                  "Allocate a fresh output tensor and have the kernel write it.")
+    return outputs
+
+
+def compare(spec: Spec, case: Case, outputs: tuple, references: tuple) -> list[str]:
+    """Problems found in ``outputs`` (empty when the case passes)."""
+    names = spec.output_names
+    if len(outputs) != len(references):
+        return [f"{spec.api}() returned {len(outputs)} value(s); it should return "
+                f"{len(references)}: {', '.join(names)}."]
+    problems = []
+    for name, out, ref in zip(names, outputs, references):
+        if not isinstance(out, torch.Tensor):
+            problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}.")
+            continue
+        expected_dtype = case.dtype if name == names[0] else out.dtype
+        if out.dtype != expected_dtype:
+            problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype} (the input's "
+                            "dtype): allocate the output with dtype=x.dtype.")
+            continue
+        atol, rtol = spec.tolerance(out.dtype)
+        problem = diagnose(out, ref, atol, rtol, name=name)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResult:
+    args, kwargs = build_inputs(spec, case, secret)
+    references = reference_outputs(spec, args, kwargs)
+    try:
+        outputs = call_api(fn, args, kwargs, spec.api)
+    except KernelCallError as error:
+        return CaseResult(case, False, str(error))
+    problems = compare(spec, case, outputs, references)
+    return CaseResult(case, not problems, "\n".join(problems))
+
+
+def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
+    """Assert that the loaded kernel passes ``case``; the message is the learner's diagnosis."""
+    result = run_case(kernel.api(spec.api), spec, case)
+    if not result.passed:
+        hint = todo_summary(kernel.todos)
+        raise AssertionError(f"{case.name}\n{result.message}" + (f"\n{hint}" if hint else ""))
+
+
+def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "",
+                 **kwargs: Any) -> None:
+    """Assert that ``fn(*args, **kwargs)`` rejects its input with a clear Python error."""
+    try:
+        fn(*args, **kwargs)
+    except errors as error:
+        if match and not re.search(match, str(error), re.IGNORECASE):
+            raise AssertionError(f"The error message {str(error)!r} should mention {match!r}.") from None
+        return
+    except Exception as error:
+        names = " or ".join(e.__name__ for e in errors)
+        raise AssertionError(f"Expected a {names} explaining the bad input, got "
+                             f"{type(error).__name__}: {short_error(error, 3)}") from None
+    names = " or ".join(e.__name__ for e in errors)
+    raise AssertionError(f"Expected a {names} for this bad input, but the call succeeded. "
+                         "Validate the inputs before launching the kernel.")

@@ -1,0 +1,86 @@
+"""``python -m grader <command>``: the learner's and the course maintainer's commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grader import device, progress, stubs
+from grader.catalog import REPO_ROOT, find_module
+
+
+def _module_or_next(name: str | None):
+    if name:
+        return find_module(name)
+    module = progress.next_unfinished()
+    if module is None:
+        print("Every available module is done. Congratulations! See `make progress`.")
+        sys.exit(0)
+    print(f"(No module given: checking your next unfinished one.)\n")
+    return module
+
+
+def cmd_check(args) -> int:
+    from grader.check import check
+
+    return 0 if check(_module_or_next(args.module), args.impl) else 1
+
+
+def cmd_progress(args) -> int:
+    print(progress.table())
+    return 0
+
+
+def cmd_bench(args) -> int:
+    module = _module_or_next(args.module)
+    if not device.is_cuda():
+        print(f"Benchmarks need a CUDA GPU; this machine runs kernels on {device.describe()}, whose "
+              "timings say nothing about GPU speed. Run `make bench` on a machine with an NVIDIA GPU.")
+        return 0
+    from grader.speed import run_bench
+
+    run_bench(module, args.impl, Path(args.out))
+    return 0
+
+
+def cmd_stubs(args) -> int:
+    if args.check:
+        stale = stubs.out_of_date()
+        for path in stale:
+            print(f"out of date: {path.relative_to(REPO_ROOT)} (run `make stubs`)")
+        return 1 if stale else 0
+    changed = stubs.write_all()
+    for path in changed:
+        print(f"wrote {path.relative_to(REPO_ROOT)}")
+    print(f"{len(changed)} stub(s) regenerated." if changed else "All stubs are up to date.")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    check = commands.add_parser("check", help="run a module's public tests on your kernel.py")
+    check.add_argument("module", nargs="?", help="e.g. missing-elements/03-softmax (default: your next one)")
+    check.add_argument("--impl", default="learner", help="learner (default), solutions, or a folder/file")
+    check.set_defaults(run=cmd_check)
+
+    commands.add_parser("progress", help="all modules and where you stand").set_defaults(run=cmd_progress)
+
+    bench_cmd = commands.add_parser("bench", help="GPU benchmark table and plot for a module")
+    bench_cmd.add_argument("module", nargs="?")
+    bench_cmd.add_argument("--impl", default="learner")
+    bench_cmd.add_argument("--out", default="bench-results", help="folder for the PNG plot")
+    bench_cmd.set_defaults(run=cmd_bench)
+
+    stubs_cmd = commands.add_parser("stubs", help="regenerate learner stubs from the solutions")
+    stubs_cmd.add_argument("--check", action="store_true", help="only report stubs that are out of date")
+    stubs_cmd.set_defaults(run=cmd_stubs)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except LookupError as error:
+        print(error)
+        return 2

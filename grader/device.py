@@ -1,0 +1,100 @@
+"""Pick where kernels run: natively on a CUDA GPU, else on the CPU through Triton's interpreter.
+
+``select()`` must run before any learner ``kernel.py`` is imported, because ``@triton.jit``
+reads ``TRITON_INTERPRET`` when it decorates a function. Importing the ``grader`` package calls
+it, so ``from grader import ...`` at the top of a script is enough.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_mode: str | None = None
+
+
+def _cuda_usable() -> bool:
+    return os.environ.get("GRADER_DEVICE", "").lower() != "cpu" and torch.cuda.is_available()
+
+
+def select() -> str:
+    """Choose the mode once per process and return it: ``"cuda"`` or ``"interpreter"``."""
+    global _mode
+    if _mode is None:
+        if _cuda_usable() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+            _mode = "cuda"
+        else:
+            os.environ["TRITON_INTERPRET"] = "1"
+            _mode = "interpreter"
+            _make_autotune_interpretable()
+    return _mode
+
+
+def mode() -> str:
+    return select()
+
+
+def is_cuda() -> bool:
+    return select() == "cuda"
+
+
+def torch_device() -> torch.device:
+    """Where tensors for kernels live: the GPU natively, host memory under the interpreter."""
+    return torch.device("cuda" if is_cuda() else "cpu")
+
+
+def synchronize() -> None:
+    if is_cuda():
+        torch.cuda.synchronize()
+
+
+def describe() -> str:
+    if is_cuda():
+        return f"CUDA ({torch.cuda.get_device_name()})"
+    return "CPU (Triton interpreter)"
+
+
+def _make_autotune_interpretable() -> None:
+    """Let ``@triton.autotune`` kernels run without a GPU driver.
+
+    The autotuner asks the GPU driver for a benchmarker, which the interpreter does not have.
+    Under the interpreter there is nothing to tune anyway, so the decorator applies the first
+    config (its meta-parameters become keyword arguments of every launch).
+    """
+    import triton
+
+    if getattr(triton.autotune, "_interpreter_shim", False):
+        return
+
+    def autotune(configs, key=None, **_ignored):
+        first = configs[0]
+
+        def decorate(kernel):
+            return _FirstConfig(kernel, first)
+
+        return decorate
+
+    autotune._interpreter_shim = True
+    triton.autotune = autotune
+
+
+class _FirstConfig:
+    """Stands in for triton's Autotuner under the interpreter: launches with configs[0]."""
+
+    def __init__(self, kernel, config):
+        self.fn = kernel
+        self.config = config
+        self.configs = [config]
+        self.best_config = config
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            meta = {**self.config.kwargs, **kwargs}
+            launch_grid = grid(meta) if callable(grid) else grid
+            return self.fn[launch_grid](*args, **meta)
+
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.fn, name)

@@ -1,0 +1,55 @@
+"""pytest glue for the modules' public tests (``tracks/*/*/test_kernel.py``).
+
+- ``--impl`` chooses the kernel.py under test: ``learner`` (default), ``solutions``, or a folder.
+- a test that takes ``case`` runs once per entry of its module's ``CASES`` that suits the device;
+- the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import device
+from grader.catalog import find_module
+from grader.loading import LoadError, load_kernel
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl", default="learner",
+                     help="kernel.py to test: learner (default), solutions, or a folder of submissions")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped under the interpreter)")
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames and hasattr(metafunc.module, "CASES"):
+        # GPU-only cases stay in the list so that a CPU run reports them as skipped.
+        cases = [pytest.param(c, id=c.name, marks=[pytest.mark.cuda] if c.cuda_only else [])
+                 for c in metafunc.module.CASES]
+        metafunc.parametrize("case", cases)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("cuda") and not device.is_cuda():
+        pytest.skip("needs a CUDA GPU; this run uses Triton's interpreter on the CPU")
+
+
+_loaded = {}
+
+
+@pytest.fixture
+def kernel(request):
+    module = find_module(str(request.path.parent))
+    impl = request.config.getoption("--impl")
+    key = (module.id, impl)
+    if key not in _loaded:
+        try:
+            _loaded[key] = load_kernel(module, impl)
+        except LoadError as error:
+            _loaded[key] = error
+    loaded = _loaded[key]
+    if isinstance(loaded, LoadError):
+        pytest.fail(str(loaded), pytrace=False)
+    return loaded

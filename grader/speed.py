@@ -1,0 +1,60 @@
+"""Speed reports on a CUDA GPU: the learner's kernel against the reference solution, PyTorch and
+the memory/compute ceiling, all measured in the same run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from grader import bench, cases
+from grader.catalog import Module
+from grader.loading import load_kernel
+
+
+def implementations(module: Module, impl: str | Path) -> dict[str, Callable]:
+    spec, _ = cases.public(module)
+    found = {"yours": load_kernel(module, impl).api(spec.api)}
+    if (module.solution_dir / "kernel.py").is_file() and impl != "solutions":
+        found["reference"] = load_kernel(module, "solutions").api(spec.api)
+    if spec.torch_baseline:
+        found["pytorch"] = spec.torch_baseline
+    return found
+
+
+def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> None:
+    """A short speed verdict on the module's main benchmark size."""
+    spec, _ = cases.public(module)
+    if not spec.bench_cases:
+        return
+    case = spec.bench_cases[0]
+    copy_gbs = bench.copy_bandwidth_gbs()
+    rows = bench.measure(spec, case, implementations(module, impl))
+    print(f"\nSpeed on {case.name}:", file=out)
+    print(bench.format_table(spec, rows, copy_gbs), file=out)
+    yours = next(r for r in rows if r.impl == "yours")
+    reference = next((r for r in rows if r.impl == "reference"), None)
+    if reference:
+        ratio = reference.ms / yours.ms
+        verdict = "meets" if ratio >= spec.learner_threshold else "is below"
+        print(f"Your kernel runs at {ratio:.2f} x the reference speed: it {verdict} the course "
+              f"threshold of {spec.learner_threshold:.2f} x.", file=out)
+    else:
+        ratio = bench.ceiling_ratio(spec, yours, rows, copy_gbs)
+        goal = spec.target * spec.learner_threshold
+        print(f"Your kernel reaches {ratio:.2f} of the ceiling; the course asks for about {goal:.2f}.",
+              file=out)
+
+
+def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> Path:
+    """Benchmark every bench case; print the table and write a PNG plot. Returns the plot path."""
+    spec, _ = cases.public(module)
+    impls = implementations(module, impl)
+    copy_gbs = bench.copy_bandwidth_gbs()
+    rows = [row for case in spec.bench_cases for row in bench.measure(spec, case, impls)]
+    print(bench.format_table(spec, rows, copy_gbs), file=out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / f"{module.track}-{module.slug}.png"
+    bench.plot(spec, rows, copy_gbs, module.title, png)
+    print(f"\nPlot written to {png}", file=out)
+    return png

@@ -1,0 +1,119 @@
+"""Generate learner stubs from reference solutions, and find the TODOs left in a learner's file.
+
+A solution marks each piece the learner must write as a region::
+
+    # TODO: compute the offsets of the elements this program handles
+    # HINT: program pid starts at element pid * BLOCK_SIZE
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    # STUB: offsets = ...
+    # END TODO
+
+In the stub the region becomes a numbered ``# TODO n:`` comment, its hints, and the ``STUB``
+lines (nothing if there are none). A ``# BUG: <what is wrong>`` ... ``# END BUG`` region gives
+the learner its STUB lines with no comment at all: the planted bug of the debugging track.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.catalog import MODULES, Module
+
+_OPEN = re.compile(r"^(?P<indent>\s*)# (?P<kind>TODO|BUG): (?P<text>.+?)\s*$")
+_HINT = re.compile(r"^\s*# HINT: (?P<text>.+?)\s*$")
+_STUB = re.compile(r"^\s*# STUB:(?: (?P<code>.*))?$")
+_CLOSE = re.compile(r"^\s*# END (?P<kind>TODO|BUG)\s*$")
+# What a generated stub contains for an open TODO; the learner deletes it when done.
+_LEARNER_TODO = re.compile(r"^\s*# TODO (?P<number>\d+): (?P<text>.+?)\s*$")
+
+
+class MarkerError(ValueError):
+    """A solution file whose TODO/BUG markers do not nest or close properly."""
+
+
+@dataclass(frozen=True)
+class Todo:
+    number: int
+    line: int  # 1-based line in the learner's file
+    text: str
+
+    def __str__(self) -> str:
+        return f"TODO {self.number} (line {self.line}): {self.text}"
+
+
+def generate_stub(solution_source: str, origin: str = "solution") -> str:
+    """Return the learner's file for a solution source."""
+    out: list[str] = []
+    region = None  # (kind, indent, text, hints, stub_lines, opened_at)
+    todo_count = 0
+    for number, line in enumerate(solution_source.splitlines(), start=1):
+        if region is None:
+            opened = _OPEN.match(line)
+            if opened:
+                region = (opened["kind"], opened["indent"], opened["text"], [], [], number)
+            elif _CLOSE.match(line) or _HINT.match(line) or _STUB.match(line):
+                raise MarkerError(f"{origin}:{number}: marker outside a TODO/BUG region")
+            else:
+                out.append(line)
+            continue
+        kind, indent, text, hints, stub_lines, opened_at = region
+        if _OPEN.match(line):
+            raise MarkerError(f"{origin}:{number}: region opened at line {opened_at} is not closed")
+        closed = _CLOSE.match(line)
+        if closed:
+            if closed["kind"] != kind:
+                raise MarkerError(f"{origin}:{number}: END {closed['kind']} closes a {kind} region")
+            if kind == "TODO":
+                todo_count += 1
+                out.append(f"{indent}# TODO {todo_count}: {text}")
+                out.extend(f"{indent}#   Hint: {hint}" for hint in hints)
+            out.extend(indent + code if code else "" for code in stub_lines)
+            region = None
+        elif hint := _HINT.match(line):
+            hints.append(hint["text"])
+        elif stub := _STUB.match(line):
+            stub_lines.append(stub["code"] or "")
+    if region is not None:
+        raise MarkerError(f"{origin}: region opened at line {region[5]} is never closed")
+    return "\n".join(out) + "\n"
+
+
+def open_todos(source: str) -> list[Todo]:
+    """The ``# TODO n:`` markers still present in a learner's file."""
+    return [Todo(int(m["number"]), lineno, m["text"])
+            for lineno, line in enumerate(source.splitlines(), start=1)
+            if (m := _LEARNER_TODO.match(line))]
+
+
+def stub_for(module: Module) -> str:
+    solution = module.solution_dir / "kernel.py"
+    return generate_stub(solution.read_text(), origin=str(solution))
+
+
+def modules_with_solutions() -> list[Module]:
+    return [m for m in MODULES if (m.solution_dir / "kernel.py").is_file()]
+
+
+def out_of_date() -> list[Path]:
+    """Committed stubs that differ from what the generator writes now."""
+    stale = []
+    for module in modules_with_solutions():
+        target = module.learner_dir / "kernel.py"
+        if not target.is_file() or target.read_text() != stub_for(module):
+            stale.append(target)
+    return stale
+
+
+def write_all() -> list[Path]:
+    """Regenerate every stub; return the files that changed."""
+    changed = []
+    for module in modules_with_solutions():
+        target = module.learner_dir / "kernel.py"
+        text = stub_for(module)
+        if not target.is_file() or target.read_text() != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            changed.append(target)
+    return changed
