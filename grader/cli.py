@@ -50,7 +50,7 @@ def cmd_stubs(args) -> int:
         for path in stale:
             print(f"out of date: {path.relative_to(REPO_ROOT)} (run `make stubs`)")
         return 1 if stale else 0
-    changed = stubs.write_all()
+    changed = stubs.write_all(args.module and [find_module(args.module)])
     for path in changed:
         print(f"wrote {path.relative_to(REPO_ROOT)}")
     print(f"{len(changed)} stub(s) regenerated." if changed else "All stubs are up to date.")
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stubs_cmd = commands.add_parser("stubs", help="regenerate learner stubs from the solutions")
     stubs_cmd.add_argument("--check", action="store_true", help="only report stubs that are out of date")
+    stubs_cmd.add_argument("--module", help="regenerate only this module's stub")
     stubs_cmd.set_defaults(run=cmd_stubs)
 
     args = parser.parse_args(argv)

@@ -29,7 +29,8 @@ def _pattern(bad: torch.Tensor) -> str | None:
     if n_bad == total:
         return ("every element is wrong: the computation itself is off (check the loads, the "
                 "formula and which tensor each pointer points to).")
-    if int(where[-1]) == total - 1 and _runs(where):
+    row_length = bad.shape[-1] if bad.dim() >= 2 else total
+    if int(where[-1]) == total - 1 and _runs(where) and (bad.dim() < 2 or n_bad % row_length):
         return (f"only the last {n_bad} element(s) are wrong (from flat index {int(where[0])} on): "
                 "the tail past the last full block. The grid probably rounds down (use "
                 "triton.cdiv) or the mask that guards the last block is wrong.")

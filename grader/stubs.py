@@ -106,10 +106,10 @@ def out_of_date() -> list[Path]:
     return stale
 
 
-def write_all() -> list[Path]:
-    """Regenerate every stub; return the files that changed."""
+def write_all(modules: list[Module] | None = None) -> list[Path]:
+    """Regenerate the stubs (of ``modules``, default all); return the files that changed."""
     changed = []
-    for module in modules_with_solutions():
+    for module in modules or modules_with_solutions():
         target = module.learner_dir / "kernel.py"
         text = stub_for(module)
         if not target.is_file() or target.read_text() != text:

@@ -1,0 +1,58 @@
+# Every workflow of the course is a target. Targets set up their own environment on first use:
+# a .venv with PyTorch (the CPU build where there is no NVIDIA GPU), Triton, pytest, JupyterLab,
+# nbgrader and matplotlib. Use your own environment instead with PYTHON=/path/to/python.
+#
+#   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>]
+#   make progress | make bench M=... | make lab | make stubs | make test
+
+PYTHON ?= .venv/bin/python
+BOOTSTRAP_PYTHON ?= python3
+M ?=
+IMPL ?= learner
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+
+ifeq ($(PYTHON),.venv/bin/python)
+ENV := .venv/.ready
+else
+ENV :=
+endif
+
+.PHONY: help check progress bench stubs test lab clean-env
+
+help:
+	@sed -n '1,9p' Makefile | sed 's/^# \{0,1\}//'
+
+.venv/.ready: pyproject.toml
+	$(BOOTSTRAP_PYTHON) -m venv .venv
+	.venv/bin/python -m pip install -q --upgrade pip
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "NVIDIA GPU found: installing PyTorch with CUDA"; \
+		.venv/bin/python -m pip install -q "torch>=2.11,<2.14"; \
+	else \
+		echo "No NVIDIA GPU: installing the CPU build of PyTorch (kernels run in Triton's interpreter)"; \
+		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_CPU_INDEX); \
+	fi
+	.venv/bin/python -m pip install -q -e ".[dev]"
+	@touch $@
+
+check: $(ENV)
+	@$(PYTHON) -m grader check $(M) --impl $(IMPL)
+
+progress: $(ENV)
+	@$(PYTHON) -m grader progress
+
+bench: $(ENV)
+	@$(PYTHON) -m grader bench $(M) --impl $(IMPL)
+
+stubs: $(ENV)
+	@$(PYTHON) -m grader stubs
+
+test: $(ENV)
+	$(PYTHON) -m pytest --impl=solutions
+
+lab: $(ENV)
+	$(PYTHON) -m jupyter lab notebooks
+
+clean-env:
+	rm -rf .venv

@@ -1,0 +1,63 @@
+import subprocess
+import sys
+
+import pytest
+
+from grader import progress
+from grader.catalog import MODULES, REPO_ROOT, find_module
+
+
+def test_catalog_has_nineteen_modules_in_four_tracks():
+    assert len(MODULES) == 19
+    assert [m.track for m in MODULES].count("missing-elements") == 5
+    assert len({m.track for m in MODULES}) == 4
+
+
+def test_find_module_by_id_slug_and_path():
+    softmax = find_module("missing-elements/03-softmax")
+    assert find_module("03-softmax") == softmax
+    assert find_module(str(REPO_ROOT / "tracks/missing-elements/01-vector-add")).slug == "01-vector-add"
+    with pytest.raises(LookupError, match="Modules you can use"):
+        find_module("no-such-module")
+
+
+def _grader(*args):
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatch):
+    stub = _grader("check", "missing-elements/01-vector-add", "--impl", "learner")
+    assert stub.returncode == 1
+    assert "TODOs left: 15" in stub.stdout and "Next: complete TODO 1" in stub.stdout
+    solution = _grader("check", "missing-elements/01-vector-add", "--impl", "solutions")
+    assert solution.returncode == 0, solution.stdout + solution.stderr
+    assert "All public tests pass" in solution.stdout
+
+
+def test_progress_lists_all_modules():
+    result = _grader("progress")
+    assert result.returncode == 0
+    assert result.stdout.count("not yet available") == sum(not m.available for m in MODULES)
+    assert "01-vector-add" in result.stdout and "05-production-ready" in result.stdout
+
+
+def test_progress_state_follows_the_recorded_hash(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("missing-elements/01-vector-add")
+    assert "TODOs left" in progress.state(module).text
+    progress.record(module, module.learner_dir / "kernel.py", 13, 13)
+    assert progress.state(module).done
+    progress.record(module, module.learner_dir / "kernel.py", 3, 13)
+    assert progress.state(module).text == "3 of 13 tests pass"
+    assert progress.next_unfinished() == module
+
+
+def test_stubs_check_reports_in_sync():
+    assert _grader("stubs", "--check").returncode == 0
+
+
+def test_bench_explains_itself_without_a_gpu():
+    result = _grader("bench", "missing-elements/01-vector-add")
+    if "CUDA (" not in result.stdout:
+        assert result.returncode == 0 and "need a CUDA GPU" in result.stdout

@@ -1,0 +1,61 @@
+import torch
+
+from grader.diagnosis import diagnose
+
+ATOL, RTOL = 1e-6, 1e-6
+
+
+def test_matching_outputs_have_no_diagnosis():
+    ref = torch.randn(100, dtype=torch.float64)
+    assert diagnose(ref.float(), ref, 1e-5, 1e-5) is None
+
+
+def test_unwritten_tail_is_called_a_tail():
+    ref = torch.randn(1000, dtype=torch.float64)
+    out = ref.clone()
+    out[992:] = float("nan")
+    text = diagnose(out, ref, ATOL, RTOL)
+    assert "8 of 1000" in text and "index (992,)" in text
+    assert "never written" in text and "tail past the last full block" in text
+
+
+def test_every_other_row_points_at_the_stride():
+    ref = torch.randn(16, 32, dtype=torch.float64)
+    out = ref.clone()
+    out[1::2] += 1
+    assert "every other row" in diagnose(out, ref, ATOL, RTOL)
+
+
+def test_columns_past_the_block_point_at_the_column_mask():
+    ref = torch.randn(8, 100, dtype=torch.float64)
+    out = ref.clone()
+    out[:, 64:] = 0
+    assert "only columns 64..99" in diagnose(out, ref, ATOL, RTOL)
+
+
+def test_missing_rows_point_at_the_grid():
+    ref = torch.randn(10, 4, dtype=torch.float64)
+    out = ref.clone()
+    out[7:] = 0
+    assert "only rows 7..9" in diagnose(out, ref, ATOL, RTOL)
+
+
+def test_nothing_written():
+    ref = torch.randn(5, 5, dtype=torch.float64)
+    assert "nothing was written" in diagnose(torch.full((5, 5), float("nan")), ref, ATOL, RTOL)
+
+
+def test_wrong_shape_and_largest_error():
+    ref = torch.zeros(4, 4, dtype=torch.float64)
+    assert "should have shape (4, 4)" in diagnose(torch.zeros(4, 5), ref, ATOL, RTOL)
+    out = ref.clone()
+    out[2, 3] = 0.5
+    text = diagnose(out, ref, ATOL, RTOL)
+    assert "Largest error 0.5" in text and "index (2, 3)" in text
+
+
+def test_inf_where_reference_is_finite_is_wrong():
+    ref = torch.ones(3, dtype=torch.float64)
+    out = ref.clone()
+    out[1] = float("inf")
+    assert "1 of 3" in diagnose(out, ref, ATOL, RTOL)

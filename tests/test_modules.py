@@ -1,0 +1,62 @@
+"""For every module with a reference solution: the stub is in sync and has its TODOs, the
+untouched stub fails with the TODO message, and the reference passes every hidden case.
+(The public cases run the reference through tracks/*/test_kernel.py with --impl=solutions.)"""
+
+import pytest
+
+from grader import cases, device
+from grader.checks import check_case, run_case
+from grader.loading import load_kernel
+from grader.stubs import modules_with_solutions, open_todos, stub_for
+
+MODULES = modules_with_solutions()
+IDS = [m.id for m in MODULES]
+
+
+def test_track_one_is_complete():
+    assert {m.slug for m in MODULES if m.track == "missing-elements"} == {
+        "01-vector-add", "02-matrix-mul", "03-softmax", "04-layer-norm", "05-conv2d"}
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_committed_stub_is_in_sync(module):
+    committed = (module.learner_dir / "kernel.py").read_text()
+    assert committed == stub_for(module), f"{module.id}: run `make stubs` and commit the result"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_stub_has_the_promised_todos(module):
+    todos = open_todos((module.learner_dir / "kernel.py").read_text())
+    assert len(todos) >= module.missing
+    assert [t.number for t in todos] == list(range(1, len(todos) + 1))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_untouched_stub_fails_with_the_todo_message(module):
+    stub = load_kernel(module, "learner")
+    spec, public_cases = cases.public(module)
+    case = cases.for_mode(public_cases, device.is_cuda())[0]
+    assert not run_case(stub.api(spec.api), spec, case).passed
+    with pytest.raises(AssertionError, match=r"TODO\(s\) still open in kernel.py") as failure:
+        check_case(stub, spec, case)
+    assert str(stub.todos[0]) in str(failure.value)
+
+
+def _hidden_cases():
+    for module in MODULES:
+        for case in cases.hidden(module):
+            marks = [pytest.mark.cuda] if case.cuda_only else []
+            yield pytest.param(module, case, id=f"{module.slug}[{case.name}]", marks=marks)
+
+
+@pytest.mark.parametrize("module, case", list(_hidden_cases()))
+def test_reference_passes_hidden_case(module, case):
+    spec, _ = cases.public(module)
+    check_case(load_kernel(module, "solutions"), spec, case)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_module_has_hidden_cases_and_notebook(module):
+    assert len(cases.hidden(module)) >= 4
+    assert module.notebook.is_file()
+    assert (module.learner_dir / "README.md").is_file()
