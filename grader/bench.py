@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from grader import device
-from grader.cases import SHORT_DTYPE, Case, Spec
+from grader.cases import Case, Spec
 from grader.checks import build_inputs, compare, reference_outputs, as_tuple
 
 
@@ -104,7 +104,3 @@ def plot(spec: Spec, rows: list[Measurement], copy_gbs: float, title: str, path)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return SHORT_DTYPE.get(dtype, str(dtype))

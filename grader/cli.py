@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from grader import device, progress, stubs
-from grader.catalog import REPO_ROOT, find_module
+from grader.catalog import REPO_ROOT, available_modules, find_module
 
 
 def _module_or_next(name: str | None):
@@ -33,14 +33,16 @@ def cmd_progress(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    module = _module_or_next(args.module)
+    modules = available_modules() if args.module == "all" else [_module_or_next(args.module)]
     if not device.is_cuda():
         print(f"Benchmarks need a CUDA GPU; this machine runs kernels on {device.describe()}, whose "
               "timings say nothing about GPU speed. Run `make bench` on a machine with an NVIDIA GPU.")
         return 0
     from grader.speed import run_bench
 
-    run_bench(module, args.impl, Path(args.out))
+    for module in modules:
+        print(f"\n## {module.id}: {module.title}\n")
+        run_bench(module, args.impl, Path(args.out))
     return 0
 
 
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("progress", help="all modules and where you stand").set_defaults(run=cmd_progress)
 
     bench_cmd = commands.add_parser("bench", help="GPU benchmark table and plot for a module")
-    bench_cmd.add_argument("module", nargs="?")
+    bench_cmd.add_argument("module", nargs="?", help="a module, or `all` (default: your next one)")
     bench_cmd.add_argument("--impl", default="learner")
     bench_cmd.add_argument("--out", default="bench-results", help="folder for the PNG plot")
     bench_cmd.set_defaults(run=cmd_bench)

@@ -3,9 +3,10 @@ kernels, and also with an unfinished learner file, where it falls back to PyTorc
 
 import os
 
-import nbclient
-import nbformat
 import pytest
+
+nbclient = pytest.importorskip("nbclient", reason="notebooks need the [notebooks] extra (nbclient)")
+nbformat = pytest.importorskip("nbformat", reason="notebooks need the [notebooks] extra (nbformat)")
 
 from grader.stubs import modules_with_solutions
 
