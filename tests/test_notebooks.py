@@ -14,7 +14,7 @@ MODULES = modules_with_solutions()
 
 
 def _execute(path, impl):
-    notebook = nbformat.read(path, as_version=4)
+    notebook = nbformat.read(str(path), as_version=4)
     os.environ["GRADER_NOTEBOOK_IMPL"] = impl
     try:
         nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
@@ -38,5 +38,5 @@ def test_notebook_runs_before_the_learner_is_done():
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.id for m in MODULES])
 def test_committed_notebook_has_no_outputs(module):
-    notebook = nbformat.read(module.notebook, as_version=4)
+    notebook = nbformat.read(str(module.notebook), as_version=4)
     assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code")
