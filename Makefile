@@ -4,6 +4,7 @@
 #
 #   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>]
 #   make progress | make bench M=... | make lab | make stubs | make test
+#   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 
 PYTHON ?= .venv/bin/python
 BOOTSTRAP_PYTHON ?= python3
@@ -18,10 +19,10 @@ else
 ENV :=
 endif
 
-.PHONY: help check progress bench stubs test lab clean-env
+.PHONY: help check progress bench stubs test verify-gpu lab clean-env
 
 help:
-	@sed -n '1,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
 
 .venv/.ready: pyproject.toml
 	$(BOOTSTRAP_PYTHON) -m venv .venv
@@ -50,6 +51,10 @@ stubs: $(ENV)
 
 test: $(ENV)
 	$(PYTHON) -m pytest --impl=solutions
+
+verify-gpu: $(ENV)
+	$(PYTHON) -m pytest --impl=solutions
+	$(PYTHON) -m grader bench all --impl solutions
 
 lab: $(ENV)
 	$(PYTHON) -m jupyter lab notebooks

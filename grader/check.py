@@ -7,6 +7,9 @@ the diagnosis, the TODOs left, and on a GPU the speed against PyTorch and the re
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 from grader import device, progress
 from grader.catalog import Module, find_module
 from grader.checks import short_error
-from grader.loading import LoadError, kernel_path, load_kernel, todo_summary
+from grader.loading import kernel_path, todo_summary
 from grader.stubs import open_todos
 
 
@@ -45,7 +48,7 @@ def run_public_tests(module: Module, impl: str | Path) -> list[tuple[str, str, s
     collector = _Collector()
     test_file = module.learner_dir / "test_kernel.py"
     with redirect_stdout(io.StringIO()):
-        pytest.main([str(test_file), f"--impl={impl}", "-p", "no:terminal", "-p", "no:cacheprovider",
+        pytest.main([str(test_file), f"--impl={impl}", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:faulthandler",
                      "-W", "ignore"], plugins=[collector])
     return collector.results
 
@@ -88,6 +91,9 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         elif detail and len(shown) < 4:
             shown.append(detail)
             print(_indent(detail), file=out)
+        elif outcome == "failed":
+            print("      (details omitted: fix the problems above first, or run pytest on "
+                  "test_kernel.py to see them all)", file=out)
 
     if path.resolve() == (module.learner_dir / "kernel.py").resolve():
         progress.record(module, path, passed, len(counted))
@@ -109,13 +115,31 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     return done
 
 
+_INNER = "GRADER_CHECK_INNER"
+_CRASH = ("\nkernel.py crashed the Python process ({signal}) while the tests ran. Under the "
+          "interpreter this almost always means a load or store outside a tensor: check every mask. "
+          "On a GPU, `compute-sanitizer python kernel.py` points at the faulty access.")
+
+
+def check_contained(module: Module, impl: str | Path) -> int:
+    """Run ``check`` in a child process so that a crashing kernel still gets an explanation.
+
+    Under the interpreter an unmasked load or store touches memory outside the tensor, which can
+    kill Python outright (segmentation fault, heap corruption). Returns the exit code.
+    """
+    if os.environ.get(_INNER):
+        return 0 if check(module, impl) else 1
+    sys.stdout.flush()
+    child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl)],
+                           env={**os.environ, _INNER: "1"})
+    if child.returncode < 0 or child.returncode in (134, 139):
+        number = -child.returncode if child.returncode < 0 else child.returncode - 128
+        print(_CRASH.format(signal=signal.Signals(number).name))
+        return 1
+    return child.returncode
+
+
 def self_check(file: str) -> None:
     """``python kernel.py``: check this very file against its module's public tests."""
     path = Path(file).resolve()
-    module = find_module(str(path.parent))
-    try:
-        load_kernel(module, path)
-    except LoadError as error:
-        print(error)
-        sys.exit(1)
-    sys.exit(0 if check(module, path) else 1)
+    sys.exit(check_contained(find_module(str(path.parent)), path))

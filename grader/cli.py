@@ -22,9 +22,9 @@ def _module_or_next(name: str | None):
 
 
 def cmd_check(args) -> int:
-    from grader.check import check
+    from grader.check import check_contained
 
-    return 0 if check(_module_or_next(args.module), args.impl) else 1
+    return check_contained(_module_or_next(args.module), args.impl)
 
 
 def cmd_progress(args) -> int:

@@ -20,8 +20,8 @@ def _runs(indices: torch.Tensor) -> bool:
     return indices.numel() > 0 and int(indices[-1] - indices[0]) + 1 == indices.numel()
 
 
-def _pattern(bad: torch.Tensor) -> str | None:
-    """Name the shape of the wrong region, with its usual cause."""
+def _pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
+    """Name the shape of the wrong region, with its usual cause (``unwritten``: still NaN)."""
     flat = bad.flatten()
     total = flat.numel()
     where = flat.nonzero().flatten()
@@ -51,8 +51,11 @@ def _pattern(bad: torch.Tensor) -> str | None:
         return (f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
                 "cover the whole row, or the column mask cuts it short.")
     if bad_rows.numel() < n_rows and int(bad_rows[-1]) == n_rows - 1 and _runs(bad_rows):
-        return (f"only rows {int(bad_rows[0])}..{n_rows - 1} are wrong: the grid may launch too "
-                "few programs, or the last rows are masked off.")
+        rows_text = f"only rows {int(bad_rows[0])}..{n_rows - 1} are wrong"
+        if bool(unwritten.reshape(rows.shape)[bad_rows].all()):
+            return f"{rows_text}, and never written: the grid launches too few programs."
+        return (f"{rows_text} while the rows before are right: the row offset is probably wrong "
+                "(row i starts at i * the tensor's row stride, e.g. x.stride(0)).")
     if bad_cols.numel() < n_cols and _runs(bad_cols) and bad_rows.numel() == n_rows:
         return (f"columns {int(bad_cols[0])}..{int(bad_cols[-1])} are wrong in every row: check the "
                 "column offsets of the block that covers them.")
@@ -97,7 +100,7 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
         pattern = ("nothing was written: check that the kernel is launched, that its store runs, "
                    "and that the store's mask is not always False.")
     else:
-        pattern = _pattern(bad)
+        pattern = _pattern(bad, nan_out)
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)

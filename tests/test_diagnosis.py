@@ -33,11 +33,18 @@ def test_columns_past_the_block_point_at_the_column_mask():
     assert "only columns 64..99" in diagnose(out, ref, ATOL, RTOL)
 
 
-def test_missing_rows_point_at_the_grid():
+def test_unwritten_last_rows_point_at_the_grid():
     ref = torch.randn(10, 4, dtype=torch.float64)
     out = ref.clone()
-    out[7:] = 0
-    assert "only rows 7..9" in diagnose(out, ref, ATOL, RTOL)
+    out[7:] = float("nan")
+    assert "only rows 7..9 are wrong, and never written: the grid" in diagnose(out, ref, ATOL, RTOL)
+
+
+def test_wrong_later_rows_point_at_the_row_offset():
+    ref = torch.randn(10, 4, dtype=torch.float64)
+    out = ref.clone()
+    out[1:] = 0
+    assert "rows before are right: the row offset" in diagnose(out, ref, ATOL, RTOL)
 
 
 def test_nothing_written():
