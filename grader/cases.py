@@ -82,7 +82,7 @@ class Spec:
     # What a PyTorch user would write instead; benchmarks compare with it.
     torch_baseline: Callable[..., Any] | None = None
     bench_cases: tuple[Case, ...] = ()
-    ceiling: str = "copy"  # "copy" (memory-bound) or "matmul" (compute-bound)
+    ceiling: str = "copy"  # "copy": a fraction of copy bandwidth; "torch": a ratio to torch_baseline
     target: float = 0.0  # the reference solution's target, as a fraction of the ceiling
     learner_threshold: float = 0.8  # learner's full performance credit, as a fraction of the reference
 

@@ -147,6 +147,9 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
     problems = compare(spec, case, outputs, references)
+    if problems and not all(t.is_contiguous() for t in _tensors((args, kwargs))):
+        problems.append("The inputs of this case are not contiguous: step through them with their "
+                        "strides (x.stride(0), x.stride(1)) rather than assuming packed rows.")
     return CaseResult(case, not problems, "\n".join(problems))
 
 

@@ -98,7 +98,8 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                      "every element. (Or the kernel computes NaN, e.g. exp of -inf minus -inf.)")
     if n_nan == total:
         pattern = ("nothing was written: check that the kernel is launched, that its store runs, "
-                   "and that the store's mask is not always False.")
+                   "and that the store's mask is not always False (or NaN came from reading "
+                   "outside an input: a load missing its mask).")
     else:
         pattern = _pattern(bad, nan_out)
     if pattern:
