@@ -1,0 +1,161 @@
+"""Row-wise softmax: out[r, :] = exp(x[r, :] - max(x[r, :])) / sum(exp(x[r, :] - max(x[r, :]))).
+
+The first kernel in the course that reduces: each program owns one whole row, loads it once into
+registers, finds its maximum, exponentiates, sums, divides and stores, so every element crosses
+memory exactly twice (one read, one write). Subtracting the row's maximum first is what keeps
+exp() from overflowing; padding the unused lanes of the block with -inf is what keeps them out of
+the maximum and the sum. Tensors of any rank work: the leading dimensions are flattened into rows.
+
+Check your work:  python kernel.py    (or: make check M=missing-elements/03-softmax)
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from grader.validation import check_tensors
+
+# The whole row lives in one block of registers, so the row length is capped. At 65536 columns
+# and 32 warps each thread already holds 64 values; longer rows need a loop over chunks of the
+# row (the online softmax of the optimization track), not a bigger block.
+MAX_COLUMNS = 65536
+
+
+@triton.jit
+# TODO: make BLOCK_SIZE a compile-time constant
+# HINT: tl.arange needs a size that is known when the kernel is compiled.
+def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+# STUB: def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_SIZE):
+# END TODO
+    # TODO: find which row this program handles
+    # HINT: the grid launches one program per row, along axis 0.
+    row = tl.program_id(axis=0)
+    # STUB: row = ...
+    # END TODO
+    # TODO: point at the first element of this row in x
+    # HINT: rows need not be packed: step over whole rows with x's row stride, not with n_cols.
+    # HINT: program ids are 32-bit; widen the row index to 64 bits so huge tensors do not overflow.
+    x_row_ptr = x_ptr + row.to(tl.int64) * x_row_stride
+    # STUB: x_row_ptr = ...
+    # END TODO
+    # TODO: compute the column index of every lane of the block
+    # HINT: the block starts at column 0 of the row and spans BLOCK_SIZE lanes.
+    col_offsets = tl.arange(0, BLOCK_SIZE)
+    # STUB: col_offsets = ...
+    # END TODO
+    # TODO: build the mask of lanes that hold real columns
+    # HINT: BLOCK_SIZE is rounded up to a power of two, so it is usually longer than the row.
+    mask = col_offsets < n_cols
+    # STUB: mask = ...
+    # END TODO
+    # TODO: load the row, padding the masked lanes so that they cannot change the result
+    # HINT: a padded lane must lose the max and add nothing to the sum: which value has exp() == 0?
+    # HINT: tl.load's `other=` gives masked lanes a value; then compute in float32 with .to().
+    row_values = tl.load(x_row_ptr + col_offsets, mask=mask, other=-float("inf")).to(tl.float32)
+    # STUB: row_values = ...
+    # END TODO
+    # TODO: subtract the row's maximum from every value
+    # HINT: softmax(x) == softmax(x - c) for any c; with c = max, the largest exponent is exp(0) = 1.
+    # HINT: tl.max(block, axis=0) reduces a 1-D block to one number.
+    row_minus_max = row_values - tl.max(row_values, axis=0)
+    # STUB: row_minus_max = ...
+    # END TODO
+    # TODO: exponentiate
+    # HINT: element-wise, like any arithmetic on a block; padded lanes become exp(-inf) = 0.
+    numerator = tl.exp(row_minus_max)
+    # STUB: numerator = ...
+    # END TODO
+    # TODO: add up the exponentials of the row
+    # HINT: the same kind of reduction as the maximum.
+    denominator = tl.sum(numerator, axis=0)
+    # STUB: denominator = ...
+    # END TODO
+    # TODO: normalise so that the row sums to one
+    # HINT: a block divided by a scalar divides every lane.
+    softmax_values = numerator / denominator
+    # STUB: softmax_values = ...
+    # END TODO
+    # TODO: point at the first element of this row in the output
+    # HINT: the output has its own row stride; do not assume it equals x's.
+    out_row_ptr = out_ptr + row.to(tl.int64) * out_row_stride
+    # STUB: out_row_ptr = ...
+    # END TODO
+    # TODO: store the row in the output's dtype
+    # HINT: convert the float32 values to the element type the output pointer points to.
+    # HINT: only the real columns may be written.
+    tl.store(out_row_ptr + col_offsets, softmax_values.to(out_ptr.dtype.element_ty), mask=mask)
+    # END TODO
+
+
+def warps_for(block_size: int) -> int:
+    """How many warps (groups of 32 threads) share one row of block_size lanes."""
+    # TODO: choose num_warps from the block size
+    # HINT: too few warps and each thread holds too many values (registers spill to memory);
+    # HINT: too many and short rows leave threads idle. Grow it with the block, 4 up to 32.
+    if block_size >= 32768:
+        num_warps = 32
+    elif block_size >= 8192:
+        num_warps = 16
+    elif block_size >= 2048:
+        num_warps = 8
+    else:
+        num_warps = 4
+    # STUB: num_warps = ...
+    # END TODO
+    return num_warps
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension of x (any rank >= 1); same shape and dtype as x."""
+    check_tensors(("x", x))
+    if x.dim() == 0:
+        raise ValueError("x is a 0-dimensional tensor; softmax needs at least one dimension to "
+                         "normalise over. Pass x.reshape(1) for a single number.")
+    n_cols = x.shape[-1]
+    if n_cols > MAX_COLUMNS:
+        raise ValueError(f"x has {n_cols} columns in its last dimension, but this kernel keeps a "
+                         f"whole row in one block and supports at most {MAX_COLUMNS}. Use "
+                         "torch.softmax for longer rows (or a looped kernel, see the "
+                         "optimization track).")
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    # The kernel walks each row with unit steps, so the last dimension must be contiguous. The
+    # rows themselves may sit anywhere: their distance is passed as a stride below.
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    # TODO: view x as a 2-D tensor of rows: all leading dimensions flattened into one
+    # HINT: keep the last dimension and let PyTorch work out how many rows there are.
+    # HINT: reshape returns a view (no copy) whenever the leading dimensions can be merged.
+    x_rows = x.reshape(-1, n_cols)
+    # STUB: x_rows = ...
+    # END TODO
+    n_rows = x_rows.shape[0]
+    # TODO: allocate the output as a packed (contiguous) tensor of rows
+    # HINT: one row per row of x_rows, with x's dtype and device; the kernel overwrites it all.
+    out_rows = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    # STUB: out_rows = ...
+    # END TODO
+    # TODO: choose the block size: the smallest power of two that holds a whole row
+    # HINT: tl.arange only takes powers of two; triton has a helper that rounds up to one.
+    block_size = triton.next_power_of_2(n_cols)
+    # STUB: block_size = ...
+    # END TODO
+    # TODO: choose the grid: how many programs to launch
+    # HINT: one program per row; the grid is a tuple.
+    grid = (n_rows,)
+    # STUB: grid = ...
+    # END TODO
+    # TODO: launch the kernel
+    # HINT: kernel[grid](arguments...) in the kernel's parameter order; tensors become pointers.
+    # HINT: a row stride is the 2-D view's stride along dim 0, one for x and one for the output.
+    # HINT: BLOCK_SIZE and num_warps (ask warps_for) go in as keyword arguments.
+    softmax_kernel[grid](out_rows, x_rows, x_rows.stride(0), out_rows.stride(0), n_cols,
+                         BLOCK_SIZE=block_size, num_warps=warps_for(block_size))
+    # END TODO
+    return out_rows.view(x.shape)
+
+
+if __name__ == "__main__":
+    from grader.check import self_check
+
+    self_check(__file__)

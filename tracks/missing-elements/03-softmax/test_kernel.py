@@ -1,0 +1,128 @@
+"""Public tests for 03-softmax.  Run:  pytest tracks/missing-elements/03-softmax
+
+SPEC and CASES describe the tests as data (the grader reads them too); the functions below are
+the pytest tests. Rows cover 1 column, powers of two and the lengths just past them, values large
+enough to overflow exp() without the max subtraction, -inf entries, and rows that are not packed.
+"""
+
+import torch
+
+from grader import device
+from grader.cases import Case, Spec
+from grader.checks import check_case, expect_error
+
+
+def make_inputs(case, rand):
+    shape = case.params["shape"]
+    *lead, n_cols = shape
+    layout = case.params.get("layout", "contiguous")
+    scale = case.params.get("scale", 1.0)
+    if layout == "row-strided":
+        # rows that are not packed: the first n_cols columns of a wider buffer (last dim contiguous)
+        x = rand.randn(*lead, n_cols + 13, dtype=case.dtype, scale=scale)[..., :n_cols]
+    elif layout == "column-strided":
+        # the transpose of a contiguous tensor: neighbouring columns are far apart in memory
+        x = rand.randn(n_cols, *lead, dtype=case.dtype, scale=scale).movedim(0, -1)
+    elif layout == "every-other-row":
+        # every other entry along the first dim: in 3-D and up the leading dims no longer merge
+        # into one row stride, so flattening them has to copy
+        first, *rest = lead
+        x = rand.randn(2 * first - 1, *rest, n_cols, dtype=case.dtype, scale=scale)[::2]
+    elif layout == "broadcast-row":
+        # one row seen many times: a row stride of 0
+        x = rand.randn(n_cols, dtype=case.dtype, scale=scale).expand(*shape)
+    else:
+        x = rand.randn(*shape, dtype=case.dtype, scale=scale)
+    if case.params.get("minus_inf"):
+        # every third column from column 1 on is -inf; column 0 stays finite, so no row is all -inf
+        x = x.clone()
+        x[..., 1::3] = float("-inf")
+    return (x,), {}
+
+
+def reference(x):
+    return torch.softmax(x, dim=-1)
+
+
+def torch_softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def n_elements(case):
+    return torch.Size(case.params["shape"]).numel()
+
+
+SPEC = Spec(
+    api="softmax",
+    make_inputs=make_inputs,
+    reference=reference,
+    # Softmax outputs are probabilities, often far below 1 (about 1/n_cols on average), so the
+    # absolute tolerances are tighter than the defaults, which suit values of order one.
+    tolerances={torch.float32: (1e-6, 1e-4), torch.float16: (1e-4, 2e-3),
+                torch.bfloat16: (1e-3, 1.6e-2)},
+    bytes_moved=lambda case: 2 * n_elements(case) * case.dtype.itemsize,
+    torch_baseline=torch_softmax,
+    bench_cases=tuple(Case({"shape": (32768, 4096)}, dtype) for dtype in
+                      (torch.float32, torch.float16, torch.bfloat16)),
+    ceiling="copy",
+    target=0.85,
+)
+
+CASES = [
+    Case({"shape": (13, 100)}, label="non-power-of-two columns"),
+    Case({"shape": (1, 1)}, label="one row, one column"),
+    Case({"shape": (37, 1)}, label="one column"),
+    Case({"shape": (1, 700)}, label="one row"),
+    Case({"shape": (17,)}, label="1-D"),
+    Case({"shape": (8, 128)}, label="power of two"),
+    Case({"shape": (5, 1025)}, label="one column past a power of two"),
+    Case({"shape": (24, 781)}, torch.float16, label="non-power-of-two columns"),
+    Case({"shape": (3, 4, 50)}, torch.float16, label="3-D"),
+    Case({"shape": (9, 200), "scale": 50.0}, label="large values"),
+    Case({"shape": (9, 200), "scale": 50.0}, torch.float16, label="large values"),
+    Case({"shape": (6, 300), "minus_inf": True}, label="-inf entries"),
+    Case({"shape": (20, 96), "layout": "row-strided"}, label="strided rows"),
+    Case({"shape": (2, 5, 33), "layout": "row-strided"}, torch.float16, label="strided rows, 3-D"),
+    Case({"shape": (16, 40), "layout": "column-strided"}, label="transposed"),
+    Case({"shape": (2, 16384)}, label="long rows"),
+    Case({"shape": (6, 7)}, label="small"),
+    Case({"shape": (33, 515)}, torch.bfloat16, label="non-power-of-two columns", cuda_only=True),
+    Case({"shape": (4096, 4096), "scale": 20.0}, torch.bfloat16, label="large", cuda_only=True),
+    Case({"shape": (8192, 3000)}, label="large", cuda_only=True),
+    Case({"shape": (512, 65536)}, torch.float16, label="longest rows", cuda_only=True),
+]
+
+
+def test_matches_reference(kernel, case):
+    check_case(kernel, SPEC, case)
+
+
+def test_minus_infinity_gets_zero_weight(kernel):
+    inf = float("inf")
+    for row, expected in (([-inf, 0.0], [0.0, 1.0]), ([-inf, 0.0, -inf], [0.0, 1.0, 0.0])):
+        got = kernel.api("softmax")(torch.tensor([row], device=device.torch_device())).tolist()
+        close = all(abs(g - e) <= 1e-6 for g, e in zip(got[0], expected))
+        assert close, (
+            f"softmax({row}) returned {got}, expected {[expected]}: an entry of -inf must get "
+            "weight 0. NaN usually means the row maximum is -inf; a too-small 1.0 means "
+            "the padded lanes of the block (3 columns fill a block of 4) are not -inf.")
+
+
+def test_empty_tensor(kernel):
+    x = torch.ones(0, 5, device=device.torch_device())
+    assert kernel.api("softmax")(x).shape == (0, 5)
+
+
+def test_rejects_integer_tensors(kernel):
+    expect_error(kernel.api("softmax"), torch.ones(4, 8, dtype=torch.int32, device=device.torch_device()),
+                 match="dtype")
+
+
+def test_rejects_zero_dimensional_tensors(kernel):
+    expect_error(kernel.api("softmax"), torch.tensor(1.0, device=device.torch_device()),
+                 match="dimension")
+
+
+def test_rejects_rows_longer_than_supported(kernel):
+    expect_error(kernel.api("softmax"), torch.ones(1, 65537, device=device.torch_device()),
+                 match="columns")
