@@ -77,7 +77,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     passed = sum(outcome == "passed" for _, outcome, _ in results)
     counted = [r for r in results if r[1] != "skipped"]
     print(f"Public tests: {passed} of {len(counted)} pass", file=out)
-    shown: list[str] = []
+    shown: list[str] = []  # failure details printed so far
+    skip_reasons: list[str] = []
     for name, outcome, message in results:
         mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}[outcome]
         print(f"  {mark} {name}", file=out)
@@ -86,9 +87,13 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         if name.endswith(f"[{detail.splitlines()[0]}]" if detail else "\0"):
             detail = "\n".join(detail.splitlines()[1:])
         detail = detail.removeprefix("Skipped: ")
-        if outcome == "failed" and detail in shown:
+        if outcome == "skipped":
+            if detail not in skip_reasons:
+                skip_reasons.append(detail)
+                print(_indent(detail), file=out)
+        elif outcome == "failed" and detail in shown:
             print("      (same problem as above)", file=out)
-        elif detail and len(shown) < 4:
+        elif outcome == "failed" and len(shown) < 4:
             shown.append(detail)
             print(_indent(detail), file=out)
         elif outcome == "failed":

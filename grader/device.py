@@ -28,6 +28,7 @@ def select() -> str:
             os.environ["TRITON_INTERPRET"] = "1"
             _mode = "interpreter"
             _make_autotune_interpretable()
+            _make_masked_loads_strict()
     return _mode
 
 
@@ -98,3 +99,31 @@ class _FirstConfig:
 
     def __getattr__(self, name):
         return getattr(self.fn, name)
+
+
+def _make_masked_loads_strict() -> None:
+    """Give masked-off lanes of a float ``tl.load`` without ``other=`` the value NaN.
+
+    Triton leaves those lanes undefined; the interpreter quietly fills them with 0, which hides a
+    missing ``other=`` in a reduction (a max over padding, a sum in a dot product) until the
+    kernel runs on a GPU. NaN makes the mistake show up on the CPU too.
+    """
+    try:
+        import numpy as np
+        from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, _get_np_dtype
+    except ImportError:  # another Triton layout: keep the interpreter's own behaviour
+        return
+    original = getattr(InterpreterBuilder, "create_masked_load", None)
+    if original is None or getattr(original, "_strict", False):
+        return
+
+    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
+        element = ptrs.get_element_ty()
+        if other is None and element.is_floating():
+            # The interpreter keeps bfloat16 as raw 16-bit patterns; 0x7FC0 is its quiet NaN.
+            nan = 0x7FC0 if element.is_bf16() else np.nan
+            other = TensorHandle(np.full(ptrs.data.shape, nan, dtype=_get_np_dtype(element)), element)
+        return original(self, ptrs, mask, other, *args, **kwargs)
+
+    create_masked_load._strict = True
+    InterpreterBuilder.create_masked_load = create_masked_load

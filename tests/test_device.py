@@ -26,3 +26,19 @@ def test_autotuned_kernels_run_with_the_first_config():
         assert bool((out == expected).all())
     else:
         assert bool((out > 0).all())
+
+
+def test_masked_loads_without_other_are_nan_under_the_interpreter():
+    if device.is_cuda():
+        return  # only the interpreter is made strict; a GPU leaves those lanes undefined
+
+    @triton.jit
+    def padded_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=offsets < n)  # no other=: padding is undefined
+        tl.store(out_ptr, tl.sum(x.to(tl.float32), axis=0))
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        out = torch.zeros(1)
+        padded_sum[(1,)](torch.ones(5, dtype=dtype), out, 5, BLOCK=8)
+        assert torch.isnan(out).all(), dtype
