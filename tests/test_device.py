@@ -1,3 +1,4 @@
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -21,16 +22,14 @@ def test_autotuned_kernels_run_with_the_first_config():
 
     out = torch.zeros(100, dtype=torch.int32, device=device.torch_device())
     fill[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](out, 100)
-    expected = 32 if device.mode() == "interpreter" else None
-    if expected:
-        assert bool((out == expected).all())
-    else:
-        assert bool((out > 0).all())
+    # The interpreter runs configs[0]; a GPU runs whichever config the autotuner picked.
+    allowed = {32} if device.mode() == "interpreter" else {32, 64}
+    assert int(out[0]) in allowed and bool((out == out[0]).all())
 
 
 def test_masked_loads_without_other_are_nan_under_the_interpreter():
     if device.is_cuda():
-        return  # only the interpreter is made strict; a GPU leaves those lanes undefined
+        pytest.skip("only the interpreter is made strict; a GPU leaves those lanes undefined")
 
     @triton.jit
     def padded_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
