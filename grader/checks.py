@@ -101,7 +101,10 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function")
             outputs = as_tuple(fn(*args, **kwargs))
             device.synchronize()
     except Exception as error:  # the learner's code can raise anything
-        raise KernelCallError(f"{api}() raised {type(error).__name__}: {short_error(error)}") from None
+        message = f"{api}() raised {type(error).__name__}: {short_error(error)}"
+        if "ellipsis" in str(error):
+            message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
+        raise KernelCallError(message) from None
     for position, (tensor, before) in enumerate(zip(inputs, snapshots)):
         if not torch.equal(tensor.nan_to_num(), before.nan_to_num()):
             raise KernelCallError(f"{api}() changed its input #{position + 1} (shape "
@@ -148,8 +151,9 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
         return CaseResult(case, False, str(error))
     problems = compare(spec, case, outputs, references)
     if problems and not all(t.is_contiguous() for t in _tensors((args, kwargs))):
-        problems.append("The inputs of this case are not contiguous: step through them with their "
-                        "strides (x.stride(0), x.stride(1)) rather than assuming packed rows.")
+        problems.append("The inputs of this case are not contiguous. If only such cases fail, step "
+                        "through the inputs with their strides (x.stride(0), ...) rather than "
+                        "assuming packed rows.")
     return CaseResult(case, not problems, "\n".join(problems))
 
 

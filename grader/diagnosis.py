@@ -95,7 +95,8 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     if n_nan:
         lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
                      "these were probably never written: check the mask and that the grid covers "
-                     "every element. (Or the kernel computes NaN, e.g. exp of -inf minus -inf.)")
+                     "every element. (Or NaN was read from outside an input by a load missing its "
+                     "mask or other=, or computed, e.g. exp of -inf minus -inf.)")
     if n_nan == total:
         pattern = ("nothing was written: check that the kernel is launched, that its store runs, "
                    "and that the store's mask is not always False (or NaN came from reading "
