@@ -1,0 +1,254 @@
+"""2-D convolution as an implicit GEMM: out = conv2d(x, weight) + bias, in NCHW.
+
+A convolution is a matrix multiplication in disguise. Lay the output out as a matrix with one row
+per output pixel (N * OH * OW rows) and one column per output channel (K columns); then every
+output element is the dot product of the input patch under the filter (C * R * S values) with
+that channel's filter (C * R * S weights). im2col would copy every patch into a real matrix
+first, R * S times the size of x. An *implicit* GEMM never builds it: each program computes a
+BLOCK_M x BLOCK_N tile of the output like a matmul does, and works out on the fly which input
+elements the rows of its "patch matrix" tile are, reading zeros where a filter tap hangs over the
+border (the padding).
+
+Names: the convolution's sizes are N, C, H, W (input), K, R, S (filters) and OH, OW (output).
+The GEMM's sizes are M = N * OH * OW rows, K output channels as its columns (BLOCK_N of them per
+program) and a reduction over C * R * S, walked BLOCK_K values at a time. The reduction runs over
+the filter taps (r, s) and, inside each tap, over the channels c in chunks of BLOCK_K.
+
+Check your work:  python kernel.py    (or: make check M=missing-elements/05-conv2d)
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from grader.validation import check_tensors
+
+
+# The block sizes are tuned on the GPU: @triton.autotune times these configurations the first time
+# it sees a new shape and keeps the fastest (track 2 explains it; under the interpreter the course
+# runs the first one). Each is a matmul tile: 128 x 128 outputs per program, 32 or 64 reduction
+# values per step, and 3-4 pipeline stages so that the loads of the next steps overlap the
+# tensor-core work of this one.
+CONFIGS = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=4, num_stages=4),
+]
+
+
+@triton.autotune(configs=CONFIGS, key=["N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w"])
+@triton.jit
+def conv2d_kernel(
+    x_ptr, w_ptr, bias_ptr, out_ptr,
+    N, C, H, W, K, R, S, OH, OW,
+    stride_h, stride_w, pad_h, pad_w,
+    x_stride_n, x_stride_c, x_stride_h, x_stride_w,
+    w_stride_k, w_stride_c, w_stride_r, w_stride_s,
+    out_stride_n, out_stride_k, out_stride_h, out_stride_w,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # The grid is one-dimensional. Output-channel blocks vary fastest, so the programs that read
+    # the same input patch (same rows, different channels) run side by side and share it in L2.
+    pid = tl.program_id(axis=0)
+    # TODO 1: find this program's block of output channels (pid_n) and block of pixels (pid_m)
+    #   Hint: there are tl.cdiv(K, BLOCK_N) channel blocks; consecutive program ids step through them.
+    #   Hint: integer division and remainder by that count split pid into the two block indices.
+    pid_m = ...
+    pid_n = ...
+
+    # Rows of the tile: output pixels, numbered n-major like the NCHW output (n, then oh, then ow).
+    # TODO 2: compute the indices of the BLOCK_M output pixels of this tile
+    #   Hint: as in a matmul: the block index times the block size, plus tl.arange.
+    offs_m = ...
+    # TODO 3: decode each pixel index into its column ow and row oh in the output image
+    #   Hint: ow is the fastest-varying coordinate: a remainder by OW. Then divide by OW and wrap by OH.
+    ow = ...
+    oh = ...
+    # TODO 4: decode each pixel index into the image n of the batch it belongs to
+    #   Hint: every image has OH * OW output pixels.
+    n = ...
+    # TODO 5: mask the pixels past the end of the batch (the last tile is usually partial)
+    #   Hint: there are N * OH * OW pixels in all.
+    mask_m = ...
+
+    # Columns of the tile: output channels.
+    # TODO 6: compute this tile's BLOCK_N output channels and mask those that do not exist
+    #   Hint: the same pattern as the rows, with pid_n, BLOCK_N and K.
+    offs_n = ...
+    mask_n = ...
+
+    # TODO 7: find the top-left corner (ih0, iw0) of each output pixel's receptive field in x
+    #   Hint: output pixel (oh, ow) starts `stride` input pixels further per step, minus the padding.
+    #   Hint: with padding the corner can be negative: those taps fall outside the image.
+    ih0 = ...
+    iw0 = ...
+
+    # TODO 8: create the float32 accumulator for the BLOCK_M x BLOCK_N output tile
+    #   Hint: it starts at zero; fp16 and bf16 products are summed in float32 to keep precision.
+    acc = ...
+    offs_k = tl.arange(0, BLOCK_K)
+    # The reduction runs over (r, s, c) with c innermost: one step handles one filter tap (r, s)
+    # and BLOCK_K channels. Consecutive channels sit next to each other in a channels-last tensor
+    # (see the launcher), so every step loads contiguous, vectorisable runs of memory.
+    # TODO 9: count the chunks of BLOCK_K channels needed to cover C channels
+    #   Hint: round up, so that the last, partial chunk is included; tl.cdiv does that.
+    c_blocks = ...
+    # TODO 10: loop over all reduction steps: every filter tap times every channel chunk
+    #   Hint: one loop, not three: its index counts R * S * c_blocks steps and is decoded below.
+    for step in range(...):
+        # TODO 11: decode the step into the filter tap (r, s) and the first channel c0 of the chunk
+        #   Hint: the channel chunk varies fastest, then s, then r: peel them off with % and //, as
+        #   Hint: for the pixels. c0 is a whole number of chunks, so a multiple of BLOCK_K.
+        r = ...
+        s = ...
+        c0 = ...
+        # TODO 12: compute the input row ih and column iw that tap (r, s) reads for every pixel
+        #   Hint: move from the receptive field's corner by the tap's offset.
+        ih = ...
+        iw = ...
+        # TODO 13: the padding mask: True for pixels whose tap lies inside the image (and exists)
+        #   Hint: a tap in the padding must read 0, and a masked-off load with other=0.0 gives 0.
+        #   Hint: check both ends of both coordinates, and combine with mask_m.
+        in_image = ...
+        # TODO 14: compute this chunk's channel indices and mask the channels past C
+        #   Hint: BLOCK_K consecutive channels from c0; C is rarely a multiple of BLOCK_K.
+        offs_c = ...
+        mask_c = ...
+        # TODO 15: build the BLOCK_M x BLOCK_K block of pointers into x: rows are pixels, columns channels
+        #   Hint: an element's offset is the sum of each coordinate (n, c, ih, iw) times its stride.
+        #   Hint: per-pixel terms go down the rows ([:, None]), per-channel terms across the columns ([None, :]).
+        x_ptrs = ...
+        # TODO 16: load the patch tile, reading 0 in the padding and past the last channel
+        #   Hint: the mask combines the per-pixel mask (rows) with the channel mask (columns).
+        x_tile = ...
+        # TODO 17: build the BLOCK_K x BLOCK_N block of pointers to the weights of tap (r, s)
+        #   Hint: rows are channels, columns output channels; r and s are the same for the whole tile.
+        w_ptrs = ...
+        # TODO 18: load the weight tile, with 0 for missing channels and output channels
+        #   Hint: zeros in either operand add nothing to the dot product, so masked lanes are harmless.
+        w_tile = ...
+        # TODO 19: multiply the tiles and add the product to the accumulator
+        #   Hint: tl.dot takes the accumulator as its third argument and adds into it (on tensor cores).
+        acc = ...
+
+    if HAS_BIAS:
+        # TODO 20: load the bias of this tile's output channels
+        #   Hint: one value per column of the tile; mask the channels past K.
+        bias = ...
+        # TODO 21: add the bias to every row of the accumulator
+        #   Hint: bias holds one value per column: make it a 1 x BLOCK_N row so that it broadcasts
+        #   Hint: down all BLOCK_M rows. Add it in float32.
+
+    # TODO 22: convert the float32 sums to the output's dtype
+    #   Hint: a pointer knows the type it points to: out_ptr.dtype.element_ty.
+    out_tile = ...
+    # In NCHW, neighbouring pixels of one channel are neighbours in memory and output channels are
+    # OH * OW elements apart. Triton cannot prove the pixel offsets contiguous (they come from // and
+    # %), and then it lays a warp's threads along the last axis of the pointer block. So the store
+    # uses the transposed tile (channels x pixels): a warp writes runs of adjacent addresses
+    # (coalesced) instead of 32 addresses a channel plane apart.
+    # TODO 23: build the BLOCK_N x BLOCK_M block of output pointers (output channels down, pixels across)
+    #   Hint: as for x: each coordinate (n, k, oh, ow) times its stride, summed; channels go down the rows.
+    out_ptrs = ...
+    # TODO 24: store the transposed tile, masked to the pixels and channels that exist
+    #   Hint: tl.trans swaps the two axes of a block; the mask has the pointers' shape (channels x pixels).
+
+
+def _pair(value, name: str) -> tuple[int, int]:
+    """(h, w) from an int or a pair of ints, like torch's `stride=2` or `padding=(2, 0)`."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if is_int(value):
+        return value, value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(is_int(v) for v in value):
+        return value[0], value[1]
+    raise TypeError(f"{name} must be an int or a pair of ints (h, w), got {value!r}.")
+
+
+def _check_inputs(x, weight, bias, stride, padding) -> None:
+    check_tensors(("x", x), ("weight", weight))
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}; "
+                         "add a batch dimension with x.unsqueeze(0) for a single image.")
+    if weight.dim() != 4:
+        raise ValueError(f"weight must be 4-D (K, C, R, S), got shape {tuple(weight.shape)}.")
+    if weight.shape[1] != x.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} channels but weight {tuple(weight.shape)} expects "
+                         f"{weight.shape[1]}: weight must be (K, C, R, S) with x's C "
+                         "(grouped convolutions are not supported).")
+    if weight.shape[2] < 1 or weight.shape[3] < 1:
+        raise ValueError(f"weight {tuple(weight.shape)} has an empty filter; R and S must be >= 1.")
+    if bias is not None:
+        check_tensors(("x", x), ("bias", bias))
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must have shape ({weight.shape[0]},), one value per output "
+                             f"channel, got {tuple(bias.shape)}.")
+    if min(stride) < 1:
+        raise ValueError(f"stride must be positive, got {stride}.")
+    if min(padding) < 0:
+        raise ValueError(f"padding must be non-negative, got {padding}.")
+    padded = (x.shape[2] + 2 * padding[0], x.shape[3] + 2 * padding[1])
+    if padded[0] < weight.shape[2] or padded[1] < weight.shape[3]:
+        raise ValueError(f"the {weight.shape[2]}x{weight.shape[3]} filter is larger than the "
+                         f"padded input ({padded[0]}x{padded[1]}), so the output would be empty; "
+                         "use a smaller filter or more padding.")
+
+
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           stride=1, padding=0) -> torch.Tensor:
+    """torch.nn.functional.conv2d for x (N, C, H, W), weight (K, C, R, S), bias (K,) or None.
+
+    stride and padding are ints or (h, w) pairs. Returns a contiguous (N, K, OH, OW) tensor in
+    x's dtype. Any memory layout of x and weight is accepted; channels-last tensors are read as
+    they are, others are copied to channels-last first.
+    """
+    stride_h, stride_w = _pair(stride, "stride")
+    pad_h, pad_w = _pair(padding, "padding")
+    _check_inputs(x, weight, bias, (stride_h, stride_w), (pad_h, pad_w))
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    # TODO 25: compute the output height OH and width OW
+    #   Hint: the padded input is H + 2 * pad_h rows; the filter fits at every stride_h-th row
+    #   Hint: while it does not hang over the padded edge. Count those positions (integer division).
+    OH = ...
+    OW = ...
+    # TODO 26: allocate the output
+    #   Hint: shape (N, K, OH, OW), on x's device and in x's dtype; the kernel writes every element.
+    out = ...
+    if out.numel() == 0:  # an empty batch, or no filters: nothing to compute
+        return out
+    if max(t.numel() for t in (x, weight, out)) >= 2**31:
+        raise ValueError("tensors of 2**31 or more elements are not supported: the kernel "
+                         "computes offsets in 32-bit integers. Split the batch.")
+    # The kernel follows the strides, so any layout gives the right answer; but each step reads
+    # BLOCK_K consecutive channels, and only when those are adjacent in memory (channel stride 1,
+    # "channels-last") can the GPU fetch them in wide, coalesced loads. An NCHW tensor keeps them
+    # H * W elements apart, so it is copied once into channels-last order (see the README).
+    # TODO 27: make channels-last copies of x and weight, unless their channel stride is already 1
+    #   Hint: tensor.stride(1) is the distance between neighbouring channels.
+    #   Hint: .contiguous() takes a memory_format argument; torch.channels_last puts channels innermost.
+    x = ...
+    weight = ...
+    # The kernel reads bias as one contiguous vector; without bias it gets a pointer it never reads.
+    has_bias = bias is not None
+    bias = bias.contiguous() if has_bias else out
+    # TODO 28: choose the grid: one program per (pixel block, output-channel block) tile
+    #   Hint: the autotuner picks BLOCK_M and BLOCK_N, so the grid is a function of its choice:
+    #   Hint: lambda meta: (...,) where meta["BLOCK_M"] is the chosen value. The grid is 1-D.
+    grid = ...
+    # TODO 29: launch the kernel
+    #   Hint: pass the arguments in the order of the kernel's signature; tensors become pointers.
+    #   Hint: x.stride() gives the four strides of x (in N, C, H, W order, whatever the layout).
+    #   Hint: HAS_BIAS tells the kernel whether to read bias; the autotuner supplies the BLOCK sizes.
+    return out
+
+
+if __name__ == "__main__":
+    from grader.check import self_check
+
+    self_check(__file__)

@@ -1,0 +1,175 @@
+"""Public tests for 05-conv2d.  Run:  pytest tracks/missing-elements/05-conv2d
+
+SPEC and CASES describe the tests as data (the grader reads them too); the functions below are
+the pytest tests. The cases cover 1x1, 3x3 and 5x3 filters, strides and paddings given as ints
+and as (h, w) pairs, non-square images, a filter as large as the image, channel counts past one
+BLOCK_K chunk and output-channel counts past one BLOCK_N block, bias and no bias, and inputs that
+are channels-last, non-contiguous views, or views inside a buffer of NaN (to expose a missing
+mask: the NaN around the image and past the last channel must never be read).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grader.cases import Case, Spec
+from grader.checks import check_case, expect_error
+from grader import device
+
+
+def nan_padded(rand, shape, dtype, scale=1.0, border=2):
+    """A (d0, d1, d2, d3) tensor stored channels-last inside a larger buffer of NaN: `border`
+    extra elements on each side of d2 and d3 and 3 extra channels. The kernel reads channels-last
+    tensors in place, so a load that strays into the padding of the image or past the last
+    channel (a missing mask) brings NaN into the sums and shows in the result."""
+    d0, d1, d2, d3 = shape
+    buffer = torch.full((d0, d2 + 2 * border, d3 + 2 * border, d1 + 3), float("nan"),
+                        dtype=dtype, device=rand.device)
+    inside = buffer[:, border:border + d2, border:border + d3, :d1]
+    inside.copy_(rand.randn(d0, d2, d3, d1, dtype=dtype, scale=scale))
+    return inside.permute(0, 3, 1, 2)
+
+
+def make_inputs(case, rand):
+    p = case.params
+    (n, c, h, w), (k, _, r, s) = p["x"], p["w"]
+    # Filters scaled like a trained layer's, so that outputs are about as large as the inputs
+    # and one set of tolerances fits every shape.
+    scale = (c * r * s) ** -0.5
+    layout = p.get("layout")
+    if layout == "strided":
+        # every other column of a wider image, and a filter bank viewed through a permutation
+        x = rand.randn(n, c, h, 2 * w, dtype=case.dtype)[..., ::2]
+        weight = rand.randn(r, s, c, k, dtype=case.dtype, scale=scale).permute(3, 2, 0, 1)
+    elif layout == "nan-padded":
+        x = nan_padded(rand, (n, c, h, w), case.dtype)
+        weight = nan_padded(rand, (k, c, r, s), case.dtype, scale)
+    else:
+        x = rand.randn(n, c, h, w, dtype=case.dtype)
+        weight = rand.randn(k, c, r, s, dtype=case.dtype, scale=scale)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    bias = rand.randn(k, dtype=case.dtype) if p.get("bias") else None
+    return (x, weight), {"bias": bias, "stride": p.get("stride", 1), "padding": p.get("padding", 0)}
+
+
+def output_size(case):
+    p = case.params
+    (n, _, h, w), (k, _, r, s) = p["x"], p["w"]
+    (sh, sw), (ph, pw) = [(v, v) if isinstance(v, int) else v
+                          for v in (p.get("stride", 1), p.get("padding", 0))]
+    return n, k, (h + 2 * ph - r) // sh + 1, (w + 2 * pw - s) // sw + 1
+
+
+def flops(case):
+    n, k, oh, ow = output_size(case)
+    _, c, r, s = case.params["w"]
+    return 2 * n * k * oh * ow * c * r * s
+
+
+def bytes_moved(case):
+    (n, c, h, w), (k, _, r, s) = case.params["x"], case.params["w"]
+    return (n * c * h * w + k * c * r * s + k + torch.Size(output_size(case)).numel()) * case.dtype.itemsize
+
+
+RESNET_LAYER = {"x": (32, 128, 56, 56), "w": (128, 128, 3, 3), "stride": 1, "padding": 1, "bias": True}
+
+SPEC = Spec(
+    api="conv2d",
+    make_inputs=make_inputs,
+    reference=F.conv2d,
+    # On a GPU, tl.dot multiplies float32 inputs in TF32 (10-bit mantissa, as cuDNN does for
+    # PyTorch's float32 convolutions by default): relative errors around 1e-3.
+    tolerances={torch.float32: (5e-3, 5e-3)},
+    flops=flops,
+    bytes_moved=bytes_moved,
+    torch_baseline=F.conv2d,
+    bench_cases=(Case(RESNET_LAYER, torch.float16), Case(RESNET_LAYER, torch.bfloat16)),
+    ceiling="torch",
+    target=0.5,
+)
+
+CASES = [
+    Case({"x": (1, 3, 5, 5), "w": (4, 3, 1, 1), "bias": True}, label="1x1 filter"),
+    Case({"x": (2, 4, 8, 8), "w": (8, 4, 3, 3), "padding": 1}, label="3x3, padding 1"),
+    Case({"x": (1, 2, 3, 3), "w": (3, 2, 3, 3), "bias": True}, label="one output pixel"),
+    Case({"x": (1, 5, 9, 11), "w": (6, 5, 3, 3), "stride": 2, "padding": 1, "bias": True},
+         torch.float16, label="stride 2"),
+    Case({"x": (2, 3, 10, 7), "w": (5, 3, 5, 3), "padding": (2, 0), "bias": True},
+         label="5x3 filter, padding (2, 0)"),
+    Case({"x": (1, 8, 12, 6), "w": (7, 8, 3, 3), "stride": (2, 1), "padding": (1, 2)},
+         torch.float16, label="non-square, stride (2, 1)"),
+    Case({"x": (2, 6, 2, 2), "w": (4, 6, 3, 3), "padding": 1, "bias": True}, torch.float16,
+         label="filter larger than the image"),
+    Case({"x": (2, 70, 12, 12), "w": (130, 70, 3, 3), "padding": 1, "bias": True},
+         label="channel and output-channel tails"),
+    Case({"x": (2, 4, 7, 9), "w": (5, 4, 3, 3), "padding": 1, "bias": True, "layout": "channels_last"},
+         torch.float16, label="channels-last x"),
+    Case({"x": (2, 5, 6, 7), "w": (4, 5, 3, 3), "padding": 1, "layout": "nan-padded"},
+         label="NaN outside the image and channels"),
+    Case({"x": (1, 3, 6, 8), "w": (4, 3, 3, 3), "stride": 2, "layout": "strided"},
+         label="non-contiguous x and weight"),
+    Case({"x": (2, 16, 14, 14), "w": (32, 16, 3, 3), "padding": 1, "bias": True}, torch.bfloat16,
+         label="bf16", cuda_only=True),
+    Case({"x": (8, 64, 56, 56), "w": (128, 64, 3, 3), "stride": 2, "padding": 1}, torch.float16,
+         label="downsampling layer", cuda_only=True),
+    Case({"x": (4, 3, 224, 224), "w": (64, 3, 7, 7), "stride": 2, "padding": 3}, torch.float16,
+         label="ResNet stem, 3 channels", cuda_only=True),
+    Case({"x": (4, 96, 28, 28), "w": (192, 96, 3, 3), "padding": 1, "bias": True},
+         label="fp32 (TF32)", cuda_only=True),
+    Case(RESNET_LAYER, torch.float16, label="ResNet layer", cuda_only=True),
+]
+
+
+def test_matches_reference(kernel, case):
+    check_case(kernel, SPEC, case)
+
+
+def _tensors(*shapes, dtype=torch.float32):
+    return [torch.randn(shape, device=device.torch_device(), dtype=dtype) for shape in shapes]
+
+
+def test_rejects_mismatched_channels(kernel):
+    x, weight = _tensors((1, 3, 8, 8), (4, 5, 3, 3))
+    expect_error(kernel.api("conv2d"), x, weight, match="channels")
+
+
+def test_rejects_a_3d_input(kernel):
+    x, weight = _tensors((3, 8, 8), (4, 3, 3, 3))
+    expect_error(kernel.api("conv2d"), x, weight, match="4-D")
+
+
+def test_rejects_a_bias_of_the_wrong_shape(kernel):
+    x, weight, bias = _tensors((1, 3, 8, 8), (4, 3, 3, 3), (3,))
+    expect_error(kernel.api("conv2d"), x, weight, bias, match="bias")
+
+
+def test_rejects_mixed_dtypes(kernel):
+    (x,), (weight,) = _tensors((1, 3, 8, 8)), _tensors((4, 3, 3, 3), dtype=torch.float16)
+    expect_error(kernel.api("conv2d"), x, weight, match="dtype")
+
+
+def test_rejects_integer_tensors(kernel):
+    x = torch.ones(1, 3, 8, 8, dtype=torch.int32, device=device.torch_device())
+    weight = torch.ones(4, 3, 3, 3, dtype=torch.int32, device=device.torch_device())
+    expect_error(kernel.api("conv2d"), x, weight, match="dtype")
+
+
+@pytest.mark.parametrize("stride, padding, match", [
+    (0, 0, "stride"), ((1, -1), 0, "stride"), (1, -1, "padding"), (1, (0, -2), "padding"),
+    (1.5, 0, "stride"), (1, (1, 1, 1), "padding"),
+])
+def test_rejects_bad_stride_or_padding(kernel, stride, padding, match):
+    x, weight = _tensors((1, 3, 8, 8), (4, 3, 3, 3))
+    expect_error(kernel.api("conv2d"), x, weight, stride=stride, padding=padding, match=match)
+
+
+def test_rejects_a_filter_larger_than_the_padded_input(kernel):
+    x, weight = _tensors((1, 3, 4, 4), (4, 3, 5, 5))
+    expect_error(kernel.api("conv2d"), x, weight, padding=0, match="larger")
+
+
+@pytest.mark.cuda
+def test_rejects_tensors_on_the_cpu(kernel):
+    x, weight = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3, device="cuda")
+    expect_error(kernel.api("conv2d"), x, weight, match="cuda")
