@@ -42,7 +42,11 @@ def cmd_bench(args) -> int:
 
     for module in modules:
         print(f"\n## {module.id}: {module.title}\n")
-        run_bench(module, args.impl, Path(args.out))
+        try:
+            run_bench(module, args.impl, Path(args.out))
+        except AssertionError as wrong:  # a kernel that fails its check is not timed
+            print(f"{wrong}\nRun `make check M={module.id}` first.")
+            return 1
     return 0
 
 

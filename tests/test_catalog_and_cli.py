@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from grader import progress
+from grader import device, progress
 from grader.catalog import MODULES, REPO_ROOT, find_module
 
 
@@ -57,7 +57,9 @@ def test_stubs_check_reports_in_sync():
     assert _grader("stubs", "--check").returncode == 0
 
 
-def test_bench_explains_itself_without_a_gpu():
-    result = _grader("bench", "missing-elements/01-vector-add")
-    if "CUDA (" not in result.stdout:
+def test_bench_refuses_what_it_cannot_time_honestly():
+    result = _grader("bench", "missing-elements/01-vector-add")  # the untouched stub
+    if device.is_cuda():
+        assert result.returncode == 1 and "so it is not timed" in result.stdout
+    else:
         assert result.returncode == 0 and "need a CUDA GPU" in result.stdout
