@@ -63,6 +63,43 @@ def cmd_stubs(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    import signal
+
+    from grader import runphase
+    from grader.sandbox import GiB, Limits, SandboxError
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, interrupt)  # a scheduler's stop works like Ctrl-C
+    limits = Limits(case_seconds=args.case_timeout, startup_seconds=args.startup_timeout,
+                    memory_bytes=int(args.memory_gib * GiB) if args.memory_gib else None)
+    options = runphase.Options(workers=args.workers, limits=limits, hide=tuple(args.hide),
+                               expose=tuple(args.expose), allow_unsafe=args.allow_unsafe)
+    modules = [find_module(name) for name in args.module] if args.module else None
+    try:
+        summary = runphase.run(Path(args.submissions), Path(args.results), modules, options,
+                               progress=not args.quiet)
+    except SandboxError as error:
+        print(f"The sandbox cannot run here: {error}")
+        return 2
+    except KeyboardInterrupt:
+        print("Stopped. Records written so far are kept; run the same command again to continue.")
+        return 130
+    graded = [o for o in summary.outcomes if o.record is not None]
+    reused = sum(len(o.submissions) for o in graded if o.reused)
+    print(f"{sum(len(o.submissions) for o in graded)} submission(s) graded into {summary.results_dir} "
+          f"({reused} reused, {summary.children_started} child process(es) started).")
+    if summary.protections:
+        print("Protections: " + "; ".join(f"{key}: {value}" for key, value in summary.protections.items()
+                                          if key != "limits"))
+    for outcome in summary.errors:
+        who = ", ".join(f"{s.student} {s.module.id}" for s in outcome.submissions)
+        print(f"NOT GRADED {who}: {outcome.error}")
+    return 1 if summary.errors else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +121,25 @@ def main(argv: list[str] | None = None) -> int:
     stubs_cmd.add_argument("--check", action="store_true", help="only report stubs that are out of date")
     stubs_cmd.add_argument("--module", help="regenerate only this module's stub")
     stubs_cmd.set_defaults(run=cmd_stubs)
+
+    run_cmd = commands.add_parser("run", help="grade submissions in sandboxed processes (instructors)")
+    run_cmd.add_argument("submissions", help="folder of <student>/<track>/<slug>/kernel.py "
+                                             "or <student>/<track>-<slug>/kernel.py")
+    run_cmd.add_argument("--results", required=True, help="folder for the result records")
+    run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
+    run_cmd.add_argument("--workers", type=int, help="parallel children (default: GPUs, or min(4, CPUs))")
+    run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="seconds per call (default 60)")
+    run_cmd.add_argument("--startup-timeout", type=float, default=90.0,
+                         help="seconds to start and import kernel.py (default 90)")
+    run_cmd.add_argument("--memory-gib", type=float, help="host memory per child (default 4, 16 on CUDA)")
+    run_cmd.add_argument("--hide", action="append", default=[],
+                         help="a path the child must not see, e.g. the nbgrader course folder (repeatable)")
+    run_cmd.add_argument("--expose", action="append", default=[],
+                         help="a read-only path the child needs, e.g. a CUDA toolkit outside /usr")
+    run_cmd.add_argument("--allow-unsafe", action="store_true",
+                         help="grade even where the sandbox cannot limit processes (a machine of your own)")
+    run_cmd.add_argument("--quiet", action="store_true", help="no progress output")
+    run_cmd.set_defaults(run=cmd_run)
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,41 @@
+"""Assemble the example submissions that `make grade` and the tests grade.
+
+Two kinds of student are generated from the course itself, so that they never go stale:
+``complete`` (the reference solutions, as ``<track>/<slug>/kernel.py``) and ``stub`` (the untouched
+learner files, in nbgrader's ``<track>-<slug>/kernel.py`` layout). The others are small,
+hand-written files under ``grader/examples/submissions/``: a partial solution and one per row of
+the grader's threat model (GPU-only rows under ``submissions-gpu/``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from grader.catalog import REPO_ROOT, Module
+from grader.stubs import modules_with_solutions
+
+HANDWRITTEN = REPO_ROOT / "grader" / "examples" / "submissions"
+HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
+
+
+def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool = True,
+             gpu: bool = False) -> list[str]:
+    """Write the example students into ``dest``; return their names."""
+    modules = modules if modules is not None else modules_with_solutions()
+    dest.mkdir(parents=True, exist_ok=True)
+    for module in modules:
+        complete = dest / "complete" / module.track / module.slug
+        complete.mkdir(parents=True, exist_ok=True)
+        shutil.copy(module.solution_dir / "kernel.py", complete / "kernel.py")
+        stub = dest / "stub" / f"{module.track}-{module.slug}"
+        stub.mkdir(parents=True, exist_ok=True)
+        shutil.copy(module.learner_dir / "kernel.py", stub / "kernel.py")
+    folders = []
+    if handwritten:
+        folders += sorted(p for p in HANDWRITTEN.iterdir() if p.is_dir())
+    if gpu:
+        folders += sorted(p for p in HANDWRITTEN_GPU.iterdir() if p.is_dir())
+    for folder in folders:
+        shutil.copytree(folder, dest / folder.name, dirs_exist_ok=True)
+    return sorted(p.name for p in dest.iterdir() if p.is_dir())

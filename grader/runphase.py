@@ -1,0 +1,758 @@
+"""The grader's run phase: grade every submission of every module in sandboxed child processes.
+
+For each submitted ``kernel.py`` and module the parent (this process, which never imports learner
+code) builds the inputs of the public and hidden cases from a secret seed chosen per run, starts a
+child (``grader.child``, through ``grader.sandbox``) that imports the submission and calls its API,
+loads the outputs the child saved (``torch.load(weights_only=True)``, never pickle), computes the
+reference, compares, and writes one JSON record per (module, sha256 of the file, hash of the
+course's cases). Records are written atomically and reused when they exist, so a re-run costs
+almost nothing and an interrupted run loses only the submissions in progress.
+
+Submissions are found as ``<root>/<student>/<track>/<slug>/kernel.py`` or, as nbgrader collects
+them, ``<root>/<student>/<track>-<slug>/kernel.py``. Records live in
+``<results>/records/<track>/<slug>/<sha256>-<cases>.json``; ``<results>/students.json`` maps each
+student to their records, and ``<results>/logs`` keeps what each child printed (for instructors
+only: it may contain anything the learner's code chose to print).
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime
+import hashlib
+import json
+import os
+import re
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from grader import cases, device
+from grader.cases import Case, Spec
+from grader.catalog import REPO_ROOT, Module, available_modules
+from grader.checks import build_inputs, compare, reference_outputs
+from grader.child import command as child_command
+from grader.loading import todo_summary
+from grader.sandbox import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
+from grader.stubs import open_todos
+
+RECORD_VERSION = 1
+MAX_SOURCE_BYTES = 1 << 20
+PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
+PERFORMANCE_NOT_YET = {"graded": False, "reason": "not graded: timing is not part of the run phase yet"}
+
+
+@dataclass
+class Options:
+    """How the run phase grades; the defaults suit a course run on one machine."""
+    workers: int | None = None  # default: one per GPU on CUDA, else min(4, CPUs)
+    limits: Limits = field(default_factory=Limits)
+    hide: tuple = ()  # more paths the child must not see (the nbgrader course folder, ...)
+    expose: tuple = ()  # more read-only paths the child needs (a CUDA toolkit outside /usr, ...)
+    allow_unsafe: bool = False  # grade even where fork bombs cannot be contained
+    max_failures_in_a_row: int = 2  # time-outs/crashes in a row before the rest is not run
+    gpu_memory_fraction: float = 0.9
+
+
+@dataclass
+class Submission:
+    student: str
+    module: Module
+    path: Path
+
+
+@dataclass
+class Outcome:
+    submissions: list[Submission]
+    record: dict | None = None
+    record_path: Path | None = None
+    reused: bool = False
+    children: int = 0
+    error: str | None = None
+
+
+@dataclass
+class RunSummary:
+    outcomes: list[Outcome]
+    results_dir: Path
+    protections: dict
+
+    @property
+    def children_started(self) -> int:
+        return sum(o.children for o in self.outcomes)
+
+    @property
+    def errors(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.error]
+
+    def record_for(self, student: str, module_id: str) -> dict | None:
+        for outcome in self.outcomes:
+            if any(s.student == student and s.module.id == module_id for s in outcome.submissions):
+                return outcome.record
+        return None
+
+
+class Cancelled(Exception):
+    """The run is being stopped (Ctrl-C): leave without writing a record."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding submissions, hashing, and where records live
+# ----------------------------------------------------------------------------------------------
+
+
+def find_submissions(root: Path, modules: list[Module]) -> list[Submission]:
+    """Every ``kernel.py`` under ``root`` in either layout, sorted by student and module."""
+    found = []
+    for student_dir in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for module in modules:
+            for candidate in (student_dir / module.track / module.slug / "kernel.py",
+                              student_dir / f"{module.track}-{module.slug}" / "kernel.py"):
+                if candidate.exists() or candidate.is_symlink():
+                    found.append(Submission(student_dir.name, module, candidate))
+                    break
+    return found
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cases_hash(module: Module) -> str:
+    """What decides a module's grade besides the submission: its public and hidden cases, the
+    device mode (which cases run), and the record format."""
+    hidden = module.solution_dir / "hidden.py"
+    parts = {"record_version": RECORD_VERSION, "mode": device.mode(),
+             "public": _sha256((module.learner_dir / "test_kernel.py").read_bytes()),
+             "hidden": _sha256(hidden.read_bytes()) if hidden.is_file() else ""}
+    return _sha256(json.dumps(parts, sort_keys=True).encode())[:16]
+
+
+def record_path(results_dir: Path, module: Module, submission_sha: str, cases_sha: str) -> Path:
+    return Path(results_dir) / "records" / module.track / module.slug / f"{submission_sha}-{cases_sha}.json"
+
+
+def read_record(path: Path) -> dict | None:
+    """A complete record from an earlier run, or None."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("record_version") == RECORD_VERSION else None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _remove_stale_temporaries(results_dir: Path) -> None:
+    """Half-written files of a writer that was killed (``write_atomically``'s temporaries)."""
+    for path in results_dir.rglob(".*.tmp"):
+        pid = path.name.rsplit(".", 3)[-3]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+
+
+def _source(path: Path) -> bytes:
+    """The submitted file, refusing what is not a plain file of reasonable size."""
+    if path.is_symlink() or not path.is_file():
+        raise ValueError("kernel.py must be a regular file (not a link or a folder).")
+    if path.stat().st_size > MAX_SOURCE_BYTES:
+        raise ValueError(f"kernel.py is larger than {MAX_SOURCE_BYTES // 1024} KiB.")
+    return path.read_bytes()
+
+
+# ----------------------------------------------------------------------------------------------
+# Judging one trial (in the parent, from what the child saved)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    id: int
+    case_index: int
+    secret: int
+    repeat: bool = False  # a second call on fresh inputs of the same shape: catches caching
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    kind: str = ""  # what went wrong, for the hidden cases' generic messages
+    message: str = ""
+    seconds: float = 0.0
+    outputs: tuple = ()
+
+
+def _tensor_list(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for item in obj for t in _tensor_list(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _tensor_list(item)]
+    return []
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def _placeholder(type_name: str):
+    """Something whose type is called ``type_name``, so that compare() names what was returned."""
+    return type(type_name, (), {})()
+
+
+def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_file: Path,
+          on: torch.device, earlier: tuple = ()) -> Verdict:
+    """The verdict on one call, from the child's report ``done`` and the file it saved."""
+    api = spec.api
+    seconds = float(done.get("seconds") or 0.0)
+    if done.get("error"):
+        # call_api's own messages start with these; a learner's exception starts "add() raised".
+        error = str(done["error"])
+        kind = "mutation" if error.startswith(f"{api}() changed its input") else \
+            "alias" if error.startswith(f"{api}() returned one of its inputs") else "error"
+        return Verdict(False, kind, error, seconds)
+    try:
+        saved = torch.load(saved_file, weights_only=True, map_location="cpu")
+        kept, args_after, kwargs_after = saved["outputs"], saved["args"], saved["kwargs"]
+    except Exception as error:
+        return Verdict(False, "unreadable", f"The grader could not read what {api}() returned "
+                       f"({type(error).__name__}). Return plain torch.Tensor objects.", seconds)
+    returned = done.get("returned") or []
+    if len(returned) != len(kept):
+        return Verdict(False, "unreadable", f"The grader could not read what {api}() returned.", seconds)
+    outputs = tuple(out if out is not None else _placeholder(name) for out, name in zip(kept, returned))
+
+    expected_device = on.type
+    for name, where in zip(spec.output_names, done.get("devices") or []):
+        if where is not None and where != expected_device:
+            return Verdict(False, "device", f"{name} is on {where}, but the inputs are on {expected_device}: "
+                           "allocate the output on the inputs' device.", seconds)
+    # The child checked these too, but code that patched torch could have fooled it.
+    inputs_before, inputs_after = _tensor_list((args, kwargs)), _tensor_list((args_after, kwargs_after))
+    if len(inputs_before) != len(inputs_after):
+        return Verdict(False, "unreadable", f"The grader could not read the inputs after {api}().", seconds)
+    for position, (before, after) in enumerate(zip(inputs_before, inputs_after)):
+        if not _same_values(before, after):
+            return Verdict(False, "mutation", f"{api}() changed its input #{position + 1}. Write results "
+                           "to a new output tensor and leave the inputs as they are.", seconds)
+    input_storages = {t.untyped_storage().data_ptr() for t in inputs_after if t.numel()}
+    for out in outputs:
+        if isinstance(out, torch.Tensor) and out.numel() and out.untyped_storage().data_ptr() in input_storages:
+            return Verdict(False, "alias", f"{api}() returned one of its inputs (or a view of it). "
+                           "Allocate a fresh output tensor and have the kernel write it.", seconds)
+
+    try:
+        problems = compare(spec, case, outputs, reference_outputs(spec, args, kwargs))
+    except Exception as error:  # a malformed output (meta tensor, odd layout) must not stop grading
+        problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
+    if problems:
+        message = "\n".join(problems)
+        if earlier and all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and _same_values(a, b)
+                           for a, b in zip(outputs, earlier)):
+            return Verdict(False, "cache", f"{api}() returned the same values for two different inputs "
+                           "of the same shape: it reuses an earlier result. Compute the output on every call.",
+                           seconds, outputs)
+        return Verdict(False, "wrong", message, seconds, outputs)
+
+    if done.get("ops"):
+        ops = ", ".join(f"aten.{name}" for name in list(done["ops"])[:6])
+        return Verdict(False, "torch", f"{api}() computed with PyTorch ({ops}) instead of a Triton kernel. "
+                       "Around the launch, only allocating, reshaping and copying tensors is allowed.",
+                       seconds, outputs)
+    if done.get("escapes"):
+        return Verdict(False, "torch", f"{api}() handed tensor values to NumPy or Python "
+                       f"({', '.join(done['escapes'])}); compute them in the Triton kernel instead.",
+                       seconds, outputs)
+    if not done.get("launches") and any(isinstance(o, torch.Tensor) and o.numel() for o in outputs):
+        return Verdict(False, "no_launch", f"{api}() returned without launching a Triton kernel. The work "
+                       "must happen in your @triton.jit kernel, launched as kernel[grid](...).",
+                       seconds, outputs)
+    return Verdict(True, seconds=seconds, outputs=outputs)
+
+
+_GENERIC = {
+    "wrong": "the output is wrong.",
+    "mutation": "the function changed one of its inputs.",
+    "alias": "the function returned one of its inputs instead of a new tensor.",
+    "device": "the output is on the wrong device.",
+    "unreadable": "the function returned something other than tensors.",
+    "cache": "the function returned an earlier result for new inputs of the same shape.",
+    "torch": "the function computed with PyTorch (or NumPy) instead of a Triton kernel.",
+    "no_launch": "the function did not launch a Triton kernel.",
+    "timeout": "the function did not return within the time limit (an endless loop?).",
+    "crash": "the process running the function crashed or was killed on this case.",
+    "not_run": "not run, after too many time-outs or crashes in a row.",
+}
+
+
+def hidden_message(verdict: Verdict, api: str) -> str:
+    """What a learner may read about a failed hidden case: what kind of failure, and the pattern
+    of wrong elements, with every number (a size, an index, a value) left out."""
+    text = f"Hidden case failed: {_GENERIC.get(verdict.kind, 'it did not pass.')}"
+    if verdict.kind == "error":
+        # Only a built-in exception's name: a class of the learner's could be named after a shape.
+        match = re.search(r"raised (\w+)", verdict.message)
+        found = getattr(builtins, match.group(1), None) if match else None
+        name = found.__name__ if isinstance(found, type) and issubclass(found, BaseException) else "an exception"
+        text = (f"Hidden case failed: {api}() raised {name}. Hidden cases do not show error messages; "
+                "the public cases with similar shapes usually raise the same error.")
+    elif verdict.kind == "wrong":
+        kept = [line for line in verdict.message.splitlines() if line.startswith("Pattern:") or "NaN" in line]
+        kept = [re.sub(r"^\d+ element\(s\) are NaN", "Some elements are NaN", line) for line in kept]
+        text += "".join(" " + re.sub(r"\d+", "N", line) for line in kept)
+    return text
+
+
+# ----------------------------------------------------------------------------------------------
+# Grading one submission of one module
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    spec: Spec
+    cases: list[tuple[Case, str]]  # (case, "public"/"hidden")
+    trials: list[Trial]
+
+
+def _plan(module: Module, secret: int) -> _Plan:
+    spec, public = cases.public(module)
+    cuda = device.is_cuda()
+    planned = [(c, "public") for c in cases.for_mode(public, cuda)] + \
+              [(c, "hidden") for c in cases.for_mode(cases.hidden(module), cuda)]
+    trials: list[Trial] = []
+    for index in range(len(planned)):
+        trials.append(Trial(len(trials), index, secret))
+        if index == 0:  # right after the first case, before any hidden case has been seen
+            trials.append(Trial(len(trials), index, secret + 1, repeat=True))
+    return _Plan(spec, planned, trials)
+
+
+class _Grading:
+    """The state of one (module, submission) grading across its child processes."""
+
+    def __init__(self, module: Module, source: bytes, sandbox: Sandbox, slot, secret: int,
+                 options: Options, stop: threading.Event):
+        self.module, self.source, self.sandbox, self.slot = module, source, sandbox, slot
+        self.options, self.stop, self.limits = options, stop, options.limits
+        self.plan = _plan(module, secret)
+        self.on = torch.device(f"cuda:{slot.gpu or 0}") if device.is_cuda() else torch.device("cpu")
+        self.inputs = {t.id: build_inputs(self.plan.spec, self.plan.cases[t.case_index][0], t.secret, on=self.on)
+                       for t in self.plan.trials}
+        self.verdicts: dict[int, Verdict] = {}
+        self.load_error: str | None = None
+        self.protections: dict = {}
+        self.children = 0
+        self.failures_in_a_row = 0
+        self.log: list[str] = []
+
+    @property
+    def api(self) -> str:
+        return self.plan.spec.api
+
+    def pending(self) -> list[Trial]:
+        for trial in self.plan.trials:  # a case that already failed needs no repeat
+            if trial.repeat and trial.id not in self.verdicts:
+                first = self.verdicts.get(trial.id - 1)
+                if first is not None and not first.passed:
+                    self.verdicts[trial.id] = Verdict(False, first.kind, first.message)
+        return [t for t in self.plan.trials if t.id not in self.verdicts]
+
+    def run(self) -> None:
+        while self.pending() and self.load_error is None:
+            if self.stop.is_set():
+                raise Cancelled()
+            if self.failures_in_a_row >= self.options.max_failures_in_a_row:
+                for trial in self.pending():
+                    self.verdicts[trial.id] = Verdict(False, "not_run", (
+                        f"Not run: {self.failures_in_a_row} cases in a row timed out or crashed before "
+                        "this one, so the grader stopped here. Fix those first."))
+                break
+            finished_before = len(self.verdicts)
+            self._run_child(self.pending())
+            if len(self.verdicts) == finished_before and self.load_error is None:
+                self.failures_in_a_row += 1  # a child that ended without finishing any case
+
+    def _run_child(self, trials: list[Trial]) -> None:
+        inputs = {str(t.id): {"args": list(self.inputs[t.id][0]), "kwargs": self.inputs[t.id][1]} for t in trials}
+        scratch = self.sandbox.scratch / f"inputs-{os.getpid()}-{threading.get_ident()}-{self.children}.pt"
+        torch.save(inputs, scratch)
+        token = secrets.token_hex(16)
+        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py", "inputs": "inputs.pt",
+                   "trials": [t.id for t in trials], "gpu_memory_fraction": self.options.gpu_memory_fraction}
+        try:
+            child = self.sandbox.start(self.slot, {"kernel.py": self.source, "inputs.pt": scratch},
+                                       child_command(REPO_ROOT), request, len(trials), token)
+        finally:
+            scratch.unlink()
+        self.children += 1
+        try:
+            protections = self.sandbox.wait_sandbox(child)
+            self.protections = self.protections or protections
+            self._drive(child, {t.id: t for t in trials})
+        finally:
+            self.log.append(f"--- child {self.children} ({len(trials)} trials): output ---\n{child.log_tail()}"
+                            + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
+                               "(forged or garbled)" if child.ignored_lines else ""))
+            child.close()
+
+    def _drive(self, child, trials: dict[int, Trial]) -> None:
+        phase, current, started_at = "starting", None, 0.0
+        deadline = time.monotonic() + self.limits.startup_seconds
+        while True:
+            if self.stop.is_set():
+                raise Cancelled()
+            try:
+                event = child.next_event(min(deadline, time.monotonic() + 1.0))
+            except ChildEnded as ended:
+                self._ended(child, phase, current, ended.how)
+                return
+            if event is None:
+                if time.monotonic() < deadline:
+                    continue
+                child.kill()
+                self._timed_out(child, phase, current)
+                return
+            kind = event.get("event")
+            if kind == "sandbox_error":  # the boot step could not start Python: our problem
+                raise SandboxError(f"{event.get('message')}\n{child.log_tail()}")
+            if kind == "started":
+                phase = "importing"
+            elif kind == "load_error":
+                self.load_error = self._with_limits_hint(str(event.get("message", "")))
+                return
+            elif kind == "loaded":
+                phase, deadline = "between", time.monotonic() + self.limits.case_seconds
+            elif kind == "start" and event.get("trial") in trials:
+                phase, current, started_at = "calling", trials[event["trial"]], time.monotonic()
+                deadline = started_at + self.limits.case_seconds
+            elif kind == "done" and current is not None and event.get("trial") == current.id:
+                self._judge(child, current, event, time.monotonic() - started_at)
+                phase, current, deadline = "between", None, time.monotonic() + self.limits.case_seconds
+            elif kind == "fatal":
+                self.log.append(f"child restarted: {event.get('reason')}")
+                return
+            elif kind == "finished":
+                return
+
+    def _judge(self, child, trial: Trial, done: dict, wall_seconds: float) -> None:
+        case = self.plan.cases[trial.case_index][0]
+        args, kwargs = self.inputs[trial.id]
+        earlier = ()
+        if trial.repeat:
+            first = next(t for t in self.plan.trials if t.case_index == trial.case_index and not t.repeat)
+            earlier = self.verdicts.get(first.id, Verdict(False)).outputs
+        verdict = judge(self.plan.spec, case, args, kwargs, done, child.path(f"outputs-{trial.id}.pt"),
+                        self.on, earlier)
+        if not verdict.seconds:  # the child's own clock, taken before the learner's import
+            verdict.seconds = wall_seconds
+        self.verdicts[trial.id] = verdict
+        self.failures_in_a_row = 0
+
+    def _ended(self, child, phase: str, current: Trial | None, how: str) -> None:
+        if phase == "starting":
+            raise SandboxError(f"The grader's child process died before importing the submission ({how}):\n"
+                               f"{child.log_tail()}")
+        if phase == "importing":
+            self.load_error = (f"kernel.py stopped the grading process while being imported ({how}). "
+                               "Importing must only define functions: remove calls like sys.exit(), "
+                               "os._exit() or os.fork() at the top level of the file.")
+            return
+        if current is not None:  # (a crash between cases counts through run()'s no-progress rule)
+            self.failures_in_a_row += 1
+            self.verdicts[current.id] = Verdict(False, "crash", (
+                f"The process running {self.api}() {how} during this case. "
+                "Any remaining cases run in a fresh process."), 0.0)
+
+    def _timed_out(self, child, phase: str, current: Trial | None) -> None:
+        processes = (f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else "")
+        if phase in ("starting", "importing"):
+            self.load_error = (f"kernel.py did not finish importing within {self.limits.startup_seconds:g} s "
+                               f"(an endless loop at the top level of the file?).{processes}")
+            return
+        if current is not None:  # (between cases: run()'s no-progress rule counts it)
+            self.failures_in_a_row += 1
+            self.verdicts[current.id] = Verdict(False, "timeout", (
+                f"{self.api}() did not return within {self.limits.case_seconds:g} s: an endless loop, in "
+                f"Python or in the kernel? The case was stopped.{processes}"), self.limits.case_seconds)
+
+    def _with_limits_hint(self, message: str) -> str:
+        if "MemoryError" in message or "out of memory" in message.lower():
+            message += (f"\nThe grader allows {self.sandbox.memory_bytes(self.limits) / (1 << 30):g} GiB of "
+                        "host memory per submission.")
+        if "BlockingIOError" in message or "Resource temporarily unavailable" in message:
+            message += f"\nThe grader allows {self.limits.processes} processes and threads per submission."
+        return message
+
+    def record(self, submission_sha: str, cases_sha: str) -> dict:
+        todos = open_todos(self.source.decode(errors="replace"))
+        hint = todo_summary(todos)
+        rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
+        hidden_number = 0
+        for index, (case, visibility) in enumerate(self.plan.cases):
+            verdicts = [self.verdicts.get(t.id) for t in self.plan.trials if t.case_index == index]
+            if any(v is None for v in verdicts):
+                verdict = Verdict(False, "load", "Not run: kernel.py could not be imported (see the message above).")
+            else:
+                failed = [v for v in verdicts if not v.passed]
+                verdict = failed[0] if failed else verdicts[0]
+                verdict = Verdict(not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts))
+            if visibility == "hidden":
+                hidden_number += 1
+                name = f"hidden case {hidden_number}"
+                message = hidden_message(verdict, self.api) if not verdict.passed and verdict.kind != "load" \
+                    else verdict.message
+                if not verdict.passed and todos and verdict.kind != "load":
+                    message += " (TODOs are still open in kernel.py.)"
+            else:
+                name = case.name
+                message = verdict.message
+                if not verdict.passed and hint and verdict.kind != "load":
+                    message += f"\n{hint}"
+            counts[visibility][0] += verdict.passed
+            counts[visibility][1] += 1
+            rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
+                         "message": "" if verdict.passed else message, "seconds": round(verdict.seconds, 3)})
+        passed = counts["public"][0] + counts["hidden"][0]
+        total = counts["public"][1] + counts["hidden"][1]
+        if self.load_error is not None:
+            ran = "no case ran" if not self.verdicts else f"only {len(self.verdicts)} trial(s) ran"
+            summary = f"kernel.py could not be imported, so {ran}.\n{self.load_error}"
+        elif passed == total:
+            summary = f"All {total} cases pass."
+        else:
+            summary = (f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
+                       f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden).") + (f"\n{hint}" if hint else "")
+        return {
+            "record_version": RECORD_VERSION,
+            "module": self.module.id,
+            "submission_sha256": submission_sha,
+            "cases_sha256": cases_sha,
+            "device": device.describe(),
+            "graded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "summary": summary,
+            "load_error": self.load_error,
+            "todos": [str(t) for t in todos],
+            "cases": rows,
+            "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
+                       "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
+                       "passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0},
+            "performance": PERFORMANCE_NOT_YET if device.is_cuda() else PERFORMANCE_NOT_GRADED,
+            "protections": self.protections,
+            "child_processes": self.children,
+        }
+
+
+def existing_record(module: Module, source: bytes, results_dir: Path) -> tuple[dict | None, Path]:
+    """The record of an earlier run for this file and the course's current cases, if any."""
+    submission_sha = _sha256(source)
+    path = record_path(results_dir, module, submission_sha, cases_hash(module))
+    record = read_record(path)
+    return (record if record and record.get("submission_sha256") == submission_sha else None), path
+
+
+def _grade(module: Module, source: bytes, results_dir: Path, sandbox: Sandbox, secret: int,
+           options: Options, stop: threading.Event) -> tuple[dict, Path, int]:
+    """Grade one submitted file of one module: (record, its path, child processes started)."""
+    submission_sha, cases_sha = _sha256(source), cases_hash(module)
+    path = record_path(results_dir, module, submission_sha, cases_sha)
+    with sandbox.slot() as slot:
+        grading = _Grading(module, source, sandbox, slot, secret, options, stop)
+        grading.run()
+    record = grading.record(submission_sha, cases_sha)
+    log = results_dir / "logs" / module.track / module.slug / f"{submission_sha}.log"
+    write_atomically(log, "\n".join(grading.log) + "\n")
+    write_atomically(path, json.dumps(record, indent=1) + "\n")
+    return record, path, grading.children
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole run
+# ----------------------------------------------------------------------------------------------
+
+
+def default_workers() -> int:
+    if device.is_cuda():
+        return max(1, torch.cuda.device_count())
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = ()) -> Sandbox:
+    workers = options.workers or default_workers()
+    gpus = list(range(torch.cuda.device_count())) if device.is_cuda() else None
+    return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
+                   hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
+                   allow_unsafe=options.allow_unsafe)
+
+
+def grade_submission(module: Module, kernel_file: Path, results_dir: Path, options: Options | None = None,
+                     sandbox: Sandbox | None = None) -> Outcome:
+    """Read, or if missing produce, the record of one submitted kernel.py (for the record phase)."""
+    options = options or Options(workers=1)
+    results_dir, kernel_file = Path(results_dir).resolve(), Path(kernel_file)
+    outcome = Outcome([Submission(kernel_file.parent.name, module, kernel_file)])
+    source = _source(kernel_file)
+    outcome.record, outcome.record_path = existing_record(module, source, results_dir)
+    if outcome.record is not None:
+        outcome.reused = True
+        return outcome
+    own = sandbox is None
+    sandbox = sandbox or make_sandbox(options, results_dir, (kernel_file.resolve().parent,))
+    try:
+        sandbox.probe()
+        outcome.record, outcome.record_path, outcome.children = _grade(
+            module, source, results_dir, sandbox, secrets.randbits(48), options, threading.Event())
+        return outcome
+    finally:
+        if own:
+            sandbox.close()
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="submission", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(text[:60], refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            print(f"[{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _update_index(results_dir: Path, outcomes: list[Outcome]) -> None:
+    path = results_dir / "students.json"
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    for outcome in outcomes:
+        for submission in outcome.submissions:
+            entry = index.setdefault(submission.student, {})
+            if outcome.record is None:
+                entry[submission.module.id] = {"error": outcome.error}
+                continue
+            totals = outcome.record["totals"]
+            entry[submission.module.id] = {"record": str(outcome.record_path.relative_to(results_dir)),
+                                           "passed": totals["passed"], "total": totals["total"]}
+    write_atomically(path, json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None = None,
+        options: Options | None = None, progress: bool = True) -> RunSummary:
+    """Grade every submission under ``submissions_root``; records go to ``results_dir``."""
+    options = options or Options()
+    submissions_root, results_dir = Path(submissions_root).resolve(), Path(results_dir).resolve()
+    modules = [m for m in (modules or available_modules()) if m.api]
+    found = find_submissions(submissions_root, modules)
+
+    # One job per distinct (module, file): identical submissions are graded once.
+    jobs: dict[tuple[str, str], Outcome] = {}
+    sources: dict[tuple[str, str], bytes] = {}
+    outcomes: list[Outcome] = []
+    for submission in found:
+        try:
+            source = _source(submission.path)
+        except (OSError, ValueError) as error:
+            outcomes.append(Outcome([submission], error=str(error)))
+            continue
+        key = (submission.module.id, _sha256(source))
+        if key not in jobs:
+            jobs[key] = Outcome([])
+            sources[key] = source
+        jobs[key].submissions.append(submission)
+    outcomes += jobs.values()
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(results_dir)
+    progress_bar = _Progress(len(jobs), progress)
+    pending = []
+    for key, outcome in jobs.items():  # records of earlier runs: no process needed
+        outcome.record, outcome.record_path = existing_record(outcome.submissions[0].module, sources[key], results_dir)
+        if outcome.record is not None:
+            outcome.reused = True
+            progress_bar.step(_status(outcome))
+        else:
+            pending.append(key)
+
+    protections: dict = {}
+    try:
+        if pending:
+            protections = _grade_pending(pending, jobs, sources, results_dir, submissions_root, options, progress_bar)
+    finally:
+        progress_bar.close()
+        _update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
+    return RunSummary(outcomes, results_dir, protections)
+
+
+def _status(outcome: Outcome) -> str:
+    who = ", ".join(s.student for s in outcome.submissions)
+    module_id = outcome.submissions[0].module.id
+    if outcome.error:
+        return f"{who} {module_id}: ERROR {outcome.error.splitlines()[0]}"
+    totals = outcome.record["totals"]
+    return f"{who} {module_id}: {totals['passed']}/{totals['total']}" + (" (reused)" if outcome.reused else "")
+
+
+def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, submissions_root: Path,
+                   options: Options, progress_bar: _Progress) -> dict:
+    """Grade the jobs without a record, in parallel; return the sandbox's protections."""
+    secret = secrets.randbits(48)
+    stop = threading.Event()
+    sandbox = make_sandbox(options, results_dir, (submissions_root,))
+    try:
+        protections = sandbox.probe()
+
+        def work(key):
+            outcome = jobs[key]
+            try:
+                outcome.record, outcome.record_path, outcome.children = _grade(
+                    outcome.submissions[0].module, sources[key], results_dir, sandbox, secret, options, stop)
+            except (Cancelled, UnsafeSandbox):
+                raise
+            except Exception as error:  # the grader's own failure: report it, write no record
+                outcome.error = f"{type(error).__name__}: {error}"
+            return outcome
+
+        with ThreadPoolExecutor(max_workers=options.workers or default_workers()) as pool:
+            futures = [pool.submit(work, key) for key in pending]
+            try:
+                for future in as_completed(futures):
+                    progress_bar.step(_status(future.result()))
+            except BaseException:
+                stop.set()  # workers stop their children within a second and write nothing
+                for future in futures:
+                    future.cancel()
+                raise
+        return protections
+    finally:
+        sandbox.close()

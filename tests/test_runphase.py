@@ -1,0 +1,496 @@
+"""The grader's run phase end to end: every example submission of grader/examples/ is graded in
+sandboxed children, and each row of GRADER.md's threat model is checked against its record.
+
+The CPU examples are graded once per module (one run, two workers: about 20 s on 2 cores); the
+tests read the records. Rows whose outcome depends on a protection the platform may not offer (a
+private file system view, a network namespace, a process limit) are skipped with the reason where
+the sandbox reports that protection missing. GPU rows are marked ``cuda``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader import cases, device, example_submissions, runphase
+from grader.catalog import REPO_ROOT, find_module
+from grader.checks import build_inputs
+from grader.sandbox import GiB, Limits, Sandbox
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
+
+VECTOR_ADD = find_module("missing-elements/01-vector-add")
+# Short limits keep the endless loop cheap; on CUDA the first call also compiles the kernel.
+LIMITS = Limits(case_seconds=20, startup_seconds=120) if device.is_cuda() else \
+    Limits(case_seconds=4, startup_seconds=60, memory_bytes=1 * GiB)
+MARK = "written-by-writes-files"
+
+
+def _expected_cases():
+    spec, public = cases.public(VECTOR_ADD)
+    cuda = device.is_cuda()
+    return cases.for_mode(public, cuda), cases.for_mode(cases.hidden(VECTOR_ADD), cuda)
+
+
+def _set(path: Path, name: str, value) -> None:
+    """Point an example's EXTRA_TARGETS / PORT at this test's real folders and port."""
+    text = path.read_text()
+    new = re.sub(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.MULTILINE)
+    assert new != text, f"{path} has no `{name} = ...` line"
+    path.write_text(new)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@dataclass
+class Graded:
+    summary: runphase.RunSummary
+    root: Path
+    results: Path
+    protections: dict
+    connections: list
+    submissions_before: dict
+    examples: list[str]
+
+    def record(self, student: str) -> dict:
+        record = self.summary.record_for(student, VECTOR_ADD.id)
+        assert record is not None, f"{student} was not graded"
+        return record
+
+    def log(self, student: str) -> str:
+        record = self.record(student)
+        return (self.results / "logs" / VECTOR_ADD.track / VECTOR_ADD.slug /
+                f"{record['submission_sha256']}.log").read_text()
+
+
+def _protected(protections: dict, what: str) -> bool:
+    return {"view": protections.get("filesystem", "").startswith("private view"),
+            "network": protections.get("network", "").startswith("isolated"),
+            "processes": not protections.get("processes", "").startswith("not limited")}[what]
+
+
+@pytest.fixture(scope="module")
+def platform_protections():
+    with Sandbox(allow_unsafe=True) as sandbox:
+        return sandbox.probe()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, platform_protections) -> Graded:
+    root = tmp_path_factory.mktemp("submissions")
+    results = tmp_path_factory.mktemp("results")
+    names = example_submissions.assemble(root, modules=[VECTOR_ADD])
+    # Never start a fork bomb where processes cannot be limited, nor let a file-reading or
+    # file-writing example loose where the child would see the real file system.
+    unsafe = [] if _protected(platform_protections, "processes") else ["fork-bomb"]
+    if not _protected(platform_protections, "view"):
+        unsafe += ["reads-files", "writes-files"]
+    for name in unsafe:
+        shutil.rmtree(root / name)
+    names = [n for n in names if n not in unsafe]
+    kernel = Path(VECTOR_ADD.track) / VECTOR_ADD.slug / "kernel.py"
+    targets = [str(results), str(root), str(REPO_ROOT), str(VECTOR_ADD.solution_dir)]
+    for name in ("reads-files", "writes-files"):
+        if name in names:
+            _set(root / name / kernel, "EXTRA_TARGETS", targets)
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    _set(root / "network" / kernel, "PORT", listener.getsockname()[1])
+    before = _snapshot(root)
+
+    options = runphase.Options(workers=2, limits=LIMITS, allow_unsafe=not _protected(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    connections = []
+    try:
+        while True:
+            connections.append(listener.accept())
+    except BlockingIOError:
+        pass
+    listener.close()
+    return Graded(summary, root, results, summary.protections, connections, before, names)
+
+
+def _require(graded: Graded, what: str, example: str | None = None) -> None:
+    if not _protected(graded.protections, what) or (example and example not in graded.examples):
+        pytest.skip(f"this platform does not give the child that protection ({what}): "
+                    f"{json.dumps(graded.protections)}")
+
+
+def _by_name(record: dict) -> dict[str, dict]:
+    return {row["name"]: row for row in record["cases"]}
+
+
+# --- normal submissions --------------------------------------------------------------------
+
+
+def test_every_example_is_graded_without_errors(graded):
+    assert not graded.summary.errors, [o.error for o in graded.summary.errors]
+    assert {o.submissions[0].student for o in graded.summary.outcomes} == set(graded.examples)
+
+
+def test_complete_passes_every_case(graded):
+    public, hidden = _expected_cases()
+    record = graded.record("complete")
+    assert record["totals"]["public"] == {"passed": len(public), "total": len(public)}
+    assert record["totals"]["hidden"] == {"passed": len(hidden), "total": len(hidden)}
+    assert record["summary"] == f"All {len(public) + len(hidden)} cases pass."
+    assert record["performance"]["graded"] is False and record["performance"]["reason"]
+
+
+def test_stub_in_nbgrader_layout_scores_zero_and_names_the_todos(graded):
+    [stub] = [o for o in graded.summary.outcomes if o.submissions[0].student == "stub"]
+    assert stub.submissions[0].path.parent.name == f"{VECTOR_ADD.track}-{VECTOR_ADD.slug}"
+    record = graded.record("stub")
+    assert record["totals"]["passed"] == 0
+    assert "TODO(s) still open in kernel.py" in record["summary"]
+    assert record["todos"][0].startswith("TODO 1 (line ")
+    for row in record["cases"]:
+        assert "TODO" in row["message"], row
+
+
+def test_partial_passes_exactly_the_cases_a_rounded_down_grid_covers(graded):
+    public, hidden = _expected_cases()
+    spec, _ = cases.public(VECTOR_ADD)
+
+    def covered(case):  # the grid n // 1024 covers everything only when n is a multiple of 1024
+        args, _kwargs = build_inputs(spec, case, on=device.torch_device())
+        return args[0].numel() % 1024 == 0
+
+    expected = {c.name for c in public if covered(c)} | \
+               {f"hidden case {i}" for i, c in enumerate(hidden, start=1) if covered(c)}
+    record = graded.record("partial")
+    assert {row["name"] for row in record["cases"] if row["passed"]} == expected
+    assert expected and record["totals"]["passed"] < record["totals"]["total"]
+    failed = next(row for row in record["cases"] if not row["passed"] and row["visibility"] == "public")
+    assert "never written" in failed["message"]
+
+
+# --- threat model rows -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("example, says", [
+    ("syntax-error", "syntax error at line"),
+    ("raises-at-import", "raised AttributeError while being imported"),
+    ("exits-at-import", "raised SystemExit while being imported"),
+    ("os-exit-at-import", "stopped the grading process while being imported"),
+])
+def test_a_file_that_cannot_be_imported_scores_zero_with_a_clear_message(graded, example, says):
+    record = graded.record(example)
+    assert record["totals"]["passed"] == 0
+    assert says in record["load_error"] and says in record["summary"]
+    assert all(row["message"].startswith("Not run: kernel.py could not be imported") for row in record["cases"])
+
+
+def test_an_endless_loop_is_stopped_at_the_time_limit(graded):
+    record = graded.record("endless-loop")
+    first, *rest = record["cases"]
+    assert not first["passed"] and f"did not return within {LIMITS.case_seconds:g} s" in first["message"]
+    assert record["totals"]["passed"] == 0
+    assert rest[0]["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
+    assert all("Not run" in row["message"] or "not run" in row["message"] for row in rest[1:])
+
+
+def test_a_fork_bomb_is_contained_and_reported(graded):
+    _require(graded, "processes", "fork-bomb")
+    record = graded.record("fork-bomb")
+    assert record["totals"]["passed"] == 0
+    assert "BlockingIOError" in record["load_error"] and "processes and threads" in record["load_error"]
+    match = re.match(r"uid (\d+) \(dedicated", record["protections"]["user"])
+    if match:  # nothing of the sandbox's uid is left running
+        assert not _processes_of(int(match.group(1)))
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                uids = next(line for line in status if line.startswith("Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if str(uid) in uids:
+            found.append(int(entry))
+    return found
+
+
+def test_a_memory_hog_is_contained_and_reported(graded):
+    record = graded.record("memory-hog")
+    assert record["totals"]["passed"] == 0
+    assert "MemoryError" in record["load_error"] and "GiB of host memory" in record["load_error"]
+
+
+def test_computing_with_pytorch_is_detected(graded):
+    record = graded.record("torch-compute")
+    assert record["totals"]["passed"] == 0
+    for row in record["cases"]:
+        expected = "computed with PyTorch (aten.add)" if row["visibility"] == "public" else "computed with PyTorch"
+        assert expected in row["message"], row
+
+
+def test_patching_the_checks_and_timers_has_no_effect(graded):
+    record = graded.record("patches-checks")
+    assert record["totals"]["passed"] == 0
+    assert "nothing was written" in record["cases"][0]["message"]
+
+
+def test_cached_outputs_are_caught_by_fresh_inputs(graded):
+    record = graded.record("caches-outputs")
+    first, *rest = record["cases"]
+    assert not first["passed"] and "reuses an earlier result" in first["message"]
+    assert all(row["passed"] for row in rest)  # every other case has a shape of its own
+
+
+def test_returning_an_input_is_caught(graded):
+    record = graded.record("returns-input")
+    assert record["totals"]["passed"] == 0
+    contiguous = [row for row in record["cases"] if row["visibility"] == "public" and "strided" not in row["name"]]
+    assert all("returned one of its inputs" in row["message"] for row in contiguous)
+
+
+def test_mutating_an_input_is_caught(graded):
+    record = graded.record("mutates-input")
+    rows = [row for row in record["cases"] if "strided" not in row["name"]]  # x.contiguous() copies those
+    assert rows and not any(row["passed"] for row in rows if row["visibility"] == "public")
+    assert all("changed its input #1" in row["message"] for row in rows if row["visibility"] == "public")
+
+
+def test_reading_around_finds_nothing(graded):
+    _require(graded, "view", "reads-files")
+    record = graded.record("reads-files")
+    # The example raises whatever it finds; every case passing means it found nothing.
+    assert record["totals"]["passed"] == record["totals"]["total"], record["cases"][0]["message"]
+    assert "reads-files found: nothing" in graded.log("reads-files")
+
+
+def test_writing_around_changes_nothing(graded):
+    _require(graded, "view", "writes-files")
+    record = graded.record("writes-files")
+    assert record["totals"]["passed"] == record["totals"]["total"]
+    stray = [p for folder in (graded.results, graded.root, REPO_ROOT, Path("/tmp"), Path("/var/tmp"))
+             for p in folder.glob(f"**/{MARK}" if folder != Path("/tmp") else MARK)]
+    for path in stray:  # never leave them behind, even when the test fails
+        path.unlink()
+    assert not stray
+    assert _snapshot(graded.root) == graded.submissions_before
+
+
+def test_the_results_folder_holds_only_what_the_parent_wrote(graded):
+    names = {p.relative_to(graded.results).parts[0] for p in graded.results.iterdir()}
+    assert names == {"records", "logs", "students.json"}
+    records = list((graded.results / "records").rglob("*"))
+    for path in (p for p in records if p.is_file()):
+        record = json.loads(path.read_text())  # complete JSON, not '{"passed": true}'
+        assert path.name.startswith(record["submission_sha256"])
+    index = json.loads((graded.results / "students.json").read_text())
+    assert index["complete"][VECTOR_ADD.id]["passed"] == index["complete"][VECTOR_ADD.id]["total"]
+
+
+def test_output_on_stderr_and_warnings_do_not_count(graded):
+    record = graded.record("noisy")
+    assert record["totals"]["passed"] == record["totals"]["total"]
+    assert "noisy: something on stderr" in graded.log("noisy")  # kept for instructors only
+
+
+def test_forged_result_lines_are_ignored(graded):
+    record = graded.record("forges-result")
+    assert record["totals"]["passed"] == 0
+    assert "on the grader's channel ignored (forged or garbled)" in graded.log("forges-result")
+
+
+def test_network_connections_fail(graded):
+    _require(graded, "network")
+    record = graded.record("network")
+    assert record["totals"]["passed"] == record["totals"]["total"]
+    assert graded.connections == []
+    assert "network: no connection" in graded.log("network")
+
+
+def test_hidden_cases_show_neither_their_parameters_nor_their_labels(graded):
+    public, hidden = _expected_cases()
+    public_text = " ".join(c.name for c in public)  # labels such as "tail" are public too
+    secrets = {text for c in hidden for text in (c.label, c.name) if text and text not in public_text}
+    assert secrets
+    for outcome in graded.summary.outcomes:
+        text = json.dumps(outcome.record)
+        assert not [s for s in secrets if s and s in text], outcome.submissions[0].student
+        for row in outcome.record["cases"]:
+            if row["visibility"] == "hidden":
+                assert re.fullmatch(r"hidden case \d+", row["name"])
+                assert not re.search(r"\d", row["message"]), row["message"]
+
+
+def test_records_say_which_protections_were_active(graded):
+    protections = graded.record("complete")["protections"]
+    for key in ("network", "filesystem", "processes", "user", "limits"):
+        assert key in protections
+    assert protections["limits"]["cpu_seconds"] > 0
+
+
+# --- idempotence, interruption, refusals ----------------------------------------------------
+
+
+def test_a_second_run_reuses_every_record_and_starts_no_process(graded, monkeypatch):
+    def no_sandbox(*args, **kwargs):
+        raise AssertionError("a re-run must not start a sandbox")
+
+    monkeypatch.setattr(runphase, "make_sandbox", no_sandbox)
+    before = _snapshot(graded.results / "records")
+    summary = runphase.run(graded.root, graded.results, [VECTOR_ADD], runphase.Options(limits=LIMITS),
+                           progress=False)
+    assert summary.children_started == 0
+    assert all(o.reused for o in summary.outcomes)
+    assert _snapshot(graded.results / "records") == before
+
+
+def test_the_cli_reports_reused_records(graded):
+    result = subprocess.run([sys.executable, "-m", "grader", "run", str(graded.root), "--results",
+                             str(graded.results), "--module", VECTOR_ADD.id, "--quiet"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(graded.examples)} submission(s) graded" in result.stdout
+    assert f"({len(graded.examples)} reused, 0 child process(es) started)" in result.stdout
+
+
+def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
+    root, results = tmp_path / "submissions", tmp_path / "results"
+    examples = tmp_path / "examples"
+    example_submissions.assemble(examples, modules=[VECTOR_ADD])
+    shutil.copytree(examples / "complete", root / "a-complete")
+    shutil.copytree(examples / "endless-loop", root / "b-endless-loop")
+    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
+               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "3", "--quiet"]
+    if not _protected(platform_protections, "processes"):
+        command.append("--allow-unsafe")
+    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.1)
+    grader.send_signal(signal.SIGKILL)  # the harshest interruption, while b-endless-loop runs
+    grader.wait()
+    written = list(folder.glob("*.json"))
+    assert len(written) == 1, grader.stdout.read().decode()
+    assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
+
+    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60),
+                               allow_unsafe=not _protected(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]
+    assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
+
+
+def test_a_linked_kernel_file_is_refused_without_running_anything(tmp_path):
+    folder = tmp_path / "submissions" / "mallory" / VECTOR_ADD.track / VECTOR_ADD.slug
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").symlink_to(VECTOR_ADD.solution_dir / "kernel.py")
+    summary = runphase.run(tmp_path / "submissions", tmp_path / "results", [VECTOR_ADD], progress=False)
+    [outcome] = summary.outcomes
+    assert outcome.record is None and "regular file" in outcome.error
+    assert summary.children_started == 0
+
+
+def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protections):
+    if not platform_protections.get("filesystem", "").startswith("private view"):
+        pytest.skip("no private file system view on this platform")
+    (tmp_path / "course" / "solutions").mkdir(parents=True)
+    (tmp_path / "course" / "solutions" / "hidden.py").write_text("SECRET = 1\n")
+    (tmp_path / "course" / "public.txt").write_text("public\n")
+    (tmp_path / "course").chmod(0o755)  # like a course installed under /opt
+    script = ("import os; course = %r; "
+              "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))" % str(tmp_path / "course"))
+    with Sandbox(expose=[tmp_path / "course"], hide=[tmp_path / "course" / "solutions"],
+                 allow_unsafe=True) as sandbox, sandbox.slot() as slot:
+        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
+        try:
+            protections = sandbox.wait_sandbox(child)
+            with pytest.raises(runphase.ChildEnded):
+                child.next_event(time.monotonic() + 30)
+            output = child.log_tail()
+        finally:
+            child.close()
+    assert "['public.txt', 'solutions'] []" in output, output
+    assert str(tmp_path / "course" / "solutions") in protections["hidden_paths"]
+
+
+def test_hidden_messages_keep_the_pattern_but_no_numbers():
+    verdict = runphase.Verdict(False, "wrong", "output: 5 of 1029 elements are wrong (0.5%). First at index "
+                               "(1024,): got nan, expected 0.5.\n5 element(s) are NaN. Outputs ...\n"
+                               "Pattern: only the last 5 element(s) are wrong (from flat index 1024 on): the tail.")
+    message = runphase.hidden_message(verdict, "add")
+    assert "only the last N element(s) are wrong (from flat index N on)" in message
+    assert "Some elements are NaN" in message
+    assert not re.search(r"\d", message)
+    shape_leak = runphase.Verdict(False, "error", "add() raised ShapeIs_2049: (2049,)")
+    assert runphase.hidden_message(shape_leak, "add") == (
+        "Hidden case failed: add() raised an exception. Hidden cases do not show error messages; "
+        "the public cases with similar shapes usually raise the same error.")
+
+
+# --- GPU rows (run on a CUDA machine) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded_gpu(tmp_path_factory) -> runphase.RunSummary:
+    root = tmp_path_factory.mktemp("gpu-submissions")
+    example_submissions.assemble(root, modules=[VECTOR_ADD], handwritten=False, gpu=True)
+    shutil.rmtree(root / "stub")
+    options = runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180))
+    return runphase.run(root, tmp_path_factory.mktemp("gpu-results"), [VECTOR_ADD], options, progress=False)
+
+
+def _gpu_record(summary: runphase.RunSummary, student: str) -> dict:
+    assert not summary.errors, [o.error for o in summary.errors]
+    record = summary.record_for(student, VECTOR_ADD.id)
+    assert record is not None
+    return record
+
+
+def _only_case_failing(record: dict, name_prefix: str) -> dict:
+    failing = [row for row in record["cases"] if not row["passed"]]
+    assert len(failing) == 1 and failing[0]["name"].startswith(name_prefix), failing
+    return failing[0]
+
+
+@pytest.mark.cuda
+def test_gpu_illegal_memory_access_fails_one_case_and_the_rest_run_fresh(graded_gpu):
+    record = _gpu_record(graded_gpu, "illegal-memory-access")
+    row = _only_case_failing(record, "smaller than a block")
+    assert "illegal memory access" in row["message"].lower() or "ended" in row["message"]
+    assert record["child_processes"] >= 2
+
+
+@pytest.mark.cuda
+def test_gpu_endless_loop_is_killed_and_the_gpu_stays_usable(graded_gpu):
+    record = _gpu_record(graded_gpu, "gpu-endless-loop")
+    row = _only_case_failing(record, "size 1")
+    assert "did not return within" in row["message"]
+    assert _gpu_record(graded_gpu, "complete")["totals"]["passed"] == record["totals"]["total"]
+
+
+@pytest.mark.cuda
+def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(graded_gpu):
+    record = _gpu_record(graded_gpu, "gpu-memory-hog")
+    row = _only_case_failing(record, "smaller than a block")
+    assert "out of memory" in row["message"].lower() or "OutOfMemoryError" in row["message"]
+
+
+@pytest.mark.cuda
+def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(graded_gpu):
+    record = _gpu_record(graded_gpu, "side-stream")
+    assert record["totals"]["passed"] == record["totals"]["total"]
