@@ -31,14 +31,41 @@ class CaseResult:
     message: str = ""
 
 
-def _tensors(obj) -> list[torch.Tensor]:
+def tensors_in(obj) -> list[torch.Tensor]:
+    """Every tensor in a nest of tuples, lists and dicts, in order."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (tuple, list)):
-        return [t for item in obj for t in _tensors(item)]
+        return [t for item in obj for t in tensors_in(item)]
     if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensors(item)]
+        return [t for item in obj.values() for t in tensors_in(item)]
     return []
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values (NaN equal to NaN), wherever the two tensors live."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+def changed_input(before: list[torch.Tensor], after: list[torch.Tensor], api: str) -> str | None:
+    """The learner-facing message if a call changed one of its inputs."""
+    for position, (old, new) in enumerate(zip(before, after)):
+        if not same_values(old, new):
+            return (f"{api}() changed its input #{position + 1} (shape {tuple(new.shape)}). Write "
+                    "results to a new output tensor and leave the inputs as they are.")
+    return None
+
+
+def aliased_output(outputs: tuple, inputs: list[torch.Tensor], api: str) -> str | None:
+    """The learner-facing message if a call returned (a view of) one of its inputs."""
+    input_storages = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    for out in outputs:
+        if isinstance(out, torch.Tensor) and out.numel() and \
+                out.untyped_storage().data_ptr() in input_storages:
+            return (f"{api}() returned one of its inputs (or a view of it). Allocate a fresh "
+                    "output tensor and have the kernel write it.")
+    return None
 
 
 def _upcast(obj):
@@ -94,7 +121,7 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function")
 
     Raises KernelCallError if the call raises, changes an input, or returns an input tensor.
     """
-    inputs = _tensors((args, kwargs))
+    inputs = tensors_in((args, kwargs))
     snapshots = [t.detach().clone() for t in inputs]
     try:
         with poisoned_memory():
@@ -105,17 +132,9 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function")
         if "ellipsis" in str(error):
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
         raise KernelCallError(message) from None
-    for position, (tensor, before) in enumerate(zip(inputs, snapshots)):
-        if not torch.equal(tensor.nan_to_num(), before.nan_to_num()):
-            raise KernelCallError(f"{api}() changed its input #{position + 1} (shape "
-                                  f"{tuple(tensor.shape)}). Write results to a new output tensor "
-                                  "and leave the inputs as they are.")
-    input_storages = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
-    for out in outputs:
-        if isinstance(out, torch.Tensor) and out.numel() and \
-                out.untyped_storage().data_ptr() in input_storages:
-            raise KernelCallError(f"{api}() returned one of its inputs (or a view of it). "
-                                  "Allocate a fresh output tensor and have the kernel write it.")
+    problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, inputs, api)
+    if problem:
+        raise KernelCallError(problem)
     return outputs
 
 
@@ -150,7 +169,7 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
     problems = compare(spec, case, outputs, references)
-    if problems and not all(t.is_contiguous() for t in _tensors((args, kwargs))):
+    if problems and not all(t.is_contiguous() for t in tensors_in((args, kwargs))):
         problems.append("The inputs of this case are not contiguous. If only such cases fail, step "
                         "through the inputs with their strides (x.stride(0), ...) rather than "
                         "assuming packed rows.")

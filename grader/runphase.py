@@ -36,7 +36,8 @@ import torch
 from grader import cases, device
 from grader.cases import Case, Spec
 from grader.catalog import REPO_ROOT, Module, available_modules
-from grader.checks import build_inputs, compare, reference_outputs
+from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
+                           same_values, tensors_in)
 from grader.child import command as child_command
 from grader.loading import todo_summary
 from grader.sandbox import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
@@ -197,21 +198,6 @@ class Verdict:
     outputs: tuple = ()
 
 
-def _tensor_list(obj) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for item in obj for t in _tensor_list(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensor_list(item)]
-    return []
-
-
-def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach().cpu(), b.detach().cpu()
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num())
-
-
 def _placeholder(type_name: str):
     """Something whose type is called ``type_name``, so that compare() names what was returned."""
     return type(type_name, (), {})()
@@ -245,18 +231,15 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_f
             return Verdict(False, "device", f"{name} is on {where}, but the inputs are on {expected_device}: "
                            "allocate the output on the inputs' device.", seconds)
     # The child checked these too, but code that patched torch could have fooled it.
-    inputs_before, inputs_after = _tensor_list((args, kwargs)), _tensor_list((args_after, kwargs_after))
+    inputs_before, inputs_after = tensors_in((args, kwargs)), tensors_in((args_after, kwargs_after))
     if len(inputs_before) != len(inputs_after):
         return Verdict(False, "unreadable", f"The grader could not read the inputs after {api}().", seconds)
-    for position, (before, after) in enumerate(zip(inputs_before, inputs_after)):
-        if not _same_values(before, after):
-            return Verdict(False, "mutation", f"{api}() changed its input #{position + 1}. Write results "
-                           "to a new output tensor and leave the inputs as they are.", seconds)
-    input_storages = {t.untyped_storage().data_ptr() for t in inputs_after if t.numel()}
-    for out in outputs:
-        if isinstance(out, torch.Tensor) and out.numel() and out.untyped_storage().data_ptr() in input_storages:
-            return Verdict(False, "alias", f"{api}() returned one of its inputs (or a view of it). "
-                           "Allocate a fresh output tensor and have the kernel write it.", seconds)
+    problem = changed_input(inputs_before, inputs_after, api)
+    if problem:
+        return Verdict(False, "mutation", problem, seconds)
+    problem = aliased_output(outputs, inputs_after, api)
+    if problem:
+        return Verdict(False, "alias", problem, seconds)
 
     try:
         problems = compare(spec, case, outputs, reference_outputs(spec, args, kwargs))
@@ -264,7 +247,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_f
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:
         message = "\n".join(problems)
-        if earlier and all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and _same_values(a, b)
+        if earlier and all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_values(a, b)
                            for a, b in zip(outputs, earlier)):
             return Verdict(False, "cache", f"{api}() returned the same values for two different inputs "
                            "of the same shape: it reuses an earlier result. Compute the output on every call.",
