@@ -202,7 +202,9 @@ def main(argv: list[str]) -> int:
     from grader.loading import LoadError, load_kernel
 
     monitor = Monitor()
+    # Taken before the learner's file is imported, so that patching them later changes nothing here.
     save, clock, plain_tensor = torch.save, time.perf_counter, torch.Tensor
+    synchronize, event = torch.cuda.synchronize, torch.cuda.Event
     cuda = device.is_cuda()
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
@@ -257,5 +259,37 @@ def main(argv: list[str]) -> int:
         if fatal:  # the rest of the trials need a fresh process
             channel.send("fatal", reason=fatal)
             return 0
+    if request.get("timing") and cuda:
+        _timed_loop(channel, fn, request["timing"], torch, save, synchronize, event, plain_tensor)
     channel.send("finished")
     return 0
+
+
+def _timed_loop(channel, fn, timing: dict, torch, save, synchronize, event, plain_tensor) -> None:
+    """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
+
+    The closing message follows a device-wide synchronize taken before the learner's import, so
+    work left running (lazy, or on a side stream) is inside the timed window; the last outputs are
+    saved after it for the parent to check. The events are only a cross-check for the parent."""
+    from grader.checks import as_tuple, short_error
+
+    sets = torch.load(timing["inputs"], weights_only=True, map_location="cuda")
+    sets = [(tuple(entry["args"]), entry["kwargs"]) for entry in sets]
+    try:
+        for args, kwargs in sets:  # compile and warm up
+            fn(*args, **kwargs)
+        synchronize()
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        channel.send("timing_start")
+        start.record()
+        for i in range(timing["reps"]):
+            args, kwargs = sets[i % len(sets)]
+            outputs = as_tuple(fn(*args, **kwargs))
+        end.record()
+        synchronize()
+        channel.send("timing_end", event_ms=start.elapsed_time(end))
+        kept = [out if type(out) is plain_tensor else None for out in outputs]
+        save({"outputs": kept, "set": (timing["reps"] - 1) % len(sets)}, "timed-outputs.pt")
+        channel.send("timing_saved")
+    except BaseException as failure:
+        channel.send("timing_error", error=f"{type(failure).__name__}: {short_error(failure, 3)}")

@@ -33,20 +33,19 @@ from pathlib import Path
 
 import torch
 
-from grader import cases, device
+from grader import cases, device, timing
 from grader.cases import Case, Spec
 from grader.catalog import REPO_ROOT, Module, available_modules
 from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
                            same_values, tensors_in)
 from grader.child import command as child_command
-from grader.loading import todo_summary
+from grader.loading import LoadError, load_kernel, todo_summary
 from grader.sandbox import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
 
 RECORD_VERSION = 1
 MAX_SOURCE_BYTES = 1 << 20
 PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
-PERFORMANCE_NOT_YET = {"graded": False, "reason": "not graded: timing is not part of the run phase yet"}
 
 
 @dataclass
@@ -345,6 +344,7 @@ class _Grading:
         self.children = 0
         self.failures_in_a_row = 0
         self.log: list[str] = []
+        self.performance = PERFORMANCE_NOT_GRADED
 
     @property
     def api(self) -> str:
@@ -395,6 +395,75 @@ class _Grading:
                             + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
                                "(forged or garbled)" if child.ignored_lines else ""))
             child.close()
+
+    def measure_performance(self, secret: int) -> None:
+        """Time the kernel against the reference (CUDA only, after every case has passed)."""
+        base = {"graded": True, "credit": 0.0, "ratio": 0.0}
+        if self.load_error is not None or len(self.verdicts) < len(self.plan.trials) or \
+                not all(v.passed for v in self.verdicts.values()):
+            self.performance = {**base, "reason": "not timed: the kernel must pass every case first"}
+            return
+        plan = _timing_plan(self.module, self.plan.spec, secret, self.on)
+        if plan is None:
+            self.performance = {"graded": False, "reason": "not graded: no benchmark case or no "
+                                "reference solution in this checkout"}
+            return
+        scratch = self.sandbox.scratch / f"timing-{os.getpid()}-{threading.get_ident()}-{self.children}.pt"
+        torch.save([{"args": list(args), "kwargs": kwargs} for args, kwargs in plan.input_sets], scratch)
+        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py", "inputs": "inputs.pt",
+                   "trials": [], "timing": {"inputs": "timing.pt", "reps": plan.reps},
+                   "gpu_memory_fraction": self.options.gpu_memory_fraction}
+        try:
+            child = self.sandbox.start(self.slot, {"kernel.py": self.source, "timing.pt": scratch},
+                                       child_command(REPO_ROOT), request, 3, secrets.token_hex(16))
+        finally:
+            scratch.unlink()
+        self.children += 1
+        try:
+            self.sandbox.wait_sandbox(child)
+            self.performance = self._drive_timing(child, plan)
+        finally:
+            self.log.append(f"--- timing child: output ---\n{child.log_tail()}")
+            child.close()
+
+    def _drive_timing(self, child, plan: timing.TimingPlan) -> dict:
+        spec, started, window_ms, event_ms = self.plan.spec, None, None, None
+        deadline = time.monotonic() + self.limits.startup_seconds + 3 * self.limits.case_seconds
+        while True:
+            try:
+                event = child.next_event(deadline)
+            except ChildEnded as ended:
+                return {"graded": True, "credit": 0.0, "ratio": 0.0,
+                        "reason": f"the process {ended.how} while being timed"}
+            if event is None:
+                child.kill()
+                return {"graded": True, "credit": 0.0, "ratio": 0.0,
+                        "reason": f"the timed calls did not finish within {3 * self.limits.case_seconds:g} s"}
+            kind = event.get("event")
+            if kind == "timing_start":
+                started = event["received_at"]
+            elif kind == "timing_error":
+                return {"graded": True, "credit": 0.0, "ratio": 0.0,
+                        "reason": f"a timed call failed: {event.get('error')}"}
+            elif kind == "timing_end" and started is not None:
+                window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
+            elif kind == "timing_saved" and window_ms is not None:
+                problem = self._timed_outputs_problem(child, plan)
+                return timing.verdict(spec, plan, window_ms, event_ms, not problem, problem)
+            elif kind in ("load_error", "finished"):
+                return {"graded": True, "credit": 0.0, "ratio": 0.0,
+                        "reason": "the kernel was not timed (it did not load, or ended early)"}
+
+    def _timed_outputs_problem(self, child, plan: timing.TimingPlan) -> str:
+        """Why the last timed call's outputs are unacceptable ("" when they are right)."""
+        try:
+            saved = torch.load(child.path("timed-outputs.pt"), weights_only=True, map_location="cpu")
+            args, kwargs = plan.input_sets[int(saved["set"])]
+            outputs = tuple(saved["outputs"])
+        except Exception as error:
+            return f"the timed outputs could not be read ({type(error).__name__})"
+        problems = compare(self.plan.spec, plan.case, outputs, reference_outputs(self.plan.spec, args, kwargs))
+        return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
 
     def _drive(self, child, trials: dict[int, Trial]) -> None:
         phase, current, started_at = "starting", None, 0.0
@@ -537,10 +606,28 @@ class _Grading:
             "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
                        "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
                        "passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0},
-            "performance": PERFORMANCE_NOT_YET if device.is_cuda() else PERFORMANCE_NOT_GRADED,
+            "performance": self.performance,
             "protections": self.protections,
             "child_processes": self.children,
         }
+
+
+_timing_plans: dict = {}
+_timing_plans_lock = threading.Lock()
+
+
+def _timing_plan(module: Module, spec: Spec, secret: int, on: torch.device) -> timing.TimingPlan | None:
+    """The module's timing inputs and the reference's time, measured once per run and GPU."""
+    key = (module.id, str(on))
+    with _timing_plans_lock:
+        if key not in _timing_plans:
+            try:
+                reference = load_kernel(module, "solutions").api(spec.api)
+            except LoadError:
+                _timing_plans[key] = None
+            else:
+                _timing_plans[key] = timing.plan(spec, reference, secret + 7919, on)
+        return _timing_plans[key]
 
 
 def existing_record(module: Module, source: bytes, results_dir: Path) -> tuple[dict | None, Path]:
@@ -559,6 +646,8 @@ def _grade(module: Module, source: bytes, results_dir: Path, sandbox: Sandbox, s
     with sandbox.slot() as slot:
         grading = _Grading(module, source, sandbox, slot, secret, options, stop)
         grading.run()
+        if device.is_cuda():
+            grading.measure_performance(secret)
     record = grading.record(submission_sha, cases_sha)
     log = results_dir / "logs" / module.track / module.slug / f"{submission_sha}.log"
     write_atomically(log, "\n".join(grading.log) + "\n")

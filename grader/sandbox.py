@@ -610,6 +610,7 @@ class Child:
             except ValueError:
                 message = None
             if isinstance(message, dict) and message.get("t") == self.token:
+                message["received_at"] = time.monotonic()  # the parent's clock, for timing
                 self._events.append(message)
             else:  # a forged or garbled line: results never come from such lines
                 self.ignored_lines += 1

@@ -150,7 +150,10 @@ def test_complete_passes_every_case(graded):
     assert record["totals"]["public"] == {"passed": len(public), "total": len(public)}
     assert record["totals"]["hidden"] == {"passed": len(hidden), "total": len(hidden)}
     assert record["summary"] == f"All {len(public) + len(hidden)} cases pass."
-    assert record["performance"]["graded"] is False and record["performance"]["reason"]
+    if device.is_cuda():  # timed against the reference; see also the cuda tests below
+        assert record["performance"]["graded"] and record["performance"]["ratio"] > 0
+    else:
+        assert record["performance"] == {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
 
 def test_stub_in_nbgrader_layout_scores_zero_and_names_the_todos(graded):
@@ -374,7 +377,7 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     shutil.copytree(examples / "complete", root / "a-complete")
     shutil.copytree(examples / "endless-loop", root / "b-endless-loop")
     command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
-               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "3", "--quiet"]
+               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "30" if device.is_cuda() else "3", "--quiet"]
     if not _protected(platform_protections, "processes"):
         command.append("--allow-unsafe")
     grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -494,3 +497,15 @@ def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(graded_gpu)
 def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(graded_gpu):
     record = _gpu_record(graded_gpu, "side-stream")
     assert record["totals"]["passed"] == record["totals"]["total"]
+    assert record["performance"]["graded"] and record["performance"]["credit"] == 0.0
+
+
+@pytest.mark.cuda
+def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_gpu):
+    complete = _gpu_record(graded_gpu, "complete")["performance"]
+    assert complete["graded"] and complete["credit"] == 1.0 and 0.8 < complete["ratio"] < 1.25
+    assert complete["reference_ms"] > 0 and complete["learner_ms"] > 0
+    twice = _gpu_record(graded_gpu, "twice-the-work")["performance"]
+    assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
+    failing = _gpu_record(graded_gpu, "illegal-memory-access")["performance"]
+    assert failing["credit"] == 0.0 and "must pass every case first" in failing["reason"]

@@ -1,0 +1,103 @@
+"""Performance grading for the run phase (CUDA only).
+
+The learner's kernel is timed in its sandboxed child, the reference solution in the parent, on the
+same inputs (the module's first benchmark case, drawn from the run's secret seed) and the same GPU,
+in the same run. The grade uses the parent's own wall clock around the child's timed loop, so a
+submission that patches timers, ``do_bench`` or ``torch.cuda.Event`` changes nothing; the child's
+event timing is only recorded beside it as a cross-check. The loop's last outputs are checked
+against the reference, so lazy or side-stream work cannot pass, and correctness must be perfect
+before speed is graded at all.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from grader import device
+from grader.cases import Case, Spec
+from grader.checks import build_inputs
+
+# Below this fraction of the module's threshold a kernel earns no performance credit; between
+# the floor and the threshold credit grows linearly.
+FLOOR_FRACTION = 0.5
+TARGET_WINDOW_SECONDS = 0.3  # long enough that launch jitter and pipe latency do not matter
+_reference_lock = threading.Lock()
+
+
+@dataclass
+class TimingPlan:
+    case: Case
+    input_sets: list  # [(args, kwargs)], rotated so that repeated calls do not hit in the L2 cache
+    reps: int
+    reference_ms: float
+
+
+def _input_sets(spec: Spec, case: Case, secret: int, on: torch.device) -> list:
+    first = build_inputs(spec, case, secret, on=on)
+    size = sum(t.numel() * t.element_size() for t in first[0] if isinstance(t, torch.Tensor))
+    l2 = torch.cuda.get_device_properties(on).L2_cache_size
+    count = max(1, min(8, math.ceil(2 * l2 / max(size, 1))))
+    return [first] + [build_inputs(spec, case, secret + k, on=on) for k in range(1, count)]
+
+
+def loop_ms(fn, input_sets: list, reps: int) -> float:
+    """Wall-clock milliseconds per call of ``reps`` calls, rotating over the input sets."""
+    for args, kwargs in input_sets:  # compile and warm up outside the timed region
+        fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for i in range(reps):
+        args, kwargs = input_sets[i % len(input_sets)]
+        fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3 / reps
+
+
+def plan(spec: Spec, reference_fn, secret: int, on: torch.device) -> TimingPlan | None:
+    """Inputs, repetitions and the reference's time for this run; None if the module has no
+    benchmark case."""
+    if not spec.bench_cases:
+        return None
+    case = spec.bench_cases[0]
+    sets = _input_sets(spec, case, secret, on)
+    with _reference_lock, torch.cuda.device(on):
+        probe_ms = loop_ms(reference_fn, sets, 3)
+        reps = max(10, min(2000, math.ceil(TARGET_WINDOW_SECONDS * 1e3 / max(probe_ms, 1e-3))))
+        reference_ms = loop_ms(reference_fn, sets, reps)
+    return TimingPlan(case, sets, reps, reference_ms)
+
+
+def credit(ratio: float, threshold: float) -> float:
+    """Performance credit in [0, 1] for running at ``ratio`` x the reference's speed."""
+    floor = FLOOR_FRACTION * threshold
+    if ratio >= threshold:
+        return 1.0
+    if ratio <= floor:
+        return 0.0
+    return round((ratio - floor) / (threshold - floor), 4)
+
+
+def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: float | None,
+            outputs_ok: bool, problem: str = "") -> dict:
+    """The record's performance entry from the parent's measurement of the child's loop."""
+    learner_ms = window_ms / timing.reps
+    base = {"case": timing.case.name, "device": device.describe(), "reps": timing.reps,
+            "reference_ms": round(timing.reference_ms, 4), "threshold": spec.learner_threshold,
+            "floor": round(FLOOR_FRACTION * spec.learner_threshold, 4)}
+    if not outputs_ok:
+        return {**base, "graded": True, "credit": 0.0, "ratio": 0.0,
+                "reason": problem or "the outputs of the timed calls were wrong"}
+    ratio = timing.reference_ms / learner_ms
+    entry = {**base, "graded": True, "learner_ms": round(learner_ms, 4), "ratio": round(ratio, 4),
+             "credit": credit(ratio, spec.learner_threshold),
+             "reason": f"{ratio:.2f} x the reference's speed (full credit from {spec.learner_threshold:.2f} x)"}
+    if child_event_ms is not None:
+        entry["child_reported_ms"] = round(child_event_ms / timing.reps, 4)
+        if child_event_ms / timing.reps > 1.2 * learner_ms:  # device time cannot exceed wall time
+            entry["warning"] = "the child's own timers disagree with the grader's clock"
+    return entry
