@@ -154,7 +154,7 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple) -> list[s
             problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype} (the input's "
                             "dtype): allocate the output with dtype=x.dtype.")
             continue
-        atol, rtol = spec.tolerance(out.dtype)
+        atol, rtol = spec.tolerance(out.dtype, case)
         problem = diagnose(out, ref, atol, rtol, name=name)
         if problem:
             problems.append(problem)
