@@ -43,7 +43,7 @@ from grader.loading import LoadError, load_kernel, todo_summary
 from grader.sandbox import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 MAX_SOURCE_BYTES = 1 << 20
 PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
@@ -281,6 +281,17 @@ _GENERIC = {
     "timeout": "the function did not return within the time limit (an endless loop?).",
     "crash": "the process running the function crashed or was killed on this case.",
     "not_run": "not run, after too many time-outs or crashes in a row.",
+}
+
+
+# Failures that are not mistakes but ways around the exercise: any one of them withholds every
+# point of the module, with this reason.
+_INTEGRITY = {
+    "torch": "a case was computed with PyTorch (or NumPy) instead of a Triton kernel.",
+    "no_launch": "a case returned a result without launching a Triton kernel.",
+    "cache": "a call returned an earlier result for new inputs (outputs cached across calls).",
+    "alias": "a call returned one of its inputs instead of a new tensor.",
+    "mutation": "a call changed its inputs.",
 }
 
 
@@ -581,10 +592,15 @@ class _Grading:
             counts[visibility][0] += verdict.passed
             counts[visibility][1] += 1
             rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
+                         "kind": "" if verdict.passed else verdict.kind,
                          "message": "" if verdict.passed else message, "seconds": round(verdict.seconds, 3)})
         passed = counts["public"][0] + counts["hidden"][0]
         total = counts["public"][1] + counts["hidden"][1]
-        if self.load_error is not None:
+        integrity = next(({"violation": row["kind"], "message": _INTEGRITY[row["kind"]]}
+                          for row in rows if row["kind"] in _INTEGRITY), None)
+        if integrity is not None:
+            summary = f"No points for this module: {integrity['message']}"
+        elif self.load_error is not None:
             ran = "no case ran" if not self.verdicts else f"only {len(self.verdicts)} trial(s) ran"
             summary = f"kernel.py could not be imported, so {ran}.\n{self.load_error}"
         elif passed == total:
@@ -605,8 +621,11 @@ class _Grading:
             "cases": rows,
             "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
                        "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
-                       "passed": passed, "total": total, "score": round(passed / total, 4) if total else 0.0},
-            "performance": self.performance,
+                       "passed": passed, "total": total,
+                       "score": round(passed / total, 4) if total and integrity is None else 0.0},
+            "integrity": integrity,
+            "performance": self.performance if integrity is None or not self.performance.get("graded") else
+            {**self.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
             "protections": self.protections,
             "child_processes": self.children,
         }
@@ -791,8 +810,9 @@ def _status(outcome: Outcome) -> str:
     module_id = outcome.submissions[0].module.id
     if outcome.error:
         return f"{who} {module_id}: ERROR {outcome.error.splitlines()[0]}"
-    totals = outcome.record["totals"]
-    return f"{who} {module_id}: {totals['passed']}/{totals['total']}" + (" (reused)" if outcome.reused else "")
+    totals, integrity = outcome.record["totals"], outcome.record.get("integrity")
+    cheated = f", no points: {integrity['violation']}" if integrity else ""
+    return f"{who} {module_id}: {totals['passed']}/{totals['total']}{cheated}" + (" (reused)" if outcome.reused else "")
 
 
 def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, submissions_root: Path,

@@ -509,3 +509,19 @@ def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_
     assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
     failing = _gpu_record(graded_gpu, "illegal-memory-access")["performance"]
     assert failing["credit"] == 0.0 and "must pass every case first" in failing["reason"]
+
+
+@pytest.mark.parametrize("example, violation", [
+    ("torch-compute", "torch"), ("caches-outputs", "cache"), ("returns-input", "alias"),
+    ("mutates-input", "mutation"),
+])
+def test_cheating_withholds_every_point_of_the_module_with_a_named_reason(graded, example, violation):
+    record = graded.record(example)
+    assert record["integrity"]["violation"] == violation
+    assert record["totals"]["score"] == 0.0 and record["performance"].get("credit", 0.0) == 0.0
+    assert record["summary"].startswith("No points for this module: ")
+
+
+def test_honest_mistakes_are_not_integrity_violations(graded):
+    for example in ("complete", "partial", "stub", "endless-loop", "patches-checks"):
+        assert graded.record(example)["integrity"] is None, example
