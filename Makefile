@@ -4,12 +4,14 @@
 #
 #   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>]
 #   make progress | make bench M=... | make lab | make stubs | make test
+#   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 
 PYTHON ?= .venv/bin/python
 BOOTSTRAP_PYTHON ?= python3
 M ?=
 IMPL ?= learner
+SUBMISSIONS ?=
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -19,10 +21,10 @@ else
 ENV :=
 endif
 
-.PHONY: help check progress bench stubs test verify-gpu lab clean-env
+.PHONY: help check progress bench stubs test verify-gpu lab grade release clean-env
 
 help:
-	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,9p' Makefile | sed 's/^# \{0,1\}//'
 
 .venv/.ready: pyproject.toml
 	$(BOOTSTRAP_PYTHON) -m venv .venv
@@ -58,6 +60,12 @@ verify-gpu: $(ENV)
 
 lab: $(ENV)
 	$(PYTHON) -m jupyter lab notebooks
+
+grade: $(ENV)
+	@$(PYTHON) -m grader grade $(SUBMISSIONS)
+
+release: $(ENV)
+	@$(PYTHON) -m grader release
 
 clean-env:
 	rm -rf .venv

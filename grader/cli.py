@@ -8,6 +8,7 @@ from pathlib import Path
 
 from grader import device, progress, stubs
 from grader.catalog import REPO_ROOT, available_modules, find_module
+from grader.cli_instructor import add_commands as add_instructor_commands
 
 
 def _module_or_next(name: str | None):
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="grade even where the sandbox cannot limit processes (a machine of your own)")
     run_cmd.add_argument("--quiet", action="store_true", help="no progress output")
     run_cmd.set_defaults(run=cmd_run)
+    add_instructor_commands(commands)
 
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,225 @@
+"""``python -m grader grade``: grade a folder (or zip) of submissions end to end with nbgrader.
+
+    collect -> run phase (sandboxed, parallel) -> released notebook beside each kernel.py ->
+    nbgrader autograde -> generate_feedback -> export -> table, grades.csv, report
+
+The run phase does the grading (``grader.runphase``); nbgrader records it: each assignment
+notebook's autograder cells read the run phase's record through ``grader.record``. Every
+nbgrader command costs seconds of start-up, so each runs once for the whole course (all
+students and assignments at once), and only when something changed: a re-run with the same
+submissions reuses every record and every autograded notebook.
+
+With no source, the example submissions (``grader.example_submissions``) are graded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import collect, course, example_submissions, report, runphase
+from grader.catalog import REPO_ROOT, Module
+
+DEFAULT_OUT = REPO_ROOT / "build" / "grades"
+EXAMPLES_DIR = REPO_ROOT / "build" / "examples"
+STAMP = "graded-from.txt"  # in submitted/ and autograded/: which record and notebook were used
+
+
+@dataclass
+class Row:
+    """One student's submission of one assignment."""
+    student: str
+    assignment: str
+    module: Module
+    record: dict | None = None
+    problem: str = ""  # why there is no record or no grade (refused, the grader's own error)
+    scores: dict[str, float] = field(default_factory=dict)  # part -> points, from the gradebook
+    feedback: Path | None = None
+
+    @property
+    def total(self) -> float:
+        return round(sum(self.scores.values()), 2)
+
+
+@dataclass
+class Grading:
+    rows: list[Row]
+    course_dir: Path
+    out: Path
+    protections: dict
+    seconds: dict[str, float]  # step -> wall seconds
+    children_started: int = 0
+    autograded: int = 0  # notebooks nbgrader executed in this run
+    grader_errors: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # not collected: (student, assignment, why)
+
+
+class _Steps:
+    def __init__(self, progress: bool):
+        self.seconds: dict[str, float] = {}
+        self.progress = progress
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 2)
+            if self.progress:
+                print(f"  {name}: {self.seconds[name]:.1f} s", flush=True)
+
+
+def assemble_examples(modules: list[Module] | None = None) -> Path:
+    """The bundled example students, freshly written under build/examples."""
+    shutil.rmtree(EXAMPLES_DIR, ignore_errors=True)
+    example_submissions.assemble(EXAMPLES_DIR, modules)
+    return EXAMPLES_DIR
+
+
+def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_DIR, out: Path = DEFAULT_OUT,
+          modules: list[Module] | None = None, options: runphase.Options | None = None,
+          progress: bool = True) -> Grading:
+    """Grade every submission in ``source`` (default: the examples) and write the outputs."""
+    course_dir, out = Path(course_dir).resolve(), Path(out).resolve()
+    steps = _Steps(progress)
+    if source is None:
+        with steps("assemble examples"):
+            source = assemble_examples(modules)
+    with steps("generate assignments"):
+        assignments = course.generate_assignments(course_dir, modules)
+    with steps("collect"):
+        collected = collect.collect(Path(source), course_dir, modules)
+    options = options or runphase.Options()
+    # The child must not see the course: the gradebook, the results, the other submissions.
+    options = dataclasses.replace(options, hide=(*options.hide, course_dir))
+    graded_modules = list(course.modules_by_assignment(modules).values())
+    with steps("run phase"):
+        summary = runphase.run(course_dir / "submitted", course.results_dir(course_dir), graded_modules,
+                               options, progress=progress)
+    rows = _rows(course_dir, assignments, summary, collected)
+    with steps("place notebooks"):
+        stale = _place_notebooks(course_dir, rows)
+    # One nbgrader command for the whole course; one per assignment when only some are graded.
+    targets = ["*"] if modules is None else sorted({row.assignment for row in stale})
+    grader_errors = _record_phase(course_dir, out, stale, targets, steps)
+    _read_gradebook(course_dir, rows)
+    grading = Grading(rows, course_dir, out, summary.protections, steps.seconds, summary.children_started,
+                      len(stale), grader_errors, collected.refused)
+    report.write(grading)
+    return grading
+
+
+def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], steps: _Steps) -> list[str]:
+    """nbgrader autograde, generate_feedback and export, where anything changed; return the
+    grader errors found in the autograded notebooks."""
+    grader_errors: list[str] = []
+    if stale:
+        with steps("autograde"):
+            for target in targets:
+                course.nbgrader(course_dir, "autograde", target, check=False)
+        grader_errors = _scrub_errors(course_dir, stale)
+    if stale or not (out / "nbgrader-grades.csv").is_file():
+        with steps("feedback"):
+            for target in targets:
+                course.nbgrader(course_dir, "generate_feedback", target, check=False)
+        with steps("export"):
+            out.mkdir(parents=True, exist_ok=True)
+            course.nbgrader(course_dir, "export", f"--to={out / 'nbgrader-grades.csv'}")
+    return grader_errors
+
+
+def _rows(course_dir: Path, assignments: list[str], summary: runphase.RunSummary,
+          collected: collect.Collected) -> list[Row]:
+    by_assignment = course.modules_by_assignment()
+    outcomes = {(s.student, s.module.id): outcome for outcome in summary.outcomes for s in outcome.submissions}
+    rows = []
+    for folder in sorted((course_dir / "submitted").glob("*/*")):
+        student, assignment = folder.parent.name, folder.name
+        if assignment not in assignments or not (folder / "kernel.py").is_file():
+            continue
+        row = Row(student, assignment, by_assignment[assignment])
+        outcome = outcomes.get((student, row.module.id))
+        if outcome is not None:
+            row.record, row.problem = outcome.record, outcome.error or ""
+        rows.append(row)
+    for student, assignment, why in collected.refused:
+        if not any(r.student == student and r.assignment == assignment for r in rows):
+            rows.append(Row(student, assignment, by_assignment[assignment], problem=why))
+    return sorted(rows, key=lambda r: (r.student, r.assignment))
+
+
+def _stamp(row: Row, notebook: bytes) -> str:
+    record = row.record or {}
+    return json.dumps({"submission": record.get("submission_sha256"), "cases": record.get("cases_sha256"),
+                       "notebook": hashlib.sha256(notebook).hexdigest()}, sort_keys=True)
+
+
+def _place_notebooks(course_dir: Path, rows: list[Row]) -> list[Row]:
+    """Put the released notebook beside each kernel.py (whatever the learner handed in is
+    replaced); return the rows whose autograded notebook is missing or out of date."""
+    stale = []
+    for row in rows:
+        submitted = collect.submitted_dir(course_dir, row.student, row.assignment)
+        if not (submitted / "kernel.py").is_file():
+            continue
+        notebook = course.released_notebook(course_dir, row.assignment).read_bytes()
+        (submitted / f"{row.assignment}.ipynb").write_bytes(notebook)
+        stamp = _stamp(row, notebook)
+        (submitted / STAMP).write_text(stamp)
+        autograded = course_dir / "autograded" / row.student / row.assignment
+        done = autograded / STAMP
+        if not (autograded / f"{row.assignment}.ipynb").is_file() or not done.is_file() or done.read_text() != stamp:
+            shutil.rmtree(autograded, ignore_errors=True)
+            shutil.rmtree(course_dir / "feedback" / row.student / row.assignment, ignore_errors=True)
+            stale.append(row)
+    return stale
+
+
+def _scrub_errors(course_dir: Path, rows: list[Row]) -> list[str]:
+    """Replace any error output (a traceback) in the autograded notebooks with one line, so that
+    feedback never shows grader internals; return what was replaced, for the instructor."""
+    import nbformat
+
+    found = []
+    for row in rows:
+        path = course_dir / "autograded" / row.student / row.assignment / f"{row.assignment}.ipynb"
+        if not path.is_file():
+            found.append(f"{row.student} {row.assignment}: nbgrader did not autograde it "
+                         f"(see {course_dir / 'logs' / 'nbgrader-autograde.log'})")
+            continue
+        notebook = nbformat.read(str(path), as_version=4)
+        changed = False
+        for cell in notebook.cells:
+            for index, output in enumerate(cell.get("outputs", [])):
+                if output.get("output_type") == "error":
+                    found.append(f"{row.student} {row.assignment} cell {cell.get('id')}: "
+                                 f"{output.get('ename')}: {output.get('evalue')}")
+                    cell.outputs[index] = nbformat.v4.new_output(
+                        "stream", name="stdout", text="The grader could not run this cell; your instructor "
+                                                      "has been told. It scores 0 points for now.\n")
+                    changed = True
+        if changed:
+            nbformat.write(notebook, str(path))
+    return found
+
+
+def _read_gradebook(course_dir: Path, rows: list[Row]) -> None:
+    """Each row's points per part, and its feedback file, as nbgrader recorded them."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}", course.COURSE_ID) as gradebook:
+        for row in rows:
+            try:
+                notebook = gradebook.find_submission_notebook(row.assignment, row.assignment, row.student)
+            except MissingEntry:
+                continue
+            row.scores = {grade.name: float(grade.score) for grade in notebook.grades}
+            feedback = course_dir / "feedback" / row.student / row.assignment / f"{row.assignment}.html"
+            row.feedback = feedback if feedback.is_file() else None

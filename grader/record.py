@@ -1,0 +1,211 @@
+"""The record phase's API: what an assignment notebook's autograder cells call.
+
+    from grader.record import score
+    score("missing-elements/01-vector-add", "public", out_of=4)
+
+``score`` finds the run phase's record of the ``kernel.py`` beside the notebook (by the file's
+sha256, the module and the course's cases; if there is none, it grades that one file through
+the run phase's sandbox), prints the learner's report for one part (public cases, hidden cases,
+performance) and returns the points, which nbgrader takes as the cell's partial credit.
+
+The notebook kernel never imports or runs the learner's file, and this module never writes to
+stderr or shows a traceback (nbgrader gives a cell with stderr output zero points, and feedback
+must not show grader internals): every failure becomes a one-line explanation and 0 points.
+Where the records are: ``$GRADER_RESULTS`` (the grading pipeline sets it), else the ``results``
+folder of the nbgrader course around the notebook, else ``build/course/results``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+from grader.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
+
+PARTS = ("public", "hidden", "performance")
+_TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
+
+
+class _Explained(Exception):
+    """A failure whose message is already meant for the learner."""
+
+
+# ----------------------------------------------------------------------------------------------
+# What the cells call
+# ----------------------------------------------------------------------------------------------
+
+
+def score(module_id: str, part: str, out_of: float, folder: str | Path | None = None) -> float:
+    """Print the report of one part of a module's grade and return its points (0 on failure)."""
+    try:
+        with _silenced():
+            record = find_record(module_id, Path(folder or os.getcwd()))
+            text, points = part_report(record, part, out_of)
+    except _Explained as error:
+        text, points = f"{part.capitalize()} part: 0 of {out_of:g} points. {error}", 0.0
+    except BaseException as error:  # noqa: BLE001 (a time-out's KeyboardInterrupt included)
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        text, points = (f"{part.capitalize()} part: 0 of {out_of:g} points. The grader could not grade "
+                        f"this part ({type(error).__name__}{': ' + first if first else ''}). "
+                        "Ask your instructor to look at the grading log.", 0.0)
+    print(text)
+    return points
+
+
+@contextlib.contextmanager
+def _silenced():
+    """No warnings and nothing on stderr, from Python or from C code, while grading."""
+    saved_fd = None
+    try:
+        sys.stderr.flush()
+        saved_fd = os.dup(2)
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+    except (OSError, ValueError, AttributeError):
+        saved_fd = None
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        if saved_fd is not None:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding (or producing) the record
+# ----------------------------------------------------------------------------------------------
+
+
+def course_around(folder: Path) -> Path | None:
+    """The nbgrader course folder that holds ``folder``, if any."""
+    return next((p for p in (folder, *folder.parents) if (p / "nbgrader_config.py").is_file()), None)
+
+
+def results_location(folder: Path) -> Path:
+    if os.environ.get(RESULTS_ENV):
+        return Path(os.environ[RESULTS_ENV])
+    return results_dir(course_around(folder) or DEFAULT_COURSE_DIR)
+
+
+def find_record(module_id: str, folder: Path) -> dict:
+    """The run phase's record of ``folder/kernel.py``; graded now (sandboxed) if there is none."""
+    from grader import runphase
+    from grader.catalog import find_module
+    from grader.sandbox import SandboxError
+
+    folder = folder.resolve()
+    kernel = folder / "kernel.py"
+    if not kernel.exists() and not kernel.is_symlink():
+        raise _Explained("There is no kernel.py beside this notebook: submit your kernel.py in the "
+                         "assignment's folder, next to the notebook.")
+    course = course_around(folder)
+    options = runphase.Options(workers=1, hide=(course,) if course else ())
+    try:
+        outcome = runphase.grade_submission(find_module(module_id), kernel, results_location(folder), options)
+    except ValueError as error:  # a link, a folder, a file that is too large
+        raise _Explained(str(error)) from None
+    except SandboxError as error:
+        raise _Explained("kernel.py was not graded: the sandbox that runs submissions cannot start here "
+                         f"({str(error).splitlines()[0]}). Your instructor grades it with "
+                         "`python -m grader grade`.") from None
+    return outcome.record
+
+
+# ----------------------------------------------------------------------------------------------
+# The report of one part, and its points (pure functions of the record)
+# ----------------------------------------------------------------------------------------------
+
+
+def _points(fraction: float, out_of: float) -> float:
+    return min(float(out_of), round(float(out_of) * max(0.0, fraction), 2))
+
+
+def _indent(text: str, prefix: str = "        ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def performance_credit(record: dict) -> tuple[float | None, float, float]:
+    """(the share of the performance points, or None when performance was not graded; the
+    threshold of full credit; the floor of no credit), as speeds relative to the reference."""
+    from grader import cases, timing
+    from grader.catalog import find_module
+
+    performance = record.get("performance") or {}
+    threshold = performance.get("threshold") or cases.public(find_module(record["module"]))[0].learner_threshold
+    floor = performance.get("floor", timing.FLOOR_FRACTION * threshold)
+    if not performance.get("graded"):
+        return None, threshold, floor
+    if "credit" in performance:
+        return float(performance["credit"]), threshold, floor
+    return timing.credit(float(performance.get("ratio") or 0.0), threshold), threshold, floor
+
+
+def performance_status(record: dict) -> str:
+    """"not graded" or the share of the points, for tables and CSV files."""
+    credit, _, _ = performance_credit(record)
+    return "not graded" if credit is None else f"{credit:.2f}"
+
+
+def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, float]:
+    rows = [row for row in record["cases"] if row["visibility"] == visibility]
+    passed = sum(row["passed"] for row in rows)
+    points = _points(passed / len(rows), out_of) if rows else 0.0
+    title = "Public cases" if visibility == "public" else "Hidden cases"
+    if not rows:
+        where = "this checkout has none (they are only in the instructor's)" if visibility == "hidden" \
+            else "the module has none on this device"
+        return f"{title}: {points:g} of {out_of:g} points: {where}.", points
+    lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
+    if visibility == "public":
+        lines.append(f"(kernel.py {record['submission_sha256'][:12]}, graded on {record['device']}, "
+                     f"{record['graded_at']})")
+    if record.get("load_error"):
+        lines.append(record["summary"] if visibility == "public" else
+                     "None ran: kernel.py could not be imported (see the public part).")
+        return "\n".join(lines), points
+    hints = []
+    for row in rows:
+        lines.append(f"  {'PASS' if row['passed'] else 'FAIL'}  {row['name']}")
+        if not row["passed"] and row["message"]:
+            message, *hint = _TODO_HINT.split(row["message"], maxsplit=1)
+            hints += hint
+            lines.append(_indent(message))
+    return "\n".join(lines + hints[:1]), points
+
+
+def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
+    performance = record.get("performance") or {}
+    credit, threshold, floor = performance_credit(record)
+    reason = performance.get("reason") or ""
+    if credit is None:
+        return (f"Performance: NOT GRADED ({reason or 'not graded'}). This part shows 0 of {out_of:g} "
+                "points: it was left out, not failed."), 0.0
+    points = _points(credit, out_of)
+    if not reason and "ratio" in performance:
+        reason = f"{float(performance['ratio']):.2f} x the reference's speed"
+    text = (f"Performance: {points:g} of {out_of:g} points: {reason or 'timed against the reference'}.\n"
+            f"  Full points from {threshold:.2f} x the reference's speed, none at or below {floor:.2f} x.")
+    if performance.get("warning"):
+        text += f"\n  Note: {performance['warning']}."
+    return text, points
+
+
+def part_report(record: dict, part: str, out_of: float) -> tuple[str, float]:
+    """(the learner's report, points) for one part of a record."""
+    if record.get("integrity"):
+        text = f"No points for this part: {record['integrity']['message']}"
+        if part == "public":  # show where it happened
+            text += "\n" + _cases_report(record, "public", out_of)[0].split("\n", 1)[-1]
+        return text, 0.0
+    if part == "performance":
+        return _performance_report(record, out_of)
+    if part in ("public", "hidden"):
+        return _cases_report(record, part, out_of)
+    raise _Explained(f"Unknown part {part!r}; the parts are {', '.join(PARTS)}.")
