@@ -7,7 +7,10 @@ from grader.cases import Case
 CASES = [
     Case({"shape": (3, 1)}, torch.float16, label="N = 1"),
     Case({"shape": (6, 129)}, label="one past a power of two"),
-    Case({"shape": (10, 33), "layout": "constant"}, label="constant rows, variance 0"),
+    # y = (x - mean) * rstd with rstd = 1/sqrt(eps) ~ 316: the float32 rounding of the mean
+    # (~1e-7 relative) is multiplied by 316, so a correct GPU kernel is ~3e-5 off here.
+    Case({"shape": (10, 33), "layout": "constant"}, label="constant rows, variance 0",
+         tolerances={torch.float32: (5e-4, 1e-4)}),
     Case({"shape": (2, 3, 4, 33)}, label="4-D"),
     Case({"shape": (8, 250), "offset": -500.0, "scale": 2.0}, torch.float16, label="large negative mean"),
     Case({"shape": (12, 640), "offset": -300.0, "affine": "none"}, label="large negative mean",
