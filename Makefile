@@ -52,6 +52,9 @@ stubs: $(ENV)
 	@$(PYTHON) -m grader stubs
 
 test: $(ENV)
+	@if [ ! -d solutions ]; then \
+		echo "The course's own test suite needs the instructor's solutions/, which this copy does not have."; \
+		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
 	$(PYTHON) -m pytest --impl=solutions
 
 verify-gpu: $(ENV)
