@@ -13,7 +13,6 @@ anywhere: short lines and lines a README teaches on purpose do not count.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -21,13 +20,12 @@ from pathlib import Path
 
 from grader import course
 from grader.catalog import REPO_ROOT, TRACKS_DIR, Module
-from grader.stubs import modules_with_solutions
+from grader.stubs import is_marker, modules_with_solutions
 
 DEFAULT_OUT = REPO_ROOT / "build" / "release"
 # The reference solutions and hidden cases; example submissions (some are solutions); the course's
 # own test suite, which runs against solutions/ and holds kernels of its own.
 INSTRUCTOR_ONLY = ("solutions/", "grader/examples/", "tests/")
-_MARKER = re.compile(r"^# (TODO|HINT|STUB|BUG|END TODO|END BUG)\b")
 _MIN_SECRET_CHARS = 10
 
 
@@ -78,7 +76,7 @@ def secret_lines(modules: list[Module] | None = None) -> dict[str, str]:
         for path in filter(Path.is_file, sources):
             for number, raw in enumerate(path.read_text().splitlines(), start=1):
                 line = raw.strip()
-                if len(line.replace(" ", "")) >= _MIN_SECRET_CHARS and line not in shown and not _MARKER.match(line):
+                if len(line.replace(" ", "")) >= _MIN_SECRET_CHARS and line not in shown and not is_marker(line):
                     secrets.setdefault(line, f"{path.relative_to(REPO_ROOT)}:{number}")
     return secrets
 

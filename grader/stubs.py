@@ -43,6 +43,11 @@ class Todo:
         return f"TODO {self.number} (line {self.line}): {self.text}"
 
 
+def is_marker(line: str) -> bool:
+    """True for the marker lines of a solution (TODO/BUG openers, HINT, STUB, END)."""
+    return any(pattern.match(line) for pattern in (_OPEN, _HINT, _STUB, _CLOSE))
+
+
 def generate_stub(solution_source: str, origin: str = "solution") -> str:
     """Return the learner's file for a solution source."""
     out: list[str] = []
