@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -53,10 +54,6 @@ def run_public_tests(module: Module, impl: str | Path) -> list[tuple[str, str, s
     return collector.results
 
 
-def _indent(text: str, prefix: str = "      ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
-
-
 def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     """Print the report for one module; True when every public test passes."""
     path = kernel_path(module, impl)
@@ -90,12 +87,12 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         if outcome == "skipped":
             if detail not in skip_reasons:
                 skip_reasons.append(detail)
-                print(_indent(detail), file=out)
+                print(textwrap.indent(detail, "      "), file=out)
         elif outcome == "failed" and detail in shown:
             print("      (same problem as above)", file=out)
         elif outcome == "failed" and len(shown) < 4:
             shown.append(detail)
-            print(_indent(detail), file=out)
+            print(textwrap.indent(detail, "      "), file=out)
         elif outcome == "failed":
             print("      (details omitted: fix the problems above first, or run pytest on "
                   "test_kernel.py to see them all)", file=out)

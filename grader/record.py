@@ -22,6 +22,7 @@ import io
 import os
 import re
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -127,10 +128,6 @@ def _points(fraction: float, out_of: float) -> float:
     return min(float(out_of), round(float(out_of) * max(0.0, fraction), 2))
 
 
-def _indent(text: str, prefix: str = "        ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
-
-
 def performance_credit(record: dict) -> tuple[float | None, float, float]:
     """(the share of the performance points, or None when performance was not graded; the
     threshold of full credit; the floor of no credit), as speeds relative to the reference."""
@@ -176,7 +173,7 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
         if not row["passed"] and row["message"]:
             message, *hint = _TODO_HINT.split(row["message"], maxsplit=1)
             hints += hint
-            lines.append(_indent(message))
+            lines.append(textwrap.indent(message, "        "))
     return "\n".join(lines + hints[:1]), points
 
 
