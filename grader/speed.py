@@ -12,8 +12,7 @@ from grader.catalog import Module
 from grader.loading import load_kernel
 
 
-def implementations(module: Module, impl: str | Path) -> dict[str, Callable]:
-    spec, _ = cases.public(module)
+def implementations(module: Module, impl: str | Path, spec: cases.Spec) -> dict[str, Callable]:
     label = "reference" if impl == "solutions" else "yours"
     found = {label: load_kernel(module, impl).api(spec.api)}
     if (module.solution_dir / "kernel.py").is_file() and impl != "solutions":
@@ -30,7 +29,7 @@ def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> None:
         return
     case = spec.bench_cases[0]
     copy_gbs = bench.copy_bandwidth_gbs()
-    rows = bench.measure(spec, case, implementations(module, impl))
+    rows = bench.measure(spec, case, implementations(module, impl, spec))
     print(f"\nSpeed on {case.name}:", file=out)
     print(bench.format_table(spec, rows, copy_gbs), file=out)
     yours = rows[0]
@@ -50,7 +49,7 @@ def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> None:
 def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> Path:
     """Benchmark every bench case; print the table and write a PNG plot. Returns the plot path."""
     spec, _ = cases.public(module)
-    impls = implementations(module, impl)
+    impls = implementations(module, impl, spec)
     copy_gbs = bench.copy_bandwidth_gbs()
     rows = [row for case in spec.bench_cases for row in bench.measure(spec, case, impls)]
     print(bench.format_table(spec, rows, copy_gbs), file=out)
