@@ -68,7 +68,7 @@ def cmd_run(args) -> int:
     import signal
 
     from grader import runphase
-    from grader.sandbox import GiB, Limits, SandboxError
+    from grader.sandbox.isolation import GiB, Limits, SandboxError
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt()

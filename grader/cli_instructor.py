@@ -47,7 +47,7 @@ def cmd_collect(args) -> int:
 def cmd_grade(args) -> int:
     from grader import device, grading, report, runphase
 
-    from grader.sandbox import Limits
+    from grader.sandbox.isolation import Limits
 
     source = Path(args.source) if args.source else None
     # The bundled examples include an endless loop: a short limit keeps `make grade` quick there
@@ -72,7 +72,7 @@ def _errors():
     from grader.collect import CollectError
     from grader.course import NbgraderError
     from grader.release import ReleaseError
-    from grader.sandbox import SandboxError
+    from grader.sandbox.isolation import SandboxError
 
     return (CollectError, NbgraderError, ReleaseError, SandboxError)
 

@@ -99,7 +99,7 @@ def find_record(module_id: str, folder: Path) -> dict:
     """The run phase's record of ``folder/kernel.py``; graded now (sandboxed) if there is none."""
     from grader import runphase
     from grader.catalog import find_module
-    from grader.sandbox import SandboxError
+    from grader.sandbox.isolation import SandboxError
 
     folder = folder.resolve()
     kernel = folder / "kernel.py"

@@ -2,7 +2,7 @@
 
 For each submitted ``kernel.py`` and module the parent (this process, which never imports learner
 code) builds the inputs of the public and hidden cases from a secret seed chosen per run, starts a
-child (``grader.child``, through ``grader.sandbox``) that imports the submission and calls its API,
+child (``grader.sandbox.child``, through ``grader.sandbox.isolation``) that imports the submission and calls its API,
 loads the outputs the child saved (``torch.load(weights_only=True)``, never pickle), computes the
 reference, compares, and writes one JSON record per (module, sha256 of the file, hash of the
 course's cases). Records are written atomically and reused when they exist, so a re-run costs
@@ -38,9 +38,9 @@ from grader.cases import Case, Spec
 from grader.catalog import REPO_ROOT, Module, available_modules
 from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
                            same_values, tensors_in)
-from grader.child import command as child_command
+from grader.sandbox.child import command as child_command
 from grader.loading import LoadError, load_kernel, todo_summary
-from grader.sandbox import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
+from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
 
 RECORD_VERSION = 2

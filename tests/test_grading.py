@@ -23,7 +23,7 @@ import pytest
 from grader import cases, course, device, example_submissions, grading, record, release, runphase
 from grader.catalog import REPO_ROOT, find_module
 from grader.checks import build_inputs
-from grader.sandbox import GiB, Limits, Sandbox
+from grader.sandbox.isolation import GiB, Limits, Sandbox
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
               pytest.mark.filterwarnings("ignore")]

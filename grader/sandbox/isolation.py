@@ -2,7 +2,7 @@
 
 A child starts as ``python sandbox.py --boot <config>``: a few lines of trusted, standard-library
 Python (``_boot`` below) that lock the process in before ``exec`` turns it into the grader's child
-(``grader/child.py``), which only then imports the learner's file. Where the platform permits, the
+(``grader/sandbox/child.py``), which only then imports the learner's file. Where the platform permits, the
 boot step
 
 - unshares the mount, PID, network, IPC and UTS namespaces (through a user namespace when the
@@ -371,7 +371,7 @@ def _boot(cfg: dict) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_UID_BASE = 59000
 
 

@@ -1,6 +1,6 @@
 """The grader's child process: import one submission's kernel.py and call its API on given inputs.
 
-``grader.sandbox`` starts it (never by hand) with two inherited pipes whose numbers end its argv:
+``grader.sandbox.isolation`` starts it (never by hand) with two inherited pipes whose numbers end its argv:
 the parent writes one JSON request on the first and closes it; the child answers on the second,
 one JSON line per event, each carrying the request's token. stdin, stdout and stderr belong to the
 learner's code: nothing printed there is ever read as a result.
@@ -24,11 +24,11 @@ from pathlib import Path
 
 # What the child runs as, after ``python -I -B``: the repository root goes first on sys.path so
 # that the grader package is this checkout's.
-BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from grader.child import main; sys.exit(main(sys.argv[2:]))"
+BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from grader.sandbox.child import main; sys.exit(main(sys.argv[2:]))"
 
 
 def command(repo_root: str | Path) -> list[str]:
-    """The argv tail for ``grader.sandbox.Sandbox.start``."""
+    """The argv tail for ``grader.sandbox.isolation.Sandbox.start``."""
     return ["-c", BOOTSTRAP, str(repo_root)]
 
 
