@@ -17,6 +17,7 @@ import torch
 from grader import device
 from grader.cases import Case, Rand, Spec
 from grader.diagnosis import diagnose
+from grader.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.loading import LoadedKernel, todo_summary
 
 
@@ -162,13 +163,20 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple) -> list[s
 
 
 def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResult:
+    """Run one case in this process: the output is compared with the reference, and a call that
+    went around the exercise (PyTorch compute, no Triton launch) fails with the reason."""
     args, kwargs = build_inputs(spec, case, secret)
     references = reference_outputs(spec, args, kwargs)
+    monitor = shared_monitor()
     try:
-        outputs = call_api(fn, args, kwargs, spec.api)
+        outputs = call_api(monitor.watching(fn, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api)
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
     problems = compare(spec, case, outputs, references)
+    if not problems:
+        found = judge_evidence(spec.api, monitor.report(),
+                               any(isinstance(o, torch.Tensor) and o.numel() for o in outputs))
+        problems = [found[1]] if found else []
     if problems and not all(t.is_contiguous() for t in tensors_in((args, kwargs))):
         problems.append("The inputs of this case are not contiguous. If only such cases fail, step "
                         "through the inputs with their strides (x.stride(0), ...) rather than "

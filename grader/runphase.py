@@ -3,7 +3,7 @@
 For each submitted ``kernel.py`` and module the parent (this process, which never imports learner
 code) builds the inputs of the public and hidden cases from a secret seed chosen per run, starts a
 child (``grader.sandbox.child``, through ``grader.sandbox.isolation``) that imports the submission and calls its API,
-loads the outputs the child saved (``torch.load(weights_only=True)``, never pickle), computes the
+reads the outputs the child saved (``grader.sandbox.wire``: size-checked, never unpickled), computes the
 reference, compares, and writes one JSON record per (module, sha256 of the file, hash of the
 course's cases). Records are written atomically and reused when they exist, so a re-run costs
 almost nothing and an interrupted run loses only the submissions in progress.
@@ -38,7 +38,10 @@ from grader.cases import Case, Spec
 from grader.catalog import REPO_ROOT, Module, available_modules
 from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
                            same_values, tensors_in)
+from grader.sandbox import wire
+from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.child import command as child_command
+from grader.evidence import judge_evidence
 from grader.loading import LoadError, load_kernel, todo_summary
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
@@ -202,9 +205,25 @@ def _placeholder(type_name: str):
     return type(type_name, (), {})()
 
 
-def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_file: Path,
-          on: torch.device, earlier: tuple = ()) -> Verdict:
-    """The verdict on one call, from the child's report ``done`` and the file it saved."""
+def _fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> dict:
+    """What the child saved under ``name``, read within limits set by what a right answer needs:
+    the inputs as they are after the call plus the outputs (the references, in float64, bound
+    any dtype), with room for one wrong-sized output. Raises on anything else."""
+    inputs = tensors_in((args, kwargs))
+    expected = [t for t in (*references, *inputs) if isinstance(t, torch.Tensor)]
+    max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
+    max_bytes = 2 * sum(t.untyped_storage().nbytes() for t in inputs) + \
+        4 * sum(t.numel() * 8 for t in references if isinstance(t, torch.Tensor)) + (1 << 20)
+    saved = wire.parse(child.take(name, max_bytes), max_elements)
+    if not isinstance(saved, dict) or not isinstance(saved.get("outputs"), list):
+        raise wire.WireError("the file does not hold the expected fields")
+    return saved
+
+
+def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, on: torch.device,
+          earlier: tuple = ()) -> Verdict:
+    """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
+    the references -> the saved outputs and inputs)."""
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
     if done.get("error"):
@@ -213,16 +232,19 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_f
         kind = "mutation" if error.startswith(f"{api}() changed its input") else \
             "alias" if error.startswith(f"{api}() returned one of its inputs") else "error"
         return Verdict(False, kind, error, seconds)
+    references = reference_outputs(spec, args, kwargs)
     try:
-        saved = torch.load(saved_file, weights_only=True, map_location="cpu")
+        saved = fetch(references)
         kept, args_after, kwargs_after = saved["outputs"], saved["args"], saved["kwargs"]
+    except FileNotFoundError:
+        return Verdict(False, "unreadable", f"{api}() returned, but nothing it returned was saved.", seconds)
     except Exception as error:
-        return Verdict(False, "unreadable", f"The grader could not read what {api}() returned "
-                       f"({type(error).__name__}). Return plain torch.Tensor objects.", seconds)
+        return Verdict(False, "unreadable", f"The grader could not read what {api}() returned ({error}). "
+                       "Return plain torch.Tensor objects of the expected shape.", seconds)
     returned = done.get("returned") or []
-    if len(returned) != len(kept):
+    if not isinstance(returned, list) or len(returned) != len(kept):
         return Verdict(False, "unreadable", f"The grader could not read what {api}() returned.", seconds)
-    outputs = tuple(out if out is not None else _placeholder(name) for out, name in zip(kept, returned))
+    outputs = tuple(out if out is not None else _placeholder(str(name)) for out, name in zip(kept, returned))
 
     expected_device = on.type
     for name, where in zip(spec.output_names, done.get("devices") or []):
@@ -241,7 +263,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_f
         return Verdict(False, "alias", problem, seconds)
 
     try:
-        problems = compare(spec, case, outputs, reference_outputs(spec, args, kwargs))
+        problems = compare(spec, case, outputs, references)
     except Exception as error:  # a malformed output (meta tensor, odd layout) must not stop grading
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:
@@ -253,19 +275,9 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, saved_f
                            seconds, outputs)
         return Verdict(False, "wrong", message, seconds, outputs)
 
-    if done.get("ops"):
-        ops = ", ".join(f"aten.{name}" for name in list(done["ops"])[:6])
-        return Verdict(False, "torch", f"{api}() computed with PyTorch ({ops}) instead of a Triton kernel. "
-                       "Around the launch, only allocating, reshaping and copying tensors is allowed.",
-                       seconds, outputs)
-    if done.get("escapes"):
-        return Verdict(False, "torch", f"{api}() handed tensor values to NumPy or Python "
-                       f"({', '.join(done['escapes'])}); compute them in the Triton kernel instead.",
-                       seconds, outputs)
-    if not done.get("launches") and any(isinstance(o, torch.Tensor) and o.numel() for o in outputs):
-        return Verdict(False, "no_launch", f"{api}() returned without launching a Triton kernel. The work "
-                       "must happen in your @triton.jit kernel, launched as kernel[grid](...).",
-                       seconds, outputs)
+    found = judge_evidence(api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs))
+    if found:
+        return Verdict(False, found[0], found[1], seconds, outputs)
     return Verdict(True, seconds=seconds, outputs=outputs)
 
 
@@ -369,38 +381,42 @@ class _Grading:
                     self.verdicts[trial.id] = Verdict(False, first.kind, first.message)
         return [t for t in self.plan.trials if t.id not in self.verdicts]
 
+    def _visibility(self, trial: Trial) -> str:
+        return self.plan.cases[trial.case_index][1]
+
     def run(self) -> None:
-        while self.pending() and self.load_error is None:
-            if self.stop.is_set():
-                raise Cancelled()
-            if self.failures_in_a_row >= self.options.max_failures_in_a_row:
-                for trial in self.pending():
-                    self.verdicts[trial.id] = Verdict(False, "not_run", (
-                        f"Not run: {self.failures_in_a_row} cases in a row timed out or crashed before "
-                        "this one, so the grader stopped here. Fix those first."))
-                break
-            finished_before = len(self.verdicts)
-            self._run_child(self.pending())
-            if len(self.verdicts) == finished_before and self.load_error is None:
-                self.failures_in_a_row += 1  # a child that ended without finishing any case
+        """Public cases first, then hidden ones, never in the same child: a child that runs
+        public cases (whose messages the learner reads) never holds a hidden case's inputs."""
+        for visibility in ("public", "hidden"):
+            self.failures_in_a_row = 0
+            while (batch := [t for t in self.pending() if self._visibility(t) == visibility]) \
+                    and self.load_error is None:
+                if self.stop.is_set():
+                    raise Cancelled()
+                if self.failures_in_a_row >= self.options.max_failures_in_a_row:
+                    for trial in batch:
+                        self.verdicts[trial.id] = Verdict(False, "not_run", (
+                            f"Not run: {self.failures_in_a_row} cases in a row timed out or crashed before "
+                            "this one, so the grader stopped here. Fix those first."))
+                    break
+                finished_before = len(self.verdicts)
+                self._run_child(batch)
+                if len(self.verdicts) == finished_before and self.load_error is None:
+                    self.failures_in_a_row += 1  # a child that ended without finishing any case
 
     def _run_child(self, trials: list[Trial]) -> None:
-        inputs = {str(t.id): {"args": list(self.inputs[t.id][0]), "kwargs": self.inputs[t.id][1]} for t in trials}
-        scratch = self.sandbox.scratch / f"inputs-{os.getpid()}-{threading.get_ident()}-{self.children}.pt"
-        torch.save(inputs, scratch)
-        token = secrets.token_hex(16)
-        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py", "inputs": "inputs.pt",
-                   "trials": [t.id for t in trials], "gpu_memory_fraction": self.options.gpu_memory_fraction}
-        try:
-            child = self.sandbox.start(self.slot, {"kernel.py": self.source, "inputs.pt": scratch},
-                                       child_command(REPO_ROOT), request, len(trials), token)
-        finally:
-            scratch.unlink()
+        """One child: import the submission, then run ``trials`` one by one, handing each its
+        inputs only when it starts."""
+        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
+                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
+                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
+        child = self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
+                                   request, len(trials), secrets.token_hex(16))
         self.children += 1
         try:
             protections = self.sandbox.wait_sandbox(child)
             self.protections = self.protections or protections
-            self._drive(child, {t.id: t for t in trials})
+            self._drive(child, list(trials))
         finally:
             self.log.append(f"--- child {self.children} ({len(trials)} trials): output ---\n{child.log_tail()}"
                             + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
@@ -419,16 +435,11 @@ class _Grading:
             self.performance = {"graded": False, "reason": "not graded: no benchmark case or no "
                                 "reference solution in this checkout"}
             return
-        scratch = self.sandbox.scratch / f"timing-{os.getpid()}-{threading.get_ident()}-{self.children}.pt"
-        torch.save([{"args": list(args), "kwargs": kwargs} for args, kwargs in plan.input_sets], scratch)
-        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py", "inputs": "inputs.pt",
-                   "trials": [], "timing": {"inputs": "timing.pt", "reps": plan.reps},
-                   "gpu_memory_fraction": self.options.gpu_memory_fraction}
-        try:
-            child = self.sandbox.start(self.slot, {"kernel.py": self.source, "timing.pt": scratch},
-                                       child_command(REPO_ROOT), request, 3, secrets.token_hex(16))
-        finally:
-            scratch.unlink()
+        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
+                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
+                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
+        child = self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
+                                   request, 3, secrets.token_hex(16))
         self.children += 1
         try:
             self.sandbox.wait_sandbox(child)
@@ -439,44 +450,52 @@ class _Grading:
 
     def _drive_timing(self, child, plan: timing.TimingPlan) -> dict:
         spec, started, window_ms, event_ms = self.plan.spec, None, None, None
-        deadline = time.monotonic() + self.limits.startup_seconds + 3 * self.limits.case_seconds
+        failed = {"graded": True, "credit": 0.0, "ratio": 0.0}
+        deadline = time.monotonic() + self.limits.startup_seconds
         while True:
             try:
                 event = child.next_event(deadline)
+                kind = (event or {}).get("event")
+                if kind == "loaded":
+                    child.give(TIMING_INPUTS, wire.dump([{"args": list(args), "kwargs": kwargs}
+                                                         for args, kwargs in plan.input_sets]))
+                    child.order({"timing": plan.reps}, time.monotonic() + 10)
+                    deadline = time.monotonic() + 3 * self.limits.case_seconds
             except ChildEnded as ended:
-                return {"graded": True, "credit": 0.0, "ratio": 0.0,
-                        "reason": f"the process {ended.how} while being timed"}
+                return {**failed, "reason": f"the process {ended.how} while being timed"}
+            except OSError:
+                return {**failed, "reason": "the grader could not hand the timing inputs to the process"}
             if event is None:
                 child.kill()
-                return {"graded": True, "credit": 0.0, "ratio": 0.0,
-                        "reason": f"the timed calls did not finish within {3 * self.limits.case_seconds:g} s"}
-            kind = event.get("event")
+                return {**failed, "reason": f"the timed calls did not finish within {3 * self.limits.case_seconds:g} s"}
             if kind == "timing_start":
                 started = event["received_at"]
             elif kind == "timing_error":
-                return {"graded": True, "credit": 0.0, "ratio": 0.0,
-                        "reason": f"a timed call failed: {event.get('error')}"}
+                return {**failed, "reason": f"a timed call failed: {event.get('error')}"}
             elif kind == "timing_end" and started is not None:
                 window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
             elif kind == "timing_saved" and window_ms is not None:
                 problem = self._timed_outputs_problem(child, plan)
                 return timing.verdict(spec, plan, window_ms, event_ms, not problem, problem)
             elif kind in ("load_error", "finished"):
-                return {"graded": True, "credit": 0.0, "ratio": 0.0,
-                        "reason": "the kernel was not timed (it did not load, or ended early)"}
+                return {**failed, "reason": "the kernel was not timed (it did not load, or ended early)"}
 
     def _timed_outputs_problem(self, child, plan: timing.TimingPlan) -> str:
         """Why the last timed call's outputs are unacceptable ("" when they are right)."""
+        # The set the last timed call used: the parent knows the loop, the child need not say.
+        args, kwargs = plan.input_sets[(plan.reps - 1) % len(plan.input_sets)]
+        references = reference_outputs(self.plan.spec, args, kwargs)
         try:
-            saved = torch.load(child.path("timed-outputs.pt"), weights_only=True, map_location="cpu")
-            args, kwargs = plan.input_sets[int(saved["set"])]
+            saved = _fetch(child, TIMED_OUTPUTS, args, kwargs, references)
             outputs = tuple(saved["outputs"])
         except Exception as error:
-            return f"the timed outputs could not be read ({type(error).__name__})"
-        problems = compare(self.plan.spec, plan.case, outputs, reference_outputs(self.plan.spec, args, kwargs))
+            return f"the timed outputs could not be read ({type(error).__name__}: {error})"
+        problems = compare(self.plan.spec, plan.case, outputs, references)
         return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
 
-    def _drive(self, child, trials: dict[int, Trial]) -> None:
+    def _drive(self, child, queue: list[Trial]) -> None:
+        """Follow the child's events: hand over the next trial each time it is ready, judge each
+        call, and stop it at the time limits."""
         phase, current, started_at = "starting", None, 0.0
         deadline = time.monotonic() + self.limits.startup_seconds
         while True:
@@ -501,14 +520,28 @@ class _Grading:
             elif kind == "load_error":
                 self.load_error = self._with_limits_hint(str(event.get("message", "")))
                 return
-            elif kind == "loaded":
-                phase, deadline = "between", time.monotonic() + self.limits.case_seconds
-            elif kind == "start" and event.get("trial") in trials:
-                phase, current, started_at = "calling", trials[event["trial"]], time.monotonic()
+            elif kind == "loaded" or (kind == "done" and current is not None and event.get("trial") == current.id):
+                if kind == "done":
+                    self._judge(child, current, event, time.monotonic() - started_at)
+                if not queue:
+                    child.end_orders()
+                    phase, current, deadline = "finishing", None, time.monotonic() + self.limits.case_seconds
+                    continue
+                current = queue.pop(0)
+                phase, started_at = "calling", time.monotonic()
                 deadline = started_at + self.limits.case_seconds
-            elif kind == "done" and current is not None and event.get("trial") == current.id:
-                self._judge(child, current, event, time.monotonic() - started_at)
-                phase, current, deadline = "between", None, time.monotonic() + self.limits.case_seconds
+                try:
+                    args, kwargs = self.inputs[current.id]
+                    child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
+                    child.order({"trial": current.id}, deadline)
+                except ChildEnded as ended:
+                    self._ended(child, phase, current, ended.how)
+                    return
+                except OSError as error:  # e.g. a file the learner's code left under that name
+                    self.verdicts[current.id] = Verdict(False, "error", (
+                        f"The grader could not hand {self.api}() its inputs ({os.strerror(error.errno or 0)}): "
+                        "kernel.py must not create files in its working folder."))
+                    return
             elif kind == "fatal":
                 self.log.append(f"child restarted: {event.get('reason')}")
                 return
@@ -522,8 +555,10 @@ class _Grading:
         if trial.repeat:
             first = next(t for t in self.plan.trials if t.case_index == trial.case_index and not t.repeat)
             earlier = self.verdicts.get(first.id, Verdict(False)).outputs
-        verdict = judge(self.plan.spec, case, args, kwargs, done, child.path(f"outputs-{trial.id}.pt"),
+        verdict = judge(self.plan.spec, case, args, kwargs, done,
+                        lambda references: _fetch(child, output_name(trial.id), args, kwargs, references),
                         self.on, earlier)
+        child.discard(output_name(trial.id))
         if not verdict.seconds:  # the child's own clock, taken before the learner's import
             verdict.seconds = wall_seconds
         self.verdicts[trial.id] = verdict

@@ -394,6 +394,7 @@ class Limits:
     disk_bytes: int = 4 * GiB  # everything in its working folder together (parent watches)
     tmp_bytes: int = 64 * MiB  # each private tmpfs (/tmp, /var/tmp, /dev/shm)
     open_files: int = 1024
+    cleanup_seconds: float = 30.0  # removing what the child left in its folder
 
     def cpu_seconds(self, n_cases: int) -> int:
         return int(self.startup_seconds + self.case_seconds * max(n_cases, 1)) + 10
@@ -523,6 +524,8 @@ def _process_identity(pid: int) -> str:
 
 def _remove_stale_scratch() -> None:
     """Delete scratch folders of graders that were killed (SIGKILL leaves them behind)."""
+    from grader.sandbox.files import remove_tree
+
     namespace = os.readlink("/proc/self/ns/pid")
     for folder in Path(tempfile.gettempdir()).glob("grader-sandbox-*"):
         try:
@@ -533,7 +536,7 @@ def _remove_stale_scratch() -> None:
             continue
         if len(parts) == 3 and parts[0].isdigit() and parts[2] == namespace \
                 and _process_identity(int(parts[0])) != " ".join(parts):
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder, time_limit=60)
 
 
 def _copy_package(source: Path, target: Path) -> Path:
@@ -561,8 +564,10 @@ class Child:
     """A running sandboxed child: its events, its working folder, and how to stop it."""
 
     def __init__(self, sandbox: "Sandbox", slot: Slot, workdir: Path, view_root: Path,
-                 popen: subprocess.Popen, reply_fd: int, log_path: Path, token: str, limits: Limits):
+                 popen: subprocess.Popen, reply_fd: int, order_fd: int, log_path: Path, token: str,
+                 limits: Limits):
         self.sandbox, self.slot, self.workdir, self.popen = sandbox, slot, workdir, popen
+        self.order_fd: int | None = order_fd
         self.view_root = view_root
         self.reply_fd, self.log_path, self.token, self.limits = reply_fd, log_path, token, limits
         self.protections: dict = {}
@@ -572,9 +577,60 @@ class Child:
         self._events: deque = deque()
         self._next_disk_check = 0.0
         self._closed = False
+        self.leftovers: list[str] = []  # folders cleanup could not remove in time
 
-    def path(self, name: str) -> Path:
-        return self.workdir / name
+    def order(self, message: dict, deadline: float) -> None:
+        """Send one order (a JSON line) without ever blocking past ``deadline``: a child that
+        stops reading its orders must not stall the grader."""
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            if self.order_fd is None:
+                raise ChildEnded("closed the grader's order pipe", None)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildEnded("stopped reading the grader's orders", None)
+            if not select.select([], [self.order_fd], [], min(remaining, 0.25))[1]:
+                continue
+            try:
+                data = data[os.write(self.order_fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                self.end_orders()
+                raise ChildEnded("closed the grader's order pipe", None) from None
+
+    def end_orders(self) -> None:
+        """No more orders: the child finishes once it reads the end of the pipe."""
+        if self.order_fd is not None:
+            os.close(self.order_fd)
+            self.order_fd = None
+
+    def give(self, name: str, data: bytes) -> None:
+        """Put a file the child will read into its folder. The name must be new: a file, link or
+        FIFO the child placed there beforehand makes this fail instead of being followed."""
+        folder = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644, dir_fd=folder)
+        finally:
+            os.close(folder)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(fd, 0o644)  # whatever the grader's umask: the child's uid must read it
+            handle.write(data)
+
+    def discard(self, name: str) -> None:
+        """Delete a file of the child's folder (unlink never follows a link)."""
+        try:
+            os.unlink(self.workdir / name)
+        except OSError:
+            pass
+
+    def take(self, name: str, max_bytes: int) -> bytes:
+        """A regular file the child left in its folder, read within ``max_bytes`` and never
+        through a link, a FIFO or a device (see ``grader.sandbox.files``)."""
+        from grader.sandbox.files import read_regular  # (not at the top: this file is also the boot script)
+
+        return read_regular(self.workdir, name, max_bytes)
 
     def next_event(self, deadline: float) -> dict | None:
         """The child's next message, or None when ``deadline`` (monotonic) passes first.
@@ -636,16 +692,9 @@ class Child:
         if now < self._next_disk_check:
             return
         self._next_disk_check = now + 1.0
-        total, count = 0, 0
-        for folder, _dirs, files in os.walk(self.workdir):
-            for name in files:
-                count += 1
-                try:
-                    total += os.lstat(os.path.join(folder, name)).st_blocks * 512
-                except OSError:
-                    pass
-            if count > 10_000:
-                break
+        from grader.sandbox.files import tree_usage
+
+        total, count, _stopped = tree_usage(self.workdir, 10_000)
         if total > self.limits.disk_bytes or count > 10_000:
             self.kill()
             raise ChildEnded(f"wrote more than {self.limits.disk_bytes // MiB} MiB or 10,000 "
@@ -693,9 +742,15 @@ class Child:
             return
         self._closed = True
         self.kill()
+        self.end_orders()
         os.close(self.reply_fd)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        shutil.rmtree(self.view_root, ignore_errors=True)
+        from grader.sandbox.files import remove_tree
+
+        # Whatever the child left (a folder chain thousands deep, FIFOs, unreadable folders):
+        # removed without recursion and within a time limit; leftovers never stop grading.
+        for folder in (self.workdir, self.view_root):
+            if not remove_tree(folder, time_limit=self.limits.cleanup_seconds):
+                self.leftovers.append(str(folder))
         try:
             self.log_path.unlink()
         except OSError:
@@ -842,12 +897,13 @@ class Sandbox:
         finally:
             os.close(request_r)
             os.close(reply_w)
-        with os.fdopen(request_w, "w") as requests:
-            try:
-                requests.write(json.dumps({**request, "token": token}))
-            except BrokenPipeError:
-                pass
-        return Child(self, slot, workdir, view_root, popen, reply_r, log_path, token, limits)
+        os.set_blocking(request_w, False)
+        child = Child(self, slot, workdir, view_root, popen, reply_r, request_w, log_path, token, limits)
+        try:
+            child.order({**request, "token": token}, time.monotonic() + 10)
+        except ChildEnded:
+            pass  # it died at once: the first next_event says how
+        return child
 
     def wait_sandbox(self, child: Child) -> dict:
         """The boot step's report of the protections that took effect (first message)."""
@@ -903,7 +959,9 @@ class Sandbox:
                 os.close(slot.lock_fd)
                 slot.lock_fd = None
         self._all_slots = []
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        from grader.sandbox.files import remove_tree
+
+        remove_tree(self.scratch, time_limit=60)
 
     def __enter__(self):
         return self

@@ -1,0 +1,184 @@
+"""What a call of the learner's API did: Triton launches, PyTorch operators, values handed out.
+
+The ``Monitor`` runs in the same process as the learner's code: in the grader's child, and in
+``make check`` and the public tests (through ``grader.checks``). It is evidence, not proof: Python code in that process could switch it off or
+patch it. What keeps a submission from doing so is the static policy gate
+(``grader.sandbox.policy``), which refuses imports, private attributes and introspection before
+anything runs; the record says which evidence a grade rests on. ``judge_evidence`` turns a
+report into the learner-facing verdict, for the grader's parent and for ``make check`` alike.
+"""
+
+from __future__ import annotations
+
+# PyTorch operators that do not compute anything from the inputs' values: allocating, filling,
+# viewing, reshaping, copying and converting tensors, reading metadata. Any other operator run
+# during the call (add, mul, mm, softmax, sum, exp, ...) means that PyTorch did the work. Reading
+# a value into Python (`.item()`, `float(t)`, `bool(t)`: _local_scalar_dense, is_nonzero) is not
+# here: a Python loop over such values computes outside the kernel just the same.
+ALLOWED_OPS = frozenset("""
+    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones
+    ones_like new_ones full full_like new_full arange scalar_tensor lift_fresh lift_fresh_copy
+    fill fill_ zero zero_ copy copy_ clone _to_copy to contiguous detach detach_ alias
+    _copy_from _copy_from_and_resize resize_ set_ cat stack constant_pad_nd
+    view _unsafe_view reshape _reshape_alias as_strided as_strided_ t t_ transpose transpose_
+    permute expand expand_as unsqueeze unsqueeze_ squeeze squeeze_ select slice narrow split
+    split_with_sizes unsafe_split chunk unbind flatten unflatten movedim view_as diagonal unfold
+    view_as_real view_as_complex is_same_size record_stream
+    sym_size sym_stride sym_numel sym_storage_offset _has_compatible_shallow_copy_type
+    pin_memory _pin_memory is_pinned
+""".split())
+
+# Tensor methods that hand the values to NumPy or Python, where they could be computed unseen.
+ESCAPES = frozenset({"numpy", "tolist", "__array__", "__dlpack__"})
+
+
+class Monitor:
+    """Counts Triton kernel launches and logs PyTorch operators while a watched call runs.
+
+    Triton's interpreter (3.6-3.9) does not fire ``knobs.runtime.launch_enter_hook``, so launches
+    are counted by wrapping the launch entry points (``InterpretedFunction.run`` under the
+    interpreter, ``JITFunction.run`` natively); the launch hook, where Triton has one, also
+    catches compiled kernels launched directly. Operators are logged everywhere during the call,
+    inside launches too (a heuristics function, or under the interpreter the kernel body, is
+    Python that could call PyTorch); only the autotuner's own benchmarking is left out, since it
+    summarises its timings with PyTorch.
+    """
+
+    def __init__(self):
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.allowed_ops = ALLOWED_OPS
+        self.launches = 0
+        self.hook_launches = 0
+        self.benchmarking = 0
+        self.active = False
+        self.ops: dict[str, int] = {}
+        self.escapes: set[str] = set()
+        monitor = self
+
+        class OpLog(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if monitor.active and not monitor.benchmarking:
+                    name = func.overloadpacket.__name__
+                    if name not in monitor.allowed_ops:
+                        monitor.ops[name] = monitor.ops.get(name, 0) + 1
+                return func(*args, **(kwargs or {}))
+
+        class EscapeLog(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in ESCAPES and monitor.active and not monitor.benchmarking:
+                    monitor.escapes.add(name)
+                return func(*args, **(kwargs or {}))
+
+        self._modes = (OpLog, EscapeLog)
+        self._install_launch_counters()
+
+    def _install_launch_counters(self) -> None:
+        import importlib
+
+        import triton
+
+        for module_name, class_name in (("triton.runtime.interpreter", "InterpretedFunction"),
+                                        ("triton.runtime.jit", "JITFunction")):
+            try:
+                cls = getattr(importlib.import_module(module_name), class_name)
+            except (ImportError, AttributeError):
+                continue
+            if "run" in vars(cls):
+                cls.run = self._counting(vars(cls)["run"])
+        try:
+            from triton.runtime.autotuner import Autotuner
+        except ImportError:
+            Autotuner = None
+        if Autotuner is not None and "_bench" in vars(Autotuner):
+            Autotuner._bench = self._benchmarking(vars(Autotuner)["_bench"])
+
+        runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+        chain = getattr(runtime, "launch_enter_hook", None)
+        if hasattr(chain, "add"):  # Triton >= 3.5: a chain of hooks
+            chain.add(self._launch_hook)
+        elif runtime is not None and chain is None:
+            runtime.launch_enter_hook = self._launch_hook
+
+    def _counting(self, original):
+        monitor = self
+
+        def run(self, *args, **kwargs):
+            if not kwargs.get("warmup", False) and monitor.active:
+                monitor.launches += 1
+            return original(self, *args, **kwargs)
+
+        run.__wrapped__ = original
+        return run
+
+    def _benchmarking(self, original):
+        monitor = self
+
+        def bench(self, *args, **kwargs):
+            monitor.benchmarking += 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                monitor.benchmarking -= 1
+
+        bench.__wrapped__ = original
+        return bench
+
+    def _launch_hook(self, *args, **kwargs):
+        if self.active:
+            self.hook_launches += 1
+
+    def watching(self, fn, allowed_ops: frozenset = ALLOWED_OPS):
+        """``fn`` wrapped so that its call is counted and logged; ``allowed_ops`` are the
+        operators that do not count as computing."""
+        monitor, (op_log, escape_log) = self, self._modes
+
+        def watched(*args, **kwargs):
+            monitor.allowed_ops = allowed_ops
+            monitor.launches = monitor.hook_launches = 0
+            monitor.ops, monitor.escapes = {}, set()
+            monitor.active = True
+            try:
+                with escape_log(), op_log():
+                    return fn(*args, **kwargs)
+            finally:
+                monitor.active = False
+
+        return watched
+
+    def report(self) -> dict:
+        return {"launches": max(self.launches, self.hook_launches),
+                "ops": dict(sorted(self.ops.items())), "escapes": sorted(self.escapes)}
+
+
+_shared: Monitor | None = None
+
+
+def shared_monitor() -> Monitor:
+    """The process's one monitor: it wraps Triton's launch entry points, which must happen once."""
+    global _shared
+    if _shared is None:
+        _shared = Monitor()
+    return _shared
+
+
+def judge_evidence(api: str, report: dict, produced_output: bool) -> tuple[str, str] | None:
+    """(kind, learner-facing message) when the call went around the exercise, else None.
+
+    ``produced_output``: the call returned at least one non-empty tensor (an empty result needs
+    no launch)."""
+    ops = report.get("ops") or {}
+    if ops:
+        names = ", ".join(f"aten.{name}" for name in list(ops)[:6])
+        return "torch", (f"{api}() computed with PyTorch ({names}) instead of a Triton kernel. Around the "
+                         "launch, only allocate, reshape and copy tensors; printing a tensor or reading "
+                         "its values (.item(), float(t)) counts too.")
+    if report.get("escapes"):
+        return "torch", (f"{api}() handed tensor values to NumPy or Python ({', '.join(report['escapes'])}); "
+                         "compute them in the Triton kernel instead.")
+    if not report.get("launches") and produced_output:
+        return "no_launch", (f"no Triton kernel ran: {api}() returned without launching one. The work must "
+                             "happen in your @triton.jit kernel, launched as kernel[grid](...).")
+    return None

@@ -1,0 +1,136 @@
+"""The byte format in which tensors travel between the grader and its child process.
+
+Inputs go to the child, outputs come back, as one file per trial:
+
+    b"GRT1" | header length (4 bytes, little-endian) | JSON header | storage bytes, back to back
+
+The header lists the storages (their sizes in bytes), the tensors (each a view: storage index,
+dtype, shape, stride, offset) and a JSON "skeleton" of the value with every tensor replaced by
+``{"$tensor": i}`` and every tuple by ``{"$tuple": [...]}``. Views keep their layout (a
+row-strided or transposed input arrives as one) and two tensors that share a storage still share
+one after the trip, so the parent can tell an output that is an input in disguise.
+
+Nothing is unpickled, and ``parse`` trusts nothing: the file is read by the caller with a size
+limit, every declared size must add up to the bytes actually present, every view must lie inside
+its storage, and no tensor may hold more elements than the caller allows, so a small file cannot
+make the parent allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import torch
+
+MAGIC = b"GRT1"
+DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed tensor file within the limits given."""
+
+
+def dump(value) -> bytes:
+    """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes."""
+    storages: list[torch.UntypedStorage] = []
+    storage_index: dict[tuple, int] = {}
+    tensors: list[dict] = []
+
+    def encode(item):
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            key = (item.device.type, item.device.index, storage.data_ptr(), storage.nbytes())
+            if key not in storage_index:
+                storage_index[key] = len(storages)
+                storages.append(storage)
+            tensors.append({"storage": storage_index[key], "dtype": str(item.dtype).removeprefix("torch."),
+                            "shape": list(item.shape), "stride": list(item.stride()),
+                            "offset": item.storage_offset()})
+            return {"$tensor": len(tensors) - 1}
+        if isinstance(item, tuple):
+            return {"$tuple": [encode(part) for part in item]}
+        if isinstance(item, list):
+            return [encode(part) for part in item]
+        if isinstance(item, dict):
+            return {str(key): encode(part) for key, part in item.items()}
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return item
+        if isinstance(item, torch.dtype):
+            return {"$dtype": str(item).removeprefix("torch.")}
+        raise TypeError(f"cannot send a {type(item).__name__}")
+
+    skeleton = encode(value)
+    header = json.dumps({"storages": [s.nbytes() for s in storages], "tensors": tensors,
+                         "value": skeleton}).encode()
+    parts = [MAGIC, struct.pack("<I", len(header)), header]
+    parts += [bytes(torch.empty(0, dtype=torch.uint8).set_(s.cpu()).numpy()) if s.nbytes() else b""
+              for s in storages]
+    return b"".join(parts)
+
+
+def parse(data: bytes, max_elements: int, device: torch.device | str = "cpu"):
+    """The value ``dump`` wrote, with its tensors on ``device``; raises WireError when the bytes
+    are malformed or a tensor would hold more than ``max_elements`` elements."""
+    if data[:4] != MAGIC or len(data) < 8:
+        raise WireError("not a tensor file")
+    (length,) = struct.unpack("<I", data[4:8])
+    if 8 + length > len(data):
+        raise WireError("the header runs past the end of the file")
+    try:
+        header = json.loads(data[8:8 + length])
+        sizes = [int(n) for n in header["storages"]]
+        views, skeleton = header["tensors"], header["value"]
+    except (ValueError, KeyError, TypeError):
+        raise WireError("the header is not valid") from None
+    if any(n < 0 for n in sizes) or 8 + length + sum(sizes) != len(data):
+        raise WireError("the declared storage sizes do not match the bytes in the file")
+    storages, position = [], 8 + length
+    for size in sizes:
+        chunk = bytearray(data[position:position + size])
+        position += size
+        storage = torch.frombuffer(chunk, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+        storages.append(storage.to(device))
+    tensors = [_view(view, storages, max_elements) for view in views]
+
+    def decode(item):
+        if isinstance(item, dict):
+            if set(item) == {"$tensor"} and isinstance(item["$tensor"], int) and 0 <= item["$tensor"] < len(tensors):
+                return tensors[item["$tensor"]]
+            if set(item) == {"$tuple"} and isinstance(item["$tuple"], list):
+                return tuple(decode(part) for part in item["$tuple"])
+            if set(item) == {"$dtype"} and item["$dtype"] in DTYPES:
+                return DTYPES[item["$dtype"]]
+            return {key: decode(part) for key, part in item.items()}
+        if isinstance(item, list):
+            return [decode(part) for part in item]
+        return item
+
+    return decode(skeleton)
+
+
+def _view(view: dict, storages: list[torch.Tensor], max_elements: int) -> torch.Tensor:
+    try:
+        dtype = DTYPES[view["dtype"]]
+        storage = storages[int(view["storage"])]
+        shape, stride, offset = [int(n) for n in view["shape"]], [int(n) for n in view["stride"]], int(view["offset"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise WireError("a tensor's description is not valid") from None
+    if len(shape) != len(stride) or len(shape) > 8 or min(shape + stride + [offset], default=0) < 0:
+        raise WireError("a tensor's shape, stride or offset is not valid")
+    elements = 1
+    for n in shape:
+        elements *= n
+    if elements > max_elements:
+        raise WireError(f"a tensor has {elements} elements, more than the {max_elements} expected")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if storage.numel() % itemsize:
+        raise WireError("a storage's size is not a whole number of elements")
+    if elements:  # the last element the view reaches must lie inside its storage
+        last = offset + sum((n - 1) * s for n, s in zip(shape, stride))
+        if (last + 1) * itemsize > storage.numel():
+            raise WireError("a tensor reaches past the end of its storage")
+    # Views of one storage stay views of one storage, with the layout they were sent with.
+    return storage.view(dtype).as_strided(shape, stride, offset)
