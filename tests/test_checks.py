@@ -1,6 +1,8 @@
 """The checks catch the ways a kernel can look right and be wrong."""
 
 import torch
+import triton
+import triton.language as tl
 
 from grader.cases import Case, Spec
 from grader.checks import run_case
@@ -10,8 +12,53 @@ SPEC = Spec(api="double", make_inputs=lambda case, rand: ((rand.randn(case.param
 CASE = Case({"n": 100})
 
 
-def test_correct_function_passes():
-    assert run_case(lambda x: 2 * x, SPEC, CASE).passed
+@triton.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+def double(x):
+    out = torch.empty_like(x)
+    _double_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+    return out
+
+
+def test_correct_kernel_passes():
+    assert run_case(double, SPEC, CASE).passed
+
+
+def test_computing_with_pytorch_fails_with_the_reason():
+    result = run_case(lambda x: 2 * x, SPEC, CASE)
+    assert not result.passed and "computed with PyTorch (aten.mul)" in result.message
+
+
+def test_a_pytorch_result_beside_a_launch_still_fails():
+    def launches_then_cheats(x):
+        double(x)
+        return x * 2
+
+    result = run_case(launches_then_cheats, SPEC, CASE)
+    assert not result.passed and "aten.mul" in result.message
+
+
+def test_a_result_without_any_launch_fails_with_the_reason():
+    spec = Spec(api="same", make_inputs=SPEC.make_inputs, reference=lambda x: x)
+    result = run_case(lambda x: x.clone(), spec, CASE)
+    assert not result.passed and "no Triton kernel ran" in result.message
+
+
+def test_reading_values_into_python_counts_as_computing():
+    def through_python(x):
+        out = torch.empty_like(x)
+        double(x)
+        for i in range(x.numel()):
+            out[i] = 2 * float(x[i])
+        return out
+
+    result = run_case(through_python, SPEC, CASE)
+    assert not result.passed and "_local_scalar_dense" in result.message
 
 
 def test_unwritten_output_is_caught_by_poisoning():
