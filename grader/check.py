@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import device, progress
+from grader import cases, device, progress
 from grader.catalog import Module, find_module
 from grader.checks import short_error
 from grader.loading import kernel_path, todo_summary
+from grader.sandbox.policy import check_source, explain, policy_for
 from grader.stubs import open_todos
 
 
@@ -62,13 +63,18 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     if not path.is_file():
         print(f"There is no kernel.py at {path}.", file=out)
         return False
-    todos = open_todos(path.read_text())
+    source = path.read_text()
+    todos = open_todos(source)
     summary = todo_summary(todos)
     if todos:
         print(f"TODOs left: {len(todos)}", file=out)
         for todo in todos:
             print(f"  {todo}", file=out)
         print(file=out)
+    refused = check_source(source, policy_for(cases.public(module)[0]))
+    if refused:  # say it now, not when the grade comes back as zero
+        print(f"{explain(refused)}\nThe tests below still run, but a graded submission like this scores 0.\n",
+              file=out)
 
     results = run_public_tests(module, impl)
     passed = sum(outcome == "passed" for _, outcome, _ in results)
@@ -100,6 +106,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     if path.resolve() == (module.learner_dir / "kernel.py").resolve():
         progress.record(module, path, passed, len(counted))
     done = passed == len(counted) and bool(counted)
+    done = done and not refused
     if done and device.is_cuda():
         from grader.speed import report_speed
         report_speed(module, impl, out)

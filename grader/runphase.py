@@ -43,10 +43,11 @@ from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, outpu
 from grader.sandbox.child import command as child_command
 from grader.evidence import judge_evidence
 from grader.loading import LoadError, load_kernel, todo_summary
+from grader.sandbox.policy import check_source, explain, policy_for
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 MAX_SOURCE_BYTES = 1 << 20
 PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
@@ -60,6 +61,7 @@ class Options:
     expose: tuple = ()  # more read-only paths the child needs (a CUDA toolkit outside /usr, ...)
     allow_unsafe: bool = False  # grade even where fork bombs cannot be contained
     max_failures_in_a_row: int = 2  # time-outs/crashes in a row before the rest is not run
+    policy_gate: bool = True  # refuse what no exercise needs before running (off: tests of the layers behind it)
     gpu_memory_fraction: float = 0.9
 
 
@@ -293,6 +295,7 @@ _GENERIC = {
     "timeout": "the function did not return within the time limit (an endless loop?).",
     "crash": "the process running the function crashed or was killed on this case.",
     "not_run": "not run, after too many time-outs or crashes in a row.",
+    "policy": "not run: the grader refused kernel.py before running it.",
 }
 
 
@@ -304,6 +307,7 @@ _INTEGRITY = {
     "cache": "a call returned an earlier result for new inputs (outputs cached across calls).",
     "alias": "a call returned one of its inputs instead of a new tensor.",
     "mutation": "a call changed its inputs.",
+    "policy": "the grader refused kernel.py before running it (see why above).",
 }
 
 
@@ -368,6 +372,11 @@ class _Grading:
         self.failures_in_a_row = 0
         self.log: list[str] = []
         self.performance = PERFORMANCE_NOT_GRADED
+        # The static gate, before anything of the submission runs (Options.policy_gate turns it
+        # off only to test the layers behind it on their own).
+        violations = check_source(source.decode(errors="replace"), policy_for(self.plan.spec)) \
+            if options.policy_gate else []
+        self.refusal = explain(violations) if violations else None
 
     @property
     def api(self) -> str:
@@ -387,6 +396,11 @@ class _Grading:
     def run(self) -> None:
         """Public cases first, then hidden ones, never in the same child: a child that runs
         public cases (whose messages the learner reads) never holds a hidden case's inputs."""
+        if self.refusal is not None:
+            for trial in self.plan.trials:
+                self.verdicts[trial.id] = Verdict(False, "policy", "Not run: the grader refused kernel.py "
+                                                  "before running it (see the message above).")
+            return
         for visibility in ("public", "hidden"):
             self.failures_in_a_row = 0
             while (batch := [t for t in self.pending() if self._visibility(t) == visibility]) \
@@ -633,7 +647,9 @@ class _Grading:
         total = counts["public"][1] + counts["hidden"][1]
         integrity = next(({"violation": row["kind"], "message": _INTEGRITY[row["kind"]]}
                           for row in rows if row["kind"] in _INTEGRITY), None)
-        if integrity is not None:
+        if self.refusal is not None:
+            summary = f"No points for this module: {self.refusal}"
+        elif integrity is not None:
             summary = f"No points for this module: {integrity['message']}"
         elif self.load_error is not None:
             ran = "no case ran" if not self.verdicts else f"only {len(self.verdicts)} trial(s) ran"
@@ -659,6 +675,7 @@ class _Grading:
                        "passed": passed, "total": total,
                        "score": round(passed / total, 4) if total and integrity is None else 0.0},
             "integrity": integrity,
+            "refusal": self.refusal,
             "performance": self.performance if integrity is None or not self.performance.get("graded") else
             {**self.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
             "protections": self.protections,

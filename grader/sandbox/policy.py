@@ -1,0 +1,958 @@
+"""Static policy gate: refuse what no exercise needs in a submitted kernel.py, before any of it runs.
+
+The gate is an allowlist. A kernel file needs very little outside its @triton.jit kernels: import
+torch, triton, triton.language and math; allocate, reshape and copy tensors; ask the device a few
+questions; compute a grid with integer arithmetic and launch. Everything else (other modules,
+private attributes, frame and code introspection, PyTorch compute, moving tensor values to NumPy
+or Python, changing other modules, autotuner hooks) is refused with a one-line reason that names
+the line, so that a learner who wanders off the path learns why, and a student who read the
+grader's source cannot reach its internals from Python.
+
+Rule ids (``Violation.rule``): import, builtin, private, introspection, module-object,
+module-attribute-write, attribute-write, torch-compute, torch-internals, triton-internals,
+module-member, tensor-escape, kernel-body, hook, heuristics, metaclass, syntax.
+
+We walk the tree ourselves with the standard library's ``ast`` rather than plugging rules into a
+third-party linter: the rules are few but specific to this course (which names are modules, which
+functions are kernels), and a small walker keeps the grader's trusted code free of dependencies.
+What depends on the installed versions (torch.Tensor's attributes, what triton.language holds) is
+read from torch and triton themselves, imported on first use; nothing of the submission is.
+
+What a static check cannot decide is left to the runtime operator log in the child: operators on
+tensors (``x + y``, ``out[:] = x``, ``float(t)``, iterating a tensor) look exactly like integer
+arithmetic on shapes, and values that flow through parameters (a tensor passed as a constexpr to
+a kernel, an object handed to a helper that sets its attributes) have no static type here.
+
+``check_source`` returns no violation for a file that does not parse: the loader reports syntax
+errors with better messages (the offending token, a caret), so the gate stays out of its way.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import re
+import string
+import types
+from dataclasses import dataclass, fields, replace
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One refused construct: the line it is on, a short rule id, and a learner-facing sentence."""
+
+    line: int
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a kernel.py may use. Every field is an allowlist; ``widen`` adds to it deliberately.
+
+    imports:         modules that may be imported, as exact dotted names (submodules of an open
+                     module, such as triton.language.extra, may be imported too).
+    torch_names:     torch.X allowed in Python code (X is the first attribute after torch; a
+                     dotted "autograd.Function" allows that member of a torch submodule and no other).
+    torch_cuda_names: torch.cuda.Y allowed.
+    triton_names:    triton.Z allowed (tl.* is governed by open_modules).
+    tensor_methods:  public torch.Tensor attributes allowed in Python code; the others compute.
+    module_members:  "module.name" allowed for the other modules whose members are restricted
+                     (typing, sys, warnings, the grader's helpers).
+    open_modules:    modules whose public members are all allowed (triton.language, math), except
+                     other modules and functions they merely re-export from elsewhere.
+    """
+
+    imports: frozenset[str]
+    torch_names: frozenset[str]
+    torch_cuda_names: frozenset[str]
+    triton_names: frozenset[str]
+    tensor_methods: frozenset[str]
+    module_members: frozenset[str]
+    open_modules: frozenset[str]
+
+    def widen(self, **extra: Iterable[str]) -> Policy:
+        """A copy with ``extra`` names added, field by field (e.g. ``torch_names={"autograd"}``)."""
+        known = {f.name for f in fields(self)}
+        unknown = set(extra) - known
+        if unknown:
+            raise TypeError(f"Policy has no field(s) {sorted(unknown)}; fields: {sorted(known)}")
+        for name, values in extra.items():
+            if isinstance(values, str):  # widen(imports="numpy") would add n, u, m, ...
+                raise TypeError(f"widen({name}=...) takes a collection of names, not the string {values!r}")
+        return replace(self, **{name: getattr(self, name) | frozenset(values)
+                                for name, values in extra.items()})
+
+    @functools.cached_property
+    def _members(self) -> frozenset[str]:
+        """Every allowed restricted member as a dotted name."""
+        return (frozenset(f"torch.{n}" for n in self.torch_names)
+                | frozenset(f"torch.cuda.{n}" for n in self.torch_cuda_names)
+                | frozenset(f"triton.{n}" for n in self.triton_names)
+                | self.module_members)
+
+    @functools.cached_property
+    def _prefixes(self) -> frozenset[str]:
+        """Dotted names that are namespaces: parents of an allowed member or an importable module."""
+        out = set()
+        for dotted in self._members | self.imports | self.open_modules:
+            parts = dotted.split(".")
+            out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        return frozenset(out)
+
+
+DEFAULT_POLICY = Policy(
+    imports=frozenset({
+        "torch", "triton", "triton.language", "math", "typing", "__future__",
+        "grader.validation", "grader.check",
+        # print(..., file=sys.stderr) and warnings.warn(...) are how learners debug (see the
+        # "noisy" example); only those members are allowed.
+        "sys", "warnings",
+    }),
+    torch_names=frozenset({
+        "Tensor", "Size", "device", "dtype",
+        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
+        "full", "full_like",
+        "float16", "float32", "float64", "bfloat16", "half", "float", "double",
+        "int8", "int16", "int32", "int64", "uint8", "bool", "long", "int", "short",
+        "channels_last", "contiguous_format", "preserve_format",
+        "is_tensor", "is_floating_point", "finfo", "iinfo", "cuda",
+    }),
+    torch_cuda_names=frozenset({
+        "is_available", "current_device", "device_count", "get_device_properties",
+        "get_device_capability", "get_device_name", "synchronize", "Stream", "stream",
+        "current_stream",
+    }),
+    triton_names=frozenset({
+        "jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "constexpr",
+    }),
+    tensor_methods=frozenset({
+        # metadata
+        "shape", "dtype", "device", "ndim", "size", "stride", "dim", "numel", "nelement",
+        "element_size", "itemsize", "nbytes", "is_contiguous", "is_cuda", "is_floating_point",
+        "is_signed", "is_complex", "storage_offset", "data_ptr", "requires_grad", "is_leaf",
+        # views and layout
+        "contiguous", "view", "view_as", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
+        "t", "T", "mT", "transpose", "permute", "expand", "expand_as", "narrow", "select",
+        "unbind", "chunk", "split", "movedim",
+        # allocation, conversion, copies
+        "new_empty", "new_zeros", "new_ones", "new_full", "to", "cpu", "cuda", "float", "half",
+        "bfloat16", "double", "type", "clone", "detach", "copy_", "zero_", "fill_",
+        # Names Tensor shares with other types that wrapper code uses (the full list of
+        # collisions and the decision for each is at _COLLISION_HINTS below):
+        "index",   # device.index, tuple.index / str.index (Tensor.index needs functorch Dims)
+        "values",  # dict.values (Tensor.values is for sparse tensors only)
+    }),
+    module_members=frozenset({
+        "sys.stderr", "sys.stdout",
+        "warnings.warn",
+        "grader.validation.check_tensors",
+        "grader.check.self_check",
+        # typing: annotations only. Not get_type_hints (it evals strings) nor ForwardRef.
+        *(f"typing.{n}" for n in (
+            "Any", "Callable", "Dict", "Final", "Iterable", "Iterator", "List", "Literal",
+            "Mapping", "NamedTuple", "Optional", "Sequence", "Tuple", "TypeVar", "Union",
+            "TYPE_CHECKING", "cast", "overload")),
+    }),
+    open_modules=frozenset({"triton.language", "math", "__future__"}),
+)
+
+
+# --- fixed vocabularies (not part of a policy: nothing legitimate needs them widened) ---------
+
+_BANNED_BUILTINS = frozenset({
+    "exec", "eval", "compile", "__import__", "open", "globals", "locals", "vars", "getattr",
+    "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview",
+    "__builtins__",
+})
+_ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__file__"})
+_ALLOWED_DUNDER_STRINGS = frozenset({"__main__"})
+
+# Frames, code objects and the class hierarchy: the ways from a value back into the harness.
+_INTROSPECTION = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
+    "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame",
+    "tb_next", "co_code", "co_consts", "co_names", "mro",
+})
+
+# Python callables that Triton runs on the kernel's tensors during a launch, outside the kernel.
+_HOOKS = frozenset({
+    "pre_hook", "post_hook", "prune_configs_by", "early_config_prune", "perf_model",
+    "reset_to_zero", "restore_value", "do_bench", "ir_override", "add_pre_run_hook",
+    "pre_run_hooks",
+})
+
+# What Triton's code generator resolves as a builtin inside a kernel (getattr/hasattr aside).
+_KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "len", "isinstance", "print", "list"})
+
+# Tensor attributes that hand values to Python, NumPy or raw memory.
+_TENSOR_ESCAPES = frozenset({
+    "numpy", "tolist", "item", "storage", "untyped_storage", "data", "set_", "share_memory_",
+})
+
+# torch.X that move values in or out of PyTorch (Python data, NumPy, DLPack, files).
+_TORCH_ESCAPES = frozenset({
+    "from_numpy", "from_dlpack", "frombuffer", "from_file", "as_tensor", "asarray", "tensor",
+    "save", "load", "dlpack",
+})
+# torch.X that reach PyTorch's machinery rather than compute.
+_TORCH_INTERNALS = frozenset({
+    "utils", "library", "overrides", "multiprocessing", "compile", "jit", "autograd", "profiler",
+    "testing", "fx", "export", "distributed", "backends", "futures", "hub", "package", "func",
+    "compiler", "set_default_dtype", "set_default_device", "manual_seed", "seed",
+    "use_deterministic_algorithms", "set_grad_enabled", "no_grad", "enable_grad",
+    "inference_mode", "cpu", "mps", "xpu", "accelerator", "serialization", "storage",
+    "UntypedStorage", "TypedStorage",
+})
+
+# Public torch.Tensor names that other types share. Decisions (why, per name):
+#   index      allowed (policy): device.index, tuple.index, str.index; Tensor.index needs functorch.
+#   values     allowed (policy): dict.values; Tensor.values only exists for sparse tensors.
+#   split      allowed (policy): str.split; Tensor.split only makes views.
+#   type       allowed (policy): device.type; Tensor.type converts like .to().
+#   itemsize, is_floating_point, is_signed, is_complex, dtype, numel: allowed (dtype, Size,
+#              finfo share them; on a tensor they are metadata).
+#   sort       refused: list.sort, but Tensor.sort computes; sorted(...) does for a list.
+#   add        refused: set.add, but Tensor.add computes; s |= {v} does for a set.
+#   max, min   refused: torch.finfo(...).max, but Tensor.max reduces; written directly on
+#              torch.finfo(...)/torch.iinfo(...) they are allowed, and the builtins max()/min() work.
+#   real, imag refused: int/float have them, no exercise uses them, on tensors they are complex ops.
+_COLLISION_HINTS = {
+    "sort": " (for a list, use sorted(...))",
+    "add": " (for a set, use s |= {item})",
+    "max": " (for numbers, use the builtin max(); for a dtype's limit, torch.finfo(dtype).max)",
+    "min": " (for numbers, use the builtin min(); for a dtype's limit, torch.finfo(dtype).min)",
+}
+
+# The .attr and [key] parts of a str.format field name after its first part.
+_FORMAT_FIELD_PARTS = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
+
+_DO_INSTEAD = "Compute inside your @triton.jit kernel; around the launch, only allocate, reshape and copy tensors."
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_attributes() -> frozenset[str]:
+    import torch  # lazily: the gate itself must stay importable cheaply
+
+    return frozenset(n for n in dir(torch.Tensor) if not n.startswith("_"))
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_value_attributes() -> frozenset[str]:
+    """Public attributes of Triton's language classes: what kernel values (blocks, dtypes,
+    pointers, constexprs) legitimately have, even where torch.Tensor has the same name."""
+    import triton.language as tl
+
+    names = {"shape", "dtype", "type", "numel", "element_ty", "value"}  # set in __init__
+    for obj in vars(tl).values():
+        if isinstance(obj, type):
+            names.update(n for n in dir(obj) if not n.startswith("_"))
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def _lookup(module: str, name: str, root: str) -> tuple[str, object]:
+    """(kind, detail) of module.name for an open module: ("module", its __name__),
+    ("foreign", the module a callable comes from) or ("value", None)."""
+    try:
+        mod = importlib.import_module(module)
+        value = getattr(mod, name)
+    except Exception:  # a missing name fails when the file runs, with Python's own message
+        return "value", None
+    if isinstance(value, types.ModuleType):
+        return "module", value.__name__
+    if name in getattr(mod, "__all__", ()):
+        return "value", None
+    origin = getattr(value, "__module__", None)
+    if callable(value) and isinstance(origin, str) and not (origin == root or origin.startswith(root + ".")):
+        return "foreign", origin
+    return "value", None
+
+
+def _and_list(items: list[str]) -> str:
+    """a, b and c"""
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else "".join(items)
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _chain(node: ast.AST) -> tuple[ast.AST, list[str]]:
+    """The base expression and attribute names of a.b.c (base a, ["b", "c"])."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    return node, attrs[::-1]
+
+
+def _root(node: ast.AST) -> ast.AST:
+    """The base of a target such as a.b[i].c: descend through attributes and subscripts."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node
+
+
+def _stored_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """Names a function body binds: assignment targets, loop and with variables, except/match names."""
+    out = set()
+    for top in nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                out.add(node.id)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                out.add(node.name)
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+                out.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                out.add(node.rest)
+    return out
+
+
+def _arg_names(args: ast.arguments) -> list[ast.arg]:
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+    every += [a for a in (args.vararg, args.kwarg) if a is not None]
+    return every
+
+
+class _Function:
+    """What the walker knows about the function it is in."""
+
+    def __init__(self, node: ast.AST, kernel: bool):
+        self.kernel = kernel
+        self.name = getattr(node, "name", "<lambda>")
+        body = node.body if isinstance(node.body, list) else [node.body]
+        declared_global = {n for top in body for s in ast.walk(top)
+                           if isinstance(s, ast.Global) for n in s.names}
+        self.locals = ({a.arg for a in _arg_names(node.args)} | _stored_names(body)) - declared_global
+        # Locals that merely name a global object (k = add_kernel; for k in KERNELS): setting
+        # their attributes changes that object, not one this function created.
+        self.borrowed = set()
+        for top in body:
+            for s in ast.walk(top):
+                if isinstance(s, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and s.value is not None:
+                    targets, source = (s.targets if isinstance(s, ast.Assign) else [s.target]), s.value
+                elif isinstance(s, (ast.For, ast.AsyncFor, ast.comprehension)):
+                    targets, source = [s.target], s.iter
+                else:
+                    continue
+                base = _root(source)
+                if isinstance(base, ast.Name) and base.id not in self.locals:
+                    self.borrowed |= _stored_names(targets)
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, tree: ast.Module, policy: Policy):
+        self.policy = policy
+        self.found: dict[tuple[int, str, str], tuple[int, Violation]] = {}
+        self.parents: dict[ast.AST, ast.AST] = {}
+        for parent in ast.walk(tree):
+            for child in ast.iter_child_nodes(parent):
+                self.parents[child] = parent
+        self.modules: dict[str, str] = {}  # name -> dotted module it is bound to
+        self.members: dict[str, str] = {}  # name -> dotted module member it is bound to
+        self._collect_imports(tree)
+        self.aliases = self._collect_aliases(tree)  # names that hold a module's member
+        self.jit_functions = {s.name for s in ast.walk(tree)
+                              if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_jit(s)}
+        self.constants = self._collect_constants(tree)
+        self.functions: list[_Function] = []
+        self.heuristics_depth = 0
+        # Module-level functions handed to @triton.heuristics run during the launch, like lambdas.
+        defs = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.heuristics_functions = {
+            n.id for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and self._dotted(call.func) == "triton.heuristics"
+            for arg in [*call.args, *(kw.value for kw in call.keywords)]
+            for n in ast.walk(arg) if isinstance(n, ast.Name) and n.id in defs}
+
+    # --- reporting -------------------------------------------------------------------------
+
+    def report(self, node: ast.AST, rule: str, message: str) -> None:
+        line = getattr(node, "lineno", 1)
+        key = (line, rule, message)
+        if key not in self.found:
+            self.found[key] = (getattr(node, "col_offset", 0), Violation(line, rule, message))
+
+    def violations(self) -> list[Violation]:
+        ordered = sorted(self.found.values(), key=lambda cv: (cv[1].line, cv[0], cv[1].rule))
+        return [v for _, v in ordered]
+
+    # --- what names are ----------------------------------------------------------------------
+
+    def _collect_imports(self, tree: ast.Module) -> None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.modules[alias.asname] = alias.name
+                    else:
+                        first = alias.name.split(".")[0]
+                        self.modules[first] = first
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    dotted = f"{node.module}.{alias.name}"
+                    bound = alias.asname or alias.name
+                    if self._is_namespace(dotted):
+                        self.modules[bound] = dotted
+                    else:
+                        self.members[bound] = dotted
+
+    def _collect_aliases(self, tree: ast.Module) -> set[str]:
+        """Names assigned a module's member (T = torch.Tensor), transitively: writing their
+        attributes changes the module."""
+        aliases = set(self.members)
+        pairs = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                pairs += [(t.id, node.value) for t in targets if isinstance(t, ast.Name)]
+        changed = True
+        while changed:
+            changed = False
+            for name, value in pairs:
+                if name in aliases:
+                    continue
+                base, attrs = _chain(value)
+                if isinstance(base, ast.Name) and ((attrs and base.id in self.modules) or base.id in aliases):
+                    aliases.add(name)
+                    changed = True
+        return aliases
+
+    def _is_namespace(self, dotted: str) -> bool:
+        p = self.policy
+        if dotted in p.imports or dotted in p._prefixes or dotted in p.open_modules:
+            return True
+        root = self._open_root(dotted)
+        if root is None:
+            return False
+        module, _, name = dotted.rpartition(".")
+        return _lookup(module, name, root)[0] == "module"
+
+    def _open_root(self, dotted: str) -> str | None:
+        for root in self.policy.open_modules:
+            if dotted == root or dotted.startswith(root + "."):
+                return root
+        return None
+
+    def _importable(self, module: str) -> bool:
+        return module in self.policy.imports or self._open_root(module) is not None
+
+    def _dotted(self, node: ast.AST) -> str | None:
+        """torch.finfo for `torch.finfo` or for `finfo` imported from torch; else None."""
+        base, attrs = _chain(node)
+        if not isinstance(base, ast.Name):
+            return None
+        if base.id in self.modules:
+            return ".".join([self.modules[base.id], *attrs])
+        if base.id in self.members:
+            return ".".join([self.members[base.id], *attrs])
+        return None
+
+    def _is_jit(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            if self._dotted(target) == "triton.jit":
+                return True
+        return False
+
+    def _collect_constants(self, tree: ast.Module) -> set[str]:
+        """Module-level names a kernel may read: literals, arithmetic on them, tl.* values and
+        tl.constexpr(...). A name bound any other way anywhere at module level (or declared
+        `global` in a function) is not a constant."""
+        constants: set[str] = set()
+        spoiled = {n for s in ast.walk(tree) if isinstance(s, ast.Global) for n in s.names}
+
+        def const(expr: ast.AST) -> bool:
+            if isinstance(expr, ast.Constant):
+                return True
+            if isinstance(expr, ast.Name):
+                return expr.id in constants
+            if isinstance(expr, (ast.Tuple, ast.List)):
+                return all(const(e) for e in expr.elts)
+            if isinstance(expr, ast.UnaryOp):
+                return const(expr.operand)
+            if isinstance(expr, ast.BinOp):
+                return const(expr.left) and const(expr.right)
+            if isinstance(expr, ast.BoolOp):
+                return all(const(e) for e in expr.values)
+            if isinstance(expr, ast.Compare):
+                return const(expr.left) and all(const(e) for e in expr.comparators)
+            if isinstance(expr, ast.Call):
+                return self._dotted(expr.func) in ("triton.language.constexpr", "triton.constexpr")
+            dotted = self._dotted(expr) if isinstance(expr, ast.Attribute) else None
+            return dotted is not None and (dotted.startswith("triton.language.") or dotted.startswith("math."))
+
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                good = const(stmt.value)
+                for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                    if good and isinstance(target, ast.Name):
+                        constants.add(target.id)
+                    else:
+                        spoiled |= _stored_names([target])
+            else:
+                spoiled |= _stored_names([stmt])
+        return constants - spoiled
+
+    @property
+    def kernel(self) -> _Function | None:
+        """The @triton.jit function whose body is being walked, if any."""
+        for fn in reversed(self.functions):
+            if fn.kernel:
+                return fn
+        return None
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _importable_text(self) -> str:
+        first = ["torch", "triton", "triton.language", "math", "typing", "sys", "warnings", "__future__"]
+        allowed = [m for m in first if m in self.policy.imports]
+        allowed += sorted(m for m in self.policy.imports if m not in first)
+        return _and_list(allowed)
+
+    def _import_message(self, what: str) -> str:
+        return f"`{what}` is not allowed in kernel.py: it may import only {self._importable_text()}."
+
+    def _kernel_message(self, name: str) -> str:
+        return (f"`{name}` cannot be used inside the @triton.jit kernel `{self.kernel.name}`: a kernel "
+                "may only use tl.*, its arguments, module-level constants and other @triton.jit "
+                "functions (on a GPU anything else does not compile; the grader refuses it everywhere).")
+
+    def _refuse_member(self, node: ast.AST, dotted: str) -> None:
+        module, _, name = dotted.rpartition(".")
+        if module == "torch":
+            if name in _TORCH_ESCAPES:
+                self.report(node, "tensor-escape",
+                            f"`{dotted}` moves tensor values between PyTorch and NumPy, DLPack, Python "
+                            "objects or files, which kernel.py may not do: tensor values must stay on "
+                            "the device and be computed by your @triton.jit kernel.")
+            elif name in _TORCH_INTERNALS:
+                self.report(node, "torch-internals",
+                            f"`{dotted}` reaches PyTorch's machinery, which no exercise needs: kernel.py "
+                            "may use torch only to allocate tensors, name dtypes and devices, and query "
+                            "the GPU (torch.cuda).")
+            else:
+                self.report(node, "torch-compute",
+                            f"`{dotted}` computes with PyTorch, which kernel.py may not do: compute inside "
+                            "your @triton.jit kernel; around the launch only allocate, reshape and copy tensors.")
+        elif module.startswith("torch"):
+            self.report(node, "torch-internals",
+                        f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
+                        + self._allowed_list(module) + ".")
+        elif module.startswith("triton"):
+            self.report(node, "triton-internals",
+                        f"`{dotted}` is not needed by any exercise: kernel.py may use tl.* and, from "
+                        f"triton, only {self._allowed_list('triton')}.")
+        else:
+            self.report(node, "module-member",
+                        f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
+                        + self._allowed_list(module) + ".")
+
+    def _allowed_list(self, module: str) -> str:
+        names = sorted(m[len(module) + 1:] for m in self.policy._members
+                       if m.startswith(module + ".") and "." not in m[len(module) + 1:])
+        return _and_list([f"{module}.{n}" for n in names]) or "nothing (no exercise needs it)"
+
+    # --- module members: torch.X, tl.X, sys.X ----------------------------------------------
+
+    def _step(self, node: ast.AST, module: str, name: str) -> str | None:
+        """Check module.name; return the dotted name to keep walking if it is a namespace,
+        "" if it is an allowed value, None if it was refused."""
+        dotted = f"{module}.{name}"
+        if name.startswith("_"):
+            self.report(node, "private", f"`{dotted}` is private: kernel.py may use only public names.")
+            return None
+        root = self._open_root(module)
+        if root is not None:
+            kind, detail = _lookup(module, name, root)
+            if kind == "module":
+                if detail == root or detail.startswith(root + "."):
+                    return detail
+                self.report(node, "import", f"`{dotted}` is the module {detail}, which kernel.py may not "
+                            f"use: it may import only {self._importable_text()}.")
+                return None
+            if kind == "foreign":
+                self.report(node, "module-member",
+                            f"`{dotted}` comes from {detail}, not from {root}: kernel.py may use only "
+                            f"{root}'s own names.")
+                return None
+            return ""
+        p = self.policy
+        if dotted in p._members or dotted in p.imports:
+            # A module named here opens only what is listed under it (torch_names={"autograd"}
+            # allows the name torch.autograd; torch.autograd.Function needs "autograd.Function").
+            return dotted if self._is_namespace(dotted) or self._is_module(module, name) else ""
+        if dotted in p._prefixes:
+            return dotted
+        self._refuse_member(node, dotted)
+        return None
+
+    def _is_module(self, module: str, name: str) -> bool:
+        """Whether module.name is a module, asking only packages the policy imports anyway."""
+        if module.split(".")[0] not in {m.split(".")[0] for m in self.policy.imports}:
+            return False
+        return _lookup(module, name, module)[0] == "module"
+
+    def _module_chain(self, node: ast.Attribute, base: ast.Name, attrs: list[str]) -> None:
+        module = self.modules[base.id]
+        kernel = self.kernel
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self.report(node, "module-attribute-write",
+                        f"`{base.id}.{'.'.join(attrs)}` belongs to {module.split('.')[0]}: kernel.py must not "
+                        "change other modules; define your own names instead.")
+            return
+        if kernel is not None and not (module.split(".")[0] == "triton" or module == "math"):
+            self.report(node, "kernel-body", self._kernel_message(base.id))
+            return
+        if self.heuristics_depth and module.split(".")[0] == "torch":
+            self._heuristics_torch(node, f"{base.id}.{'.'.join(attrs)}")
+            return
+        if not self._is_namespace(module):
+            return  # its import is refused already; one reason is enough
+        current = module
+        for i, name in enumerate(attrs):
+            step = self._step(node, current, name)
+            if step is None:
+                return
+            if step == "":
+                for rest in attrs[i + 1:]:
+                    self._attribute(node, rest, value=None)
+                return
+            current = step
+        self.report(node, "module-object",
+                    f"`{base.id}.{'.'.join(attrs)}` is a module: kernel.py may use a module only to reach "
+                    "its members (write the full name, e.g. torch.empty(...)), not as a value.")
+
+    # --- attributes on values -----------------------------------------------------------------
+
+    def _attribute(self, node: ast.AST, name: str, value: ast.AST | None) -> None:
+        if name.startswith("_"):
+            self.report(node, "private",
+                        f"`.{name}` is private: kernel.py may use only public attributes (Python "
+                        "internals and private APIs are off limits).")
+            return
+        if name in _INTROSPECTION:
+            self.report(node, "introspection",
+                        f"`.{name}` inspects frames, code or classes, which kernel.py may not do: use "
+                        "only the values you are given.")
+            return
+        kernel = self.kernel
+        if kernel is None and name in _HOOKS:
+            self.report(node, "hook",
+                        f"`.{name}` installs or reaches a Python hook that Triton runs during the launch, "
+                        "which kernel.py may not use: put the work in your @triton.jit kernel.")
+            return
+        if kernel is not None and name == "handle":
+            self.report(node, "kernel-body",
+                        f"`.handle` is the interpreter's internal storage of a block: kernel "
+                        f"`{kernel.name}` may use only tl.* operations on its values.")
+            return
+        if name not in _tensor_attributes():
+            return
+        if self.heuristics_depth and name.endswith("_"):
+            self.report(node, "heuristics",
+                        f"`.{name}` writes into a tensor from a @triton.heuristics function, which Triton "
+                        "runs during the launch: heuristics may only compute launch parameters.")
+            return
+        if name in self.policy.tensor_methods:
+            return
+        if kernel is not None and name in _kernel_value_attributes() and name not in _TENSOR_ESCAPES:
+            return
+        if value is not None and name in ("max", "min", "dtype", "bits", "eps", "tiny", "resolution") \
+                and isinstance(value, ast.Call) and self._dotted(value.func) in ("torch.finfo", "torch.iinfo"):
+            return
+        if name in _TENSOR_ESCAPES:
+            self.report(node, "tensor-escape",
+                        f"`.{name}` takes values out of a tensor (into Python, NumPy or raw storage), "
+                        "which kernel.py may not do: tensor values must stay on the device and be "
+                        "computed by your @triton.jit kernel.")
+        else:
+            self.report(node, "torch-compute",
+                        f"`.{name}` is a PyTorch tensor operation{_COLLISION_HINTS.get(name, '')}, "
+                        "which kernel.py may not use: compute inside your @triton.jit kernel; around "
+                        "the launch only allocate, reshape and copy tensors.")
+
+    def _heuristics_torch(self, node: ast.AST, what: str) -> None:
+        self.report(node, "heuristics",
+                    f"`{what}` is used in a @triton.heuristics function, which Triton runs on the "
+                    "kernel's arguments during the launch: heuristics may compute launch parameters "
+                    "from sizes and strides only, without torch.")
+
+    def _attribute_write(self, node: ast.Attribute | ast.Subscript) -> None:
+        base = _root(node)
+        if isinstance(base, ast.Name):
+            if base.id in self.modules or base.id in self.aliases:
+                owner = self.modules.get(base.id) or (self.members.get(base.id) or "another module")
+                self.report(node, "module-attribute-write",
+                            f"`{ast.unparse(node)}` changes {owner.split('.')[0]}: kernel.py must not change "
+                            "other modules; define your own names instead.")
+                return
+            fn = self.functions[-1] if self.functions else None
+            if isinstance(node, ast.Subscript) or (fn is not None and base.id in fn.locals
+                                                   and base.id not in fn.borrowed):
+                return  # items of containers, attributes of the function's own objects
+        elif isinstance(node, ast.Subscript):
+            return
+        self.report(node, "attribute-write",
+                    f"`{ast.unparse(node)} = ...` sets an attribute of an object kernel.py did not create "
+                    "in this function: set attributes only on your own local objects.")
+
+    # --- visitors -------------------------------------------------------------------------------
+
+    def visit_Import(self, node: ast.Import) -> None:
+        if self.kernel is not None:
+            self.report(node, "kernel-body", self._kernel_message("import"))
+        for alias in node.names:
+            if not self._importable(alias.name):
+                self.report(node, "import", self._import_message(f"import {alias.name}"))
+            if alias.asname and _is_dunder(alias.asname):
+                self.report(node, "private", f"`{alias.asname}` is a Python internal name: choose another.")
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if self.kernel is not None:
+            self.report(node, "kernel-body", self._kernel_message("import"))
+        if node.level:
+            self.report(node, "import", "Relative imports are not allowed in kernel.py: it may import "
+                        f"only {self._importable_text()}.")
+            return
+        if not self._importable(node.module):
+            self.report(node, "import", self._import_message(f"from {node.module} import ..."))
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                self.report(node, "import", f"`from {node.module} import *` is not allowed in kernel.py: "
+                            "import the names you use one by one.")
+                continue
+            if node.module == "__future__":
+                continue
+            self._step(node, node.module, alias.name)
+            if alias.asname and _is_dunder(alias.asname):
+                self.report(node, "private", f"`{alias.asname}` is a Python internal name: choose another.")
+
+    def visit_Name(self, node: ast.Name) -> None:
+        name = node.id
+        if name in _BANNED_BUILTINS:
+            self.report(node, "builtin",
+                        f"`{name}` is not allowed in kernel.py: it runs, reads or reaches code and files "
+                        "outside your kernel, which no exercise needs.")
+            return
+        if _is_dunder(name) and name not in _ALLOWED_DUNDER_NAMES:
+            self.report(node, "private", f"`{name}` is a Python internal, which kernel.py may not use.")
+            return
+        if name in self.modules:
+            if isinstance(node.ctx, ast.Load):
+                what = "used as a value"
+            else:
+                what = "rebound"
+            self.report(node, "module-object",
+                        f"`{name}` is a module and may not be {what}: kernel.py may use a module only to "
+                        f"reach its members (write {name}.something).")
+            return
+        kernel = self.kernel
+        if kernel is not None and isinstance(node.ctx, ast.Load):
+            allowed = (name in kernel.locals or name in _KERNEL_BUILTINS or name in self.jit_functions
+                       or name in self.constants
+                       or (name in self.members and self.members[name].split(".")[0] in ("triton", "math")))
+            if not allowed:
+                self.report(node, "kernel-body", self._kernel_message(name))
+                return
+        if self.heuristics_depth and name in self.members and self.members[name].split(".")[0] == "torch":
+            self._heuristics_torch(node, name)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        base, attrs = _chain(node)
+        if isinstance(base, ast.Name) and base.id in self.modules:
+            parent = self.parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                return  # checked with the outermost attribute of the chain
+            self._module_chain(node, base, attrs)
+            return
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._attribute_write(node)
+        self._attribute(node, node.attr, node.value)
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            self._attribute_write(node)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if not isinstance(node.value, str):
+            return
+        if re.fullmatch(r"__\w+__", node.value) and node.value not in _ALLOWED_DUNDER_STRINGS:
+            self.report(node, "private",
+                        f"the string {node.value!r} names a Python internal, which kernel.py may not use.")
+        elif "{" in node.value:
+            self._format_fields(node, node.value)
+
+    def _format_fields(self, node: ast.AST, text: str) -> None:
+        """str.format walks attributes named in its fields ("{0.__class__}"): check them as code."""
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError:
+            return
+        for _, field, spec, _ in parsed:
+            for attr, key in _FORMAT_FIELD_PARTS.findall(field or ""):
+                if attr:
+                    self._attribute(node, attr, None)
+                elif _is_dunder(key):
+                    self.report(node, "private",
+                                f"the format field {{{field}}} names a Python internal, which kernel.py may not use.")
+            if spec and "{" in spec:
+                self._format_fields(node, spec)
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        # `case object(gi_frame=f)` reads the attribute gi_frame: the same rules as `.gi_frame`.
+        for name in node.kwd_attrs:
+            self._attribute(node, name, None)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for kw in node.keywords:
+            if kw.arg is None:
+                continue
+            if "__" in kw.arg:
+                self.report(kw, "private",
+                            f"the keyword `{kw.arg}` names a Python internal, which kernel.py may not use.")
+            elif kw.arg in _HOOKS:
+                self.report(kw, "hook",
+                            f"`{kw.arg}=` installs a Python hook that Triton runs on the kernel's tensors "
+                            "during the launch, which kernel.py may not use: put the work in your "
+                            "@triton.jit kernel.")
+        callee = self._dotted(node.func)
+        if callee == "torch.Tensor":
+            self.report(node, "tensor-escape",
+                        "`torch.Tensor(...)` builds a tensor from Python values, which kernel.py may not "
+                        "do: allocate with torch.empty/torch.zeros and compute in your @triton.jit kernel.")
+        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 3:
+            self.report(node, "metaclass",
+                        "`type(name, bases, namespace)` creates a class at run time, which no exercise "
+                        "needs: write a plain class statement.")
+        self.visit(node.func)
+        heuristics = callee == "triton.heuristics"
+        self.heuristics_depth += heuristics
+        try:
+            for arg in node.args:
+                self.visit(arg)
+            for kw in node.keywords:
+                self.visit(kw.value)
+        finally:
+            self.heuristics_depth -= heuristics
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        name = getattr(node, "name", None)
+        if self.kernel is not None:
+            what = "a lambda" if name is None else f"a nested function `{name}`"
+            self.report(node, "kernel-body",
+                        f"{what} cannot be defined inside the @triton.jit kernel `{self.kernel.name}`: "
+                        "define it at module level as another @triton.jit function.")
+        if name is not None and _is_dunder(name):
+            self.report(node, "private",
+                        f"`def {name}` defines a Python or PyTorch hook, which kernel.py may not do.")
+        for arg in _arg_names(node.args):
+            if _is_dunder(arg.arg):
+                self.report(arg, "private", f"the argument `{arg.arg}` names a Python internal; rename it.")
+            if arg.arg in self.modules:
+                self.report(arg, "module-object",
+                            f"the argument `{arg.arg}` hides the module {self.modules[arg.arg]}; rename it.")
+        # Decorators, defaults and annotations run as Python where the function is defined.
+        for dec in getattr(node, "decorator_list", []):
+            self.visit(dec)
+        for default in [*node.args.defaults, *node.args.kw_defaults]:
+            if default is not None:
+                self.visit(default)
+        for arg in _arg_names(node.args):
+            if arg.annotation is not None:
+                self.visit(arg.annotation)
+        if getattr(node, "returns", None) is not None:
+            self.visit(node.returns)
+        kernel = name is not None and self._is_jit(node)
+        heuristics = not self.functions and name in self.heuristics_functions
+        self.functions.append(_Function(node, kernel=kernel or self.kernel is not None))
+        self.heuristics_depth += heuristics
+        try:
+            for stmt in (node.body if isinstance(node.body, list) else [node.body]):
+                self.visit(stmt)
+        finally:
+            self.functions.pop()
+            self.heuristics_depth -= heuristics
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if self.kernel is not None:
+            self.report(node, "kernel-body",
+                        f"a class cannot be defined inside the @triton.jit kernel `{self.kernel.name}`.")
+        if _is_dunder(node.name):
+            self.report(node, "private", f"`class {node.name}` uses a Python internal name; rename it.")
+        for kw in node.keywords:
+            self.report(node, "metaclass",
+                        f"`{kw.arg}=` in a class statement customises class creation, which no exercise "
+                        "needs: write a plain class.")
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        if self.kernel is not None:
+            self.report(node, "kernel-body", self._kernel_message("global"))
+        for name in node.names:
+            if name in self.modules:
+                self.report(node, "module-object",
+                            f"`global {name}` would let this function rebind the module {self.modules[name]}; "
+                            "use another name.")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        if self.kernel is not None:
+            self.report(node, "kernel-body", self._kernel_message("nonlocal"))
+
+
+def policy_for(spec: object) -> Policy:
+    """The policy for one module: the default, widened by what its ``Spec`` allows
+    (``allowed_torch_names``, dotted below torch like "autograd.Function", and
+    ``allowed_tensor_methods``). Duck-typed so that this module needs no grader import."""
+    return DEFAULT_POLICY.widen(torch_names=getattr(spec, "allowed_torch_names", ()),
+                                tensor_methods=getattr(spec, "allowed_tensor_methods", ()))
+
+
+def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation]:
+    """Everything in ``source`` that ``policy`` refuses, sorted by line.
+
+    A file that does not parse gives no violation (the loader reports syntax errors better); a
+    file too deeply nested to parse or walk is refused outright ("syntax") rather than waved through.
+    """
+    too_deep = [Violation(1, "syntax", "kernel.py is nested too deeply for the grader to check: "
+                                       "split long expressions into several statements.")]
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: NUL bytes on Python < 3.12
+        return []
+    except (RecursionError, MemoryError):  # refuse what cannot be walked rather than wave it through
+        return too_deep
+    try:
+        checker = _Checker(tree, policy)
+        checker.visit(tree)
+    except RecursionError:
+        return too_deep
+    return checker.violations()
+
+
+def explain(violations: list[Violation], limit: int = 5) -> str:
+    """A short learner-facing block: what is refused (at most ``limit`` lines) and what to do."""
+    lines = ["The grader refuses this kernel.py before running it:"]
+    lines += [f"  {v}" for v in violations[:limit]]
+    if len(violations) > limit:
+        lines.append(f"  ... and {len(violations) - limit} more")
+    lines.append(_DO_INSTEAD)
+    return "\n".join(lines)
+
