@@ -10,7 +10,8 @@ and it saves mean and rstd per row: a backward pass needs them and should not re
 The statistics are computed in float32 whatever the input dtype, in two passes over the row that
 is already on chip: first the mean, then the variance of the *centred* values. The one-pass
 formula E[x^2] - mean^2 subtracts two large, nearly equal numbers when the mean is large
-compared with the spread, and loses most of its digits.
+compared with the spread, and loses most of its digits. Both passes work on the row shifted by
+its first element, x - x[0], for the same reason: see the comment in the kernel.
 
 Check your work:  python kernel.py    (or: make check M=missing-elements/04-layer-norm)
 """
@@ -58,22 +59,38 @@ def layer_norm_kernel(x_ptr, y_ptr, weight_ptr, bias_ptr, mean_ptr, rstd_ptr,
     # Statistics in float32 even for fp16/bf16 input: a sum of thousands of fp16 values would
     # round away most of the small terms.
     # TODO: load the row and convert it to float32
-    # HINT: give masked lanes a value with `other=`: one that adds nothing to a sum.
+    # HINT: give masked lanes a defined value with `other=` (0.0): Triton leaves them undefined otherwise.
     # HINT: a block of values converts with `.to(tl.float32)`.
     x = tl.load(x_row_ptr + col_offsets, mask=mask, other=0.0).to(tl.float32)
     # STUB: x = ...
     # END TODO
-    # TODO: compute the mean of the row
+    # Shift by the row's first element before summing. An unshifted sum(x) / N is rounded on the
+    # grid of the row's magnitude: a constant row of 12345.6 gets a mean an ulp (1e-3) off, and
+    # rstd ~ 1/sqrt(eps) ~ 316 turns x - mean into y ~ 0.3 instead of 0. x - x0 is exact for any
+    # x within a factor of two of x0 (0 for a constant row), so the sums see only the spread. x0
+    # sits in the cache line just loaded: the extra load costs no memory traffic.
+    # TODO: shift the row by its first element, with the masked lanes forced to zero
+    # HINT: x0 is the row's first element in float32: a scalar tl.load at x_row_ptr (N >= 1, no mask).
+    # HINT: after subtracting x0 the masked lanes hold -x0; tl.where(mask, a, 0.0) puts them back to 0.
+    x0 = tl.load(x_row_ptr).to(tl.float32)
+    x_shifted = tl.where(mask, x - x0, 0.0)
+    # STUB: x0 = ...
+    # STUB: x_shifted = ...
+    # END TODO
+    # TODO: compute the mean of the shifted row, then the mean of the row
     # HINT: tl.sum reduces a block to a scalar; divide by the number of real columns, not BLOCK_N.
-    mean = tl.sum(x, axis=0) / N
+    # HINT: shifting every value by x0 shifts the mean by x0: add it back for the mean you save.
+    shifted_mean = tl.sum(x_shifted, axis=0) / N
+    mean = x0 + shifted_mean
+    # STUB: shifted_mean = ...
     # STUB: mean = ...
     # END TODO
-    # Pass two: the variance of the centred values. The masked lanes loaded as 0, so after
-    # subtracting the mean they hold -mean; they must be set back to 0 or each would add mean^2
-    # to the sum of squares.
+    # Pass two: the variance of the centred values. Centre the shifted row: x - mean would subtract
+    # two large numbers and bring back the rounding of mean; x_shifted - shifted_mean does not.
+    # The masked lanes become -shifted_mean and must be set back to 0 before squaring.
     # TODO: centre the row, with the masked lanes forced to zero
-    # HINT: subtract the mean; tl.where(condition, a, b) picks a where the condition holds, else b.
-    x_centred = tl.where(mask, x - mean, 0.0)
+    # HINT: x - mean equals x_shifted - shifted_mean, computed from small numbers; then tl.where again.
+    x_centred = tl.where(mask, x_shifted - shifted_mean, 0.0)
     # STUB: x_centred = ...
     # END TODO
     # TODO: compute the (biased) variance of the row

@@ -10,7 +10,8 @@ and it saves mean and rstd per row: a backward pass needs them and should not re
 The statistics are computed in float32 whatever the input dtype, in two passes over the row that
 is already on chip: first the mean, then the variance of the *centred* values. The one-pass
 formula E[x^2] - mean^2 subtracts two large, nearly equal numbers when the mean is large
-compared with the spread, and loses most of its digits.
+compared with the spread, and loses most of its digits. Both passes work on the row shifted by
+its first element, x - x[0], for the same reason: see the comment in the kernel.
 
 Check your work:  python kernel.py    (or: make check M=missing-elements/04-layer-norm)
 """
@@ -49,38 +50,50 @@ def layer_norm_kernel(x_ptr, y_ptr, weight_ptr, bias_ptr, mean_ptr, rstd_ptr,
     # Statistics in float32 even for fp16/bf16 input: a sum of thousands of fp16 values would
     # round away most of the small terms.
     # TODO 5: load the row and convert it to float32
-    #   Hint: give masked lanes a value with `other=`: one that adds nothing to a sum.
+    #   Hint: give masked lanes a defined value with `other=` (0.0): Triton leaves them undefined otherwise.
     #   Hint: a block of values converts with `.to(tl.float32)`.
     x = ...
-    # TODO 6: compute the mean of the row
+    # Shift by the row's first element before summing. An unshifted sum(x) / N is rounded on the
+    # grid of the row's magnitude: a constant row of 12345.6 gets a mean an ulp (1e-3) off, and
+    # rstd ~ 1/sqrt(eps) ~ 316 turns x - mean into y ~ 0.3 instead of 0. x - x0 is exact for any
+    # x within a factor of two of x0 (0 for a constant row), so the sums see only the spread. x0
+    # sits in the cache line just loaded: the extra load costs no memory traffic.
+    # TODO 6: shift the row by its first element, with the masked lanes forced to zero
+    #   Hint: x0 is the row's first element in float32: a scalar tl.load at x_row_ptr (N >= 1, no mask).
+    #   Hint: after subtracting x0 the masked lanes hold -x0; tl.where(mask, a, 0.0) puts them back to 0.
+    x0 = ...
+    x_shifted = ...
+    # TODO 7: compute the mean of the shifted row, then the mean of the row
     #   Hint: tl.sum reduces a block to a scalar; divide by the number of real columns, not BLOCK_N.
+    #   Hint: shifting every value by x0 shifts the mean by x0: add it back for the mean you save.
+    shifted_mean = ...
     mean = ...
-    # Pass two: the variance of the centred values. The masked lanes loaded as 0, so after
-    # subtracting the mean they hold -mean; they must be set back to 0 or each would add mean^2
-    # to the sum of squares.
-    # TODO 7: centre the row, with the masked lanes forced to zero
-    #   Hint: subtract the mean; tl.where(condition, a, b) picks a where the condition holds, else b.
+    # Pass two: the variance of the centred values. Centre the shifted row: x - mean would subtract
+    # two large numbers and bring back the rounding of mean; x_shifted - shifted_mean does not.
+    # The masked lanes become -shifted_mean and must be set back to 0 before squaring.
+    # TODO 8: centre the row, with the masked lanes forced to zero
+    #   Hint: x - mean equals x_shifted - shifted_mean, computed from small numbers; then tl.where again.
     x_centred = ...
-    # TODO 8: compute the (biased) variance of the row
+    # TODO 9: compute the (biased) variance of the row
     #   Hint: the mean of the squared centred values; PyTorch's layer_norm divides by N, not N - 1.
     var = ...
-    # TODO 9: compute the reciprocal standard deviation
+    # TODO 10: compute the reciprocal standard deviation
     #   Hint: eps keeps it finite when the variance is 0 (a constant row, or N == 1).
     rstd = ...
-    # TODO 10: normalize the centred row
+    # TODO 11: normalize the centred row
     #   Hint: multiplying by rstd is cheaper than dividing by the standard deviation.
     x_hat = ...
 
-    # TODO 11: load the weight and the bias (one value per column) in float32
+    # TODO 12: load the weight and the bias (one value per column) in float32
     #   Hint: they are vectors of length N shared by every row: same columns, same mask, no row offset.
     weight = ...
     bias = ...
-    # TODO 12: apply the affine transform
+    # TODO 13: apply the affine transform
     #   Hint: scale each column by its weight, then shift it by its bias.
     y = ...
-    # TODO 13: store the row of y in y's dtype
+    # TODO 14: store the row of y in y's dtype
     #   Hint: y_ptr.dtype.element_ty is the element type y holds; convert with .to(...) and mask the store.
-    # TODO 14: save this row's mean and rstd for the backward pass
+    # TODO 15: save this row's mean and rstd for the backward pass
     #   Hint: one float32 value per row in each: the row number is the offset, and a scalar needs no mask.
 
 
@@ -127,26 +140,26 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
         bias = torch.zeros(n_cols, dtype=x.dtype, device=x.device)
     weight, bias = weight.contiguous(), bias.contiguous()
 
-    # TODO 15: allocate y, one row per row of x_rows, in x's dtype
+    # TODO 16: allocate y, one row per row of x_rows, in x's dtype
     #   Hint: its values are all overwritten by the kernel, so it needs no initial values.
     y = ...
-    # TODO 16: allocate mean and rstd: one float32 value per row
+    # TODO 17: allocate mean and rstd: one float32 value per row
     #   Hint: the statistics stay in float32 even when x is fp16 or bf16.
     mean = ...
     rstd = ...
     if n_rows == 0:
         return y.view(x.shape), mean.view(x.shape[:-1]), rstd.view(x.shape[:-1])
 
-    # TODO 17: choose the block: the smallest power of two that holds a whole row
+    # TODO 18: choose the block: the smallest power of two that holds a whole row
     #   Hint: tl.arange needs a power-of-two size; triton has a helper that rounds up to one.
     BLOCK_N = ...
-    # TODO 18: choose num_warps: more warps for longer rows
+    # TODO 19: choose num_warps: more warps for longer rows
     #   Hint: aim at about 16 values of the row per thread (a warp has 32 threads), within 1 to 32 warps.
     num_warps = ...
-    # TODO 19: choose the grid
+    # TODO 20: choose the grid
     #   Hint: one program per row; the grid is a tuple.
     grid = ...
-    # TODO 20: launch the kernel
+    # TODO 21: launch the kernel
     #   Hint: pass the tensors, both row strides (tensor.stride(0)), N, eps, then BLOCK_N and num_warps by keyword.
     return y.view(x.shape), mean.view(x.shape[:-1]), rstd.view(x.shape[:-1])
 
