@@ -1,14 +1,21 @@
-"""What a call of the learner's API did: Triton launches, PyTorch operators, values handed out.
+"""What a call of the learner's API did: Triton launches, PyTorch operators, values handed out,
+and on a GPU the kernels that actually ran.
 
 The ``Monitor`` runs in the same process as the learner's code: in the grader's child, and in
-``make check`` and the public tests (through ``grader.checks``). It is evidence, not proof: Python code in that process could switch it off or
-patch it. What keeps a submission from doing so is the static policy gate
-(``grader.sandbox.policy``), which refuses imports, private attributes and introspection before
-anything runs; the record says which evidence a grade rests on. ``judge_evidence`` turns a
-report into the learner-facing verdict, for the grader's parent and for ``make check`` alike.
+``make check`` and the public tests (through ``grader.checks``). It is evidence, not proof:
+Python code in that process could switch it off or patch it. What keeps a submission from doing
+so is the static policy gate (``grader.sandbox.policy``), which refuses imports, private
+attributes and introspection before anything runs. On CUDA the child also records the GPU's own
+list of kernels that ran during the call (``KernelTrace``: CUPTI, through PyTorch's profiler),
+which no Python-level patch of torch's dispatcher can hide; the parent checks every kernel name
+against the submission's own ``@triton.jit`` functions (``triton_kernel_names``). The record
+says which evidence a grade rests on (``EVIDENCE``). ``judge_evidence`` turns a report into the
+learner-facing verdict, for the grader's parent and for ``make check`` alike.
 """
 
 from __future__ import annotations
+
+import ast
 
 # PyTorch operators that do not compute anything from the inputs' values: allocating, filling,
 # viewing, reshaping, copying and converting tensors, reading metadata. Any other operator run
@@ -164,11 +171,96 @@ def shared_monitor() -> Monitor:
     return _shared
 
 
-def judge_evidence(api: str, report: dict, produced_output: bool) -> tuple[str, str] | None:
+EVIDENCE = {
+    "cuda": "the GPU's kernel trace (CUPTI) and the PyTorch operator log, recorded in the child; "
+            "the policy gate keeps kernel.py from reaching either",
+    "cuda-no-trace": "the PyTorch operator log, recorded in the child (no kernel trace: CUPTI was not "
+                     "available); the policy gate keeps kernel.py from reaching it",
+    "interpreter": "the PyTorch operator log, recorded in the child; under the interpreter the kernel "
+                   "is Python too, so the policy gate is what keeps kernel.py from reaching the log",
+}
+
+# What the wrapper may run around its launch: copy-engine transfers and ATen kernels that only
+# fill or copy (torch.zeros, .contiguous(), .to(dtype), torch.cat). Names as CUPTI reports them.
+_DATA_MOVEMENT = ("Memcpy ", "Memset ", "FillFunctor", "copy_kernel", "CatArrayBatchedCopy",
+                  "direct_copy_kernel")
+
+
+class KernelTrace:
+    """The names of the CUDA kernels launched while the ``with`` block runs (CUPTI activity
+    records, collected by PyTorch's profiler). ``names`` stays None where no trace could be
+    taken, so that a missing trace is never read as "nothing ran"."""
+
+    def __init__(self):
+        self.names: list[str] | None = None
+        self._profile = None
+
+    def __enter__(self):
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            self._profile = profile(activities=[ProfilerActivity.CUDA])
+            self._profile.__enter__()
+        except Exception:
+            self._profile = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._profile is None:
+            return False
+        try:
+            import torch
+
+            torch.cuda.synchronize()
+            self._profile.__exit__(None, None, None)
+            names = [event.name for event in self._profile.events()
+                     if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
+            self.names = sorted(set(names))[:200]
+        except Exception:
+            self.names = None
+        return False
+
+
+def triton_kernel_names(source: str) -> set[str]:
+    """The names of the ``@triton.jit`` functions defined in ``source``: the only kernels the
+    submission itself can launch (Triton names a compiled kernel after its function)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+
+    def is_jit(decorator) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return (isinstance(target, ast.Attribute) and target.attr == "jit") or \
+            (isinstance(target, ast.Name) and target.id == "jit")
+
+    return {node.name for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and any(is_jit(d) for d in node.decorator_list)}
+
+
+def foreign_kernels(kernels: list[str], own: set[str]) -> list[str]:
+    """The traced kernels that are neither the submission's Triton kernels nor data movement."""
+    return [name for name in kernels
+            if name not in own and not any(marker in name for marker in _DATA_MOVEMENT)]
+
+
+def judge_evidence(api: str, report: dict, produced_output: bool,
+                   own_kernels: set[str] | None = None) -> tuple[str, str] | None:
     """(kind, learner-facing message) when the call went around the exercise, else None.
 
     ``produced_output``: the call returned at least one non-empty tensor (an empty result needs
-    no launch)."""
+    no launch). ``own_kernels``: the submission's @triton.jit names, to read a CUDA kernel
+    trace (``report["kernels"]``) against; without a trace only the in-process log counts."""
+    kernels = report.get("kernels")
+    if own_kernels is not None and isinstance(kernels, list):
+        foreign = foreign_kernels([str(k) for k in kernels], own_kernels)
+        if foreign:
+            shown = ", ".join(name[:80] for name in foreign[:3])
+            return "torch", (f"{api}() ran GPU kernels that are not your Triton kernels ({shown}): it "
+                             "computed with PyTorch. Around the launch, only allocate, reshape and copy tensors.")
+        if produced_output and not own_kernels.intersection(kernels):
+            return "no_launch", (f"no Triton kernel ran on the GPU: {api}() returned without launching one "
+                                 "of the @triton.jit kernels of kernel.py.")
     ops = report.get("ops") or {}
     if ops:
         names = ", ".join(f"aten.{name}" for name in list(ops)[:6])

@@ -41,7 +41,7 @@ from grader.checks import (aliased_output, build_inputs, changed_input, compare,
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.child import command as child_command
-from grader.evidence import judge_evidence
+from grader.evidence import EVIDENCE, judge_evidence, triton_kernel_names
 from grader.loading import LoadError, load_kernel, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
@@ -223,9 +223,10 @@ def _fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> di
 
 
 def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, on: torch.device,
-          earlier: tuple = ()) -> Verdict:
+          earlier: tuple = (), own_kernels: set[str] | None = None) -> Verdict:
     """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
-    the references -> the saved outputs and inputs)."""
+    the references -> the saved outputs and inputs). ``own_kernels``: the submission's
+    @triton.jit names, read against the child's CUDA kernel trace."""
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
     if done.get("error"):
@@ -277,7 +278,8 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
                            seconds, outputs)
         return Verdict(False, "wrong", message, seconds, outputs)
 
-    found = judge_evidence(api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs))
+    found = judge_evidence(api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs),
+                           own_kernels)
     if found:
         return Verdict(False, found[0], found[1], seconds, outputs)
     return Verdict(True, seconds=seconds, outputs=outputs)
@@ -377,6 +379,8 @@ class _Grading:
         violations = check_source(source.decode(errors="replace"), policy_for(self.plan.spec)) \
             if options.policy_gate else []
         self.refusal = explain(violations) if violations else None
+        self.own_kernels = triton_kernel_names(source.decode(errors="replace"))
+        self.traced = False  # set once a child's report carries a CUDA kernel trace
 
     @property
     def api(self) -> str:
@@ -571,12 +575,13 @@ class _Grading:
             earlier = self.verdicts.get(first.id, Verdict(False)).outputs
         verdict = judge(self.plan.spec, case, args, kwargs, done,
                         lambda references: _fetch(child, output_name(trial.id), args, kwargs, references),
-                        self.on, earlier)
+                        self.on, earlier, self.own_kernels)
         child.discard(output_name(trial.id))
         if not verdict.seconds:  # the child's own clock, taken before the learner's import
             verdict.seconds = wall_seconds
         self.verdicts[trial.id] = verdict
         self.failures_in_a_row = 0
+        self.traced = self.traced or isinstance(done.get("kernels"), list)
 
     def _ended(self, child, phase: str, current: Trial | None, how: str) -> None:
         if phase == "starting":
@@ -679,6 +684,8 @@ class _Grading:
             "performance": self.performance if integrity is None or not self.performance.get("graded") else
             {**self.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
             "protections": self.protections,
+            "evidence": EVIDENCE["interpreter"] if not device.is_cuda() else
+            EVIDENCE["cuda" if self.traced else "cuda-no-trace"],
             "child_processes": self.children,
         }
 

@@ -1,10 +1,15 @@
 """The grader's run phase end to end: every example submission of grader/examples/ is graded in
 sandboxed children, and each row of GRADER.md's threat model is checked against its record.
 
-The CPU examples are graded once per module (one run, two workers: about 20 s on 2 cores); the
-tests read the records. Rows whose outcome depends on a protection the platform may not offer (a
-private file system view, a network namespace, a process limit) are skipped with the reason where
-the sandbox reports that protection missing. GPU rows are marked ``cuda``.
+Each defence is tested on its own. ``graded`` runs the examples with the static policy gate
+switched off, so that the layers behind it (the sandbox, inputs handed over one call at a time,
+the parent's checks and file handling) must hold by themselves; ``gated`` runs every example
+through the whole grader, as ``make grade`` does. Limits are generous, so that no outcome of a
+correct submission depends on how busy the machine is; only the endless loop, graded on its own
+with a short limit, depends on a time limit. Rows whose outcome depends on a protection the
+platform may not offer (a private file system view, a network namespace, a process limit) are
+skipped with the reason where the sandbox reports that protection missing. GPU rows are marked
+``cuda``.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +38,15 @@ from grader.sandbox.isolation import GiB, Limits, Sandbox
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
-# Short limits keep the endless loop cheap; on CUDA the first call also compiles the kernel.
-LIMITS = Limits(case_seconds=20, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=4, startup_seconds=60, memory_bytes=1 * GiB)
+# Far beyond what a correct call needs, even on a loaded 2-core machine; the endless loop gets
+# a short limit of its own (ENDLESS_LIMITS).
+LIMITS = Limits(case_seconds=120, startup_seconds=300) if device.is_cuda() else \
+    Limits(case_seconds=120, startup_seconds=300, memory_bytes=1 * GiB)
+ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 2, startup_seconds=300, memory_bytes=1 * GiB)
+# Examples whose outcome rests on the policy gate alone on a CPU (evidence in the child's own
+# process can be switched off by code the gate would refuse): graded only in ``gated``.
+GATE_ONLY = {"patches-monitor", "disables-dispatch", "computes-in-thread", "computes-in-heuristics",
+             "computes-in-kernel-body", "numpy-interop", "forges-channel"}
 MARK = "written-by-writes-files"
 
 
@@ -98,9 +111,10 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     unsafe = [] if _protected(platform_protections, "processes") else ["fork-bomb"]
     if not _protected(platform_protections, "view"):
         unsafe += ["reads-files", "writes-files"]
-    for name in unsafe:
-        shutil.rmtree(root / name)
-    names = [n for n in names if n not in unsafe]
+    for name in [*unsafe, "endless-loop", *GATE_ONLY]:
+        if (root / name).exists():
+            shutil.rmtree(root / name)
+    names = [n for n in names if (root / n).exists()]
     kernel = Path(VECTOR_ADD.track) / VECTOR_ADD.slug / "kernel.py"
     targets = [str(results), str(root), str(REPO_ROOT), str(VECTOR_ADD.solution_dir)]
     for name in ("reads-files", "writes-files"):
@@ -114,7 +128,8 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     _set(root / "network" / kernel, "PORT", listener.getsockname()[1])
     before = _snapshot(root)
 
-    options = runphase.Options(workers=2, limits=LIMITS, allow_unsafe=not _protected(platform_protections, "processes"))
+    options = runphase.Options(workers=2, limits=LIMITS, policy_gate=False,
+                               allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     connections = []
     try:
@@ -200,13 +215,19 @@ def test_a_file_that_cannot_be_imported_scores_zero_with_a_clear_message(graded,
     assert all(row["message"].startswith("Not run: kernel.py could not be imported") for row in record["cases"])
 
 
-def test_an_endless_loop_is_stopped_at_the_time_limit(graded):
-    record = graded.record("endless-loop")
-    first, *rest = record["cases"]
-    assert not first["passed"] and f"did not return within {LIMITS.case_seconds:g} s" in first["message"]
-    assert record["totals"]["passed"] == 0
-    assert rest[0]["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
-    assert all("Not run" in row["message"] or "not run" in row["message"] for row in rest[1:])
+def test_an_endless_loop_is_stopped_at_the_time_limit(tmp_path, platform_protections):
+    root = tmp_path / "submissions"
+    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp_path / "examples" / "endless-loop", root / "endless-loop")
+    options = runphase.Options(workers=1, limits=ENDLESS_LIMITS,
+                               allow_unsafe=not _protected(platform_protections, "processes"))
+    record = runphase.run(root, tmp_path / "results", [VECTOR_ADD], options, progress=False) \
+        .record_for("endless-loop", VECTOR_ADD.id)
+    first, second, *rest = [row for row in record["cases"] if row["visibility"] == "public"]
+    assert not first["passed"] and f"did not return within {ENDLESS_LIMITS.case_seconds:g} s" in first["message"]
+    assert record["totals"]["passed"] == 0 and record["integrity"] is None
+    assert second["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
+    assert all("Not run" in row["message"] or "not run" in row["message"] for row in rest)
 
 
 def test_a_fork_bomb_is_contained_and_reported(graded):
@@ -336,6 +357,128 @@ def test_hidden_cases_show_neither_their_parameters_nor_their_labels(graded):
             if row["visibility"] == "hidden":
                 assert re.fullmatch(r"hidden case \d+", row["name"])
                 assert not re.search(r"\d", row["message"]), row["message"]
+
+
+# --- the parent behind the gate: files, memory and hidden inputs -----------------------------
+
+
+def test_a_deep_folder_chain_neither_crashes_nor_stops_the_run(graded):
+    record = graded.record("deep-folders")  # graded like any other: cleanup went on
+    assert record["totals"]["total"] > 0
+    assert graded.record("complete")["totals"]["passed"] == graded.record("complete")["totals"]["total"]
+    assert not list(Path(tempfile.gettempdir()).glob("grader-sandbox-*/child-*"))  # nothing left behind
+
+
+def test_a_fifo_in_place_of_an_output_is_refused_without_blocking(graded):
+    record = graded.record("fifo-outputs")
+    failed = [row for row in record["cases"] if not row["passed"]]
+    assert failed and record["totals"]["passed"] < record["totals"]["total"]
+    public = [row for row in failed if row["visibility"] == "public"]
+    assert any("FIFO" in row["message"] or "could not read" in row["message"] for row in public), public
+
+
+def test_a_small_file_declaring_gigabytes_allocates_nothing(graded):
+    record = graded.record("output-bomb")
+    assert record["totals"]["passed"] < record["totals"]["total"]
+    # The parent (this process) never held the 2 GB the files declare.
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 2 * 1024 * 1024, "KiB"
+
+
+def test_nothing_is_computed_at_import_time_because_no_input_exists_yet(graded):
+    assert graded.record("computes-at-import")["totals"]["passed"] == 0
+
+
+def _hidden_only_numbers() -> set[str]:
+    """Dimensions of the hidden cases' inputs that no public case has."""
+    spec, _ = cases.public(VECTOR_ADD)
+    public, hidden = _expected_cases()
+
+    def dims(case_list):
+        found = set()
+        for case in case_list:
+            args, kwargs = build_inputs(spec, case, on=device.torch_device())
+            for t in runphase.tensors_in((args, kwargs)):
+                found.update(str(n) for n in (*t.shape, *t.stride()))
+        return found
+
+    return {n for n in dims(hidden) - dims(public) if int(n) > 64}
+
+
+def _learner_text(record: dict) -> str:
+    """What the learner reads of a record (feedback, tables, CSV)."""
+    parts = [record["summary"], record["load_error"] or "", record["refusal"] or ""]
+    parts += [f"{row['name']} {row['message']}" for row in record["cases"]]
+    return "\n".join(parts)
+
+
+def test_a_public_error_cannot_carry_the_hidden_cases_inputs(graded):
+    secret_numbers = _hidden_only_numbers()
+    assert secret_numbers
+    record = graded.record("leaks-hidden-cases")
+    text = _learner_text(record)
+    assert not [n for n in secret_numbers if re.search(rf"\b{n}\b", text)]
+    assert any(not row["passed"] for row in record["cases"] if row["visibility"] == "public")
+
+
+# --- the whole grader, as make grade runs it ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory, platform_protections) -> Graded:
+    root = tmp_path_factory.mktemp("gated-submissions")
+    results = tmp_path_factory.mktemp("gated-results")
+    names = example_submissions.assemble(root, modules=[VECTOR_ADD])
+    shutil.rmtree(root / "endless-loop")  # graded on its own, with a short limit
+    options = runphase.Options(workers=2, limits=LIMITS,
+                               allow_unsafe=not _protected(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    names = [n for n in names if n != "endless-loop"]
+    return Graded(summary, root, results, summary.protections, [], {}, names)
+
+
+BENIGN = {"complete", "noisy", "partial", "stub"}
+
+
+def test_every_example_is_graded_by_the_whole_grader(gated):
+    assert not gated.summary.errors, [o.error for o in gated.summary.errors]
+    for name in gated.examples:
+        assert gated.record(name)["totals"]["total"] > 0, name
+
+
+def test_benign_submissions_keep_their_marks_under_the_gate(gated, graded):
+    for name in BENIGN:
+        assert gated.record(name)["refusal"] is None, (name, gated.record(name)["refusal"])
+        assert gated.record(name)["totals"] == graded.record(name)["totals"], name
+
+
+def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
+    hostile = sorted(set(gated.examples) - BENIGN)
+    assert len(hostile) >= 25
+    for name in hostile:
+        record = gated.record(name)
+        assert record["totals"]["passed"] == 0 or record["totals"]["score"] == 0.0, name
+        reason = record["refusal"] or (record["integrity"] or {}).get("message") or record["load_error"] or ""
+        if not reason:  # an honest-looking failure: every case must say why it failed
+            assert all(row["message"] for row in record["cases"]), name
+        else:
+            assert len(reason) > 20, (name, reason)
+
+
+@pytest.mark.parametrize("example", sorted(GATE_ONLY | {"forges-result", "reads-files", "writes-files",
+                                                        "network", "fork-bomb", "deep-folders", "fifo-outputs",
+                                                        "output-bomb", "leaks-hidden-cases", "patches-checks"}))
+def test_escapes_are_refused_by_the_gate_with_the_line_named(gated, example):
+    record = gated.record(example)
+    assert record["refusal"] and re.search(r"line \d+: ", record["refusal"]), record["summary"]
+    assert record["integrity"]["violation"] == "policy" and record["totals"]["score"] == 0.0
+    assert all(row["kind"] == "policy" for row in record["cases"])
+
+
+def test_nothing_learner_facing_names_a_hidden_case_under_the_gate(gated):
+    secret_numbers = _hidden_only_numbers()
+    for name in gated.examples:
+        text = _learner_text(gated.record(name))
+        assert not [n for n in secret_numbers if re.search(rf"\b{n}\b", text)], name
 
 
 def test_records_say_which_protections_were_active(graded):
@@ -504,6 +647,7 @@ def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(graded_gpu):
 def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_gpu):
     complete = _gpu_record(graded_gpu, "complete")["performance"]
     assert complete["graded"] and complete["credit"] == 1.0 and 0.8 < complete["ratio"] < 1.25
+    assert "kernel trace" in _gpu_record(graded_gpu, "complete")["evidence"]
     assert complete["reference_ms"] > 0 and complete["learner_ms"] > 0
     twice = _gpu_record(graded_gpu, "twice-the-work")["performance"]
     assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
@@ -523,5 +667,5 @@ def test_cheating_withholds_every_point_of_the_module_with_a_named_reason(graded
 
 
 def test_honest_mistakes_are_not_integrity_violations(graded):
-    for example in ("complete", "partial", "stub", "endless-loop", "patches-checks"):
+    for example in ("complete", "partial", "stub", "patches-checks"):
         assert graded.record(example)["integrity"] is None, example

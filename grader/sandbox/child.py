@@ -83,17 +83,25 @@ class Orders:
         return json.loads(line)
 
 
+def _in_workdir(name: str) -> str:
+    # The folder the child started in, whatever os.chdir the learner's code does later.
+    return os.path.join(_WORKDIR, name)
+
+
 def _take_file(name: str) -> bytes:
     """Read and delete a file the parent wrote, before any learner code runs for it."""
-    with open(name, "rb") as handle:
+    with open(_in_workdir(name), "rb") as handle:
         data = handle.read()
-    os.unlink(name)
+    os.unlink(_in_workdir(name))
     return data
 
 
 def _put_file(name: str, data: bytes) -> None:
-    with open(name, "wb") as handle:
+    with open(_in_workdir(name), "wb") as handle:
         handle.write(data)
+
+
+_WORKDIR = os.getcwd()
 
 
 def main(argv: list[str]) -> int:
@@ -109,13 +117,14 @@ def main(argv: list[str]) -> int:
     from grader.checks import KernelCallError, call_api, short_error
     from grader.loading import LoadError, load_kernel
     from grader.sandbox import wire
-    from grader.evidence import ALLOWED_OPS, shared_monitor
+    from grader.evidence import ALLOWED_OPS, KernelTrace, shared_monitor
 
     monitor = shared_monitor()
     allowed_ops = ALLOWED_OPS | frozenset(request.get("allowed_ops", ()))
     # Taken before the learner's file is imported, so that patching them later changes nothing here.
     tools = _Tools(save=wire.dump, load=wire.parse, clock=time.perf_counter, plain_tensor=torch.Tensor,
-                   synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file)
+                   synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file,
+                   trace=KernelTrace)
     cuda = device.is_cuda()
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
@@ -144,14 +153,17 @@ def main(argv: list[str]) -> int:
             args, kwargs = tuple(value["args"]), value["kwargs"]
             started = tools.clock()
             error, outputs = None, ()
+            trace = tools.trace() if cuda else None
             try:
-                outputs = call_api(fn, args, kwargs, api)
+                outputs = call_api(fn if trace is None else _traced(fn, trace), args, kwargs, api)
             except KernelCallError as failure:
                 error = str(failure)
             except BaseException as failure:  # sys.exit() inside the call, and the like
                 error = f"{api}() raised {type(failure).__name__}: {short_error(failure, 3)}"
             seconds = tools.clock() - started
             observed = monitor.report()
+            if trace is not None:
+                observed["kernels"] = trace.names
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
                 tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(args), "kwargs": kwargs}))
@@ -180,6 +192,16 @@ def main(argv: list[str]) -> int:
             break
     channel.send("finished")
     return 0
+
+
+def _traced(fn, trace):
+    """``fn`` with ``trace`` around the learner's call alone: the harness's own copies and checks
+    in ``call_api`` stay out of the kernel list."""
+    def call(*args, **kwargs):
+        with trace:
+            return fn(*args, **kwargs)
+
+    return call
 
 
 class _Tools:

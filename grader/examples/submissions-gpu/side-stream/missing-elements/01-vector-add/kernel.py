@@ -1,5 +1,5 @@
-"""GPU example "side-stream": launches on a side stream after a long busy kernel and returns at
-once, without waiting (lazy work). The grader judges outputs after a device-wide sync, so the
+"""GPU example "side-stream": launches on a side stream after a long busy kernel (a Triton loop,
+so that every kernel it runs is its own) and returns at once, without waiting (lazy work). The grader judges outputs after a device-wide sync, so the
 result is right and counts; the timed loop ends with a device-wide sync too, so the hidden work
 is paid for in the performance grade."""
 
@@ -16,6 +16,14 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
              mask=mask)
 
 
+@triton.jit
+def busy_kernel(scratch_ptr, n_iterations):
+    acc = 0.0
+    for _ in range(n_iterations):  # a few milliseconds of dependent arithmetic
+        acc = acc * 0.999 + 1.0
+    tl.store(scratch_ptr, acc)
+
+
 def launch(x, y, out):
     add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
 
@@ -30,6 +38,6 @@ def add(x, y):
     out = torch.empty_like(x)
     SIDE.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(SIDE):
-        torch.cuda._sleep(10_000_000)  # keep the side stream busy for a while
+        busy_kernel[(1,)](torch.empty(1, device=x.device), 5_000_000)  # keep the side stream busy
         launch(x, y, out)
     return out  # still being written when the caller gets it
