@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--results", required=True, help="folder for the result records")
     run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
     run_cmd.add_argument("--workers", type=int, help="parallel children (default: GPUs, or min(4, CPUs))")
-    run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="seconds per call (default 60)")
+    run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="CPU seconds per call (default 60; wall time may run 10x longer)")
     run_cmd.add_argument("--startup-timeout", type=float, default=90.0,
-                         help="seconds to start and import kernel.py (default 90)")
+                         help="CPU seconds to start and import kernel.py (default 90)")
     run_cmd.add_argument("--memory-gib", type=float, help="host memory per child (default 4, 16 on CUDA)")
     run_cmd.add_argument("--hide", action="append", default=[],
                          help="a path the child must not see, e.g. the nbgrader course folder (repeatable)")

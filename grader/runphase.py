@@ -515,17 +515,17 @@ class _Grading:
         """Follow the child's events: hand over the next trial each time it is ready, judge each
         call, and stop it at the time limits."""
         phase, current, started_at = "starting", None, 0.0
-        deadline = time.monotonic() + self.limits.startup_seconds
+        budget = _Budget(child, self.limits.startup_seconds, self.limits.wall_factor)
         while True:
             if self.stop.is_set():
                 raise Cancelled()
             try:
-                event = child.next_event(min(deadline, time.monotonic() + 1.0))
+                event = child.next_event(time.monotonic() + 1.0)
             except ChildEnded as ended:
                 self._ended(child, phase, current, ended.how)
                 return
             if event is None:
-                if time.monotonic() < deadline:
+                if not budget.spent():
                     continue
                 child.kill()
                 self._timed_out(child, phase, current)
@@ -541,17 +541,17 @@ class _Grading:
             elif kind == "loaded" or (kind == "done" and current is not None and event.get("trial") == current.id):
                 if kind == "done":
                     self._judge(child, current, event, time.monotonic() - started_at)
+                budget = _Budget(child, self.limits.case_seconds, self.limits.wall_factor)
                 if not queue:
                     child.end_orders()
-                    phase, current, deadline = "finishing", None, time.monotonic() + self.limits.case_seconds
+                    phase, current = "finishing", None
                     continue
                 current = queue.pop(0)
                 phase, started_at = "calling", time.monotonic()
-                deadline = started_at + self.limits.case_seconds
                 try:
                     args, kwargs = self.inputs[current.id]
                     child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
-                    child.order({"trial": current.id}, deadline)
+                    child.order({"trial": current.id}, time.monotonic() + 30)
                 except ChildEnded as ended:
                     self._ended(child, phase, current, ended.how)
                     return
@@ -601,13 +601,14 @@ class _Grading:
     def _timed_out(self, child, phase: str, current: Trial | None) -> None:
         processes = (f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else "")
         if phase in ("starting", "importing"):
-            self.load_error = (f"kernel.py did not finish importing within {self.limits.startup_seconds:g} s "
+            self.load_error = (f"kernel.py did not finish importing within {self.limits.startup_seconds:g} s of "
+                               "computing "
                                f"(an endless loop at the top level of the file?).{processes}")
             return
         if current is not None:  # (between cases: run()'s no-progress rule counts it)
             self.failures_in_a_row += 1
             self.verdicts[current.id] = Verdict(False, "timeout", (
-                f"{self.api}() did not return within {self.limits.case_seconds:g} s: an endless loop, in "
+                f"{self.api}() did not return within {self.limits.case_seconds:g} s of computing: an endless loop, in "
                 f"Python or in the kernel? The case was stopped.{processes}"), self.limits.case_seconds)
 
     def _with_limits_hint(self, message: str) -> str:
@@ -688,6 +689,20 @@ class _Grading:
             EVIDENCE["cuda" if self.traced else "cuda-no-trace"],
             "child_processes": self.children,
         }
+
+
+class _Budget:
+    """A time limit judged on the child's CPU time, which a busy machine hardly changes, with
+    wall time as a backstop (``wall_factor`` times longer) for a child that waits without
+    computing. Correct code therefore never fails for want of a free core."""
+
+    def __init__(self, child, seconds: float, wall_factor: float):
+        self.child, self.seconds = child, seconds
+        self.cpu_start, self.wall_end = child.cpu_seconds(), time.monotonic() + seconds * wall_factor
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.wall_end or \
+            self.child.cpu_seconds() - self.cpu_start >= self.seconds
 
 
 _timing_plans: dict = {}

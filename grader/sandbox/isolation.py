@@ -386,8 +386,12 @@ class UnsafeSandbox(SandboxError):
 @dataclass
 class Limits:
     """Resource limits for one child process."""
-    case_seconds: float = 60.0  # wall clock for one call of the API
-    startup_seconds: float = 90.0  # wall clock to import torch, Triton and the learner's file
+    # Time limits count the child's CPU time, which a busy machine hardly changes; wall time
+    # only backs them up (``wall_factor`` times longer), for a child that waits without
+    # computing (a GPU kernel that never ends, a sleep).
+    case_seconds: float = 60.0  # one call of the API
+    startup_seconds: float = 90.0  # importing torch, Triton and the learner's file
+    wall_factor: float = 10.0
     memory_bytes: int | None = None  # host memory (RLIMIT_DATA); default 4 GiB, 16 GiB on CUDA
     processes: int = 64  # processes and threads (RLIMIT_NPROC)
     file_bytes: int = 2 * GiB  # largest file the child may write (RLIMIT_FSIZE)
@@ -578,6 +582,21 @@ class Child:
         self._next_disk_check = 0.0
         self._closed = False
         self.leftovers: list[str] = []  # folders cleanup could not remove in time
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the child and every process it started (what they have
+        running now). Unlike wall time it hardly depends on how busy the machine is, so time
+        limits are judged on it (see grader.runphase)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in (self.popen.pid, *_descendants(self.popen.pid)):
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+            except (OSError, ValueError, IndexError):
+                pass
+        return total / ticks
 
     def order(self, message: dict, deadline: float) -> None:
         """Send one order (a JSON line) without ever blocking past ``deadline``: a child that
