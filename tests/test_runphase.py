@@ -14,6 +14,7 @@ skipped with the reason where the sandbox reports that protection missing. GPU r
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -573,6 +574,25 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
             child.close()
     assert "['public.txt', 'solutions'] []" in output, output
     assert str(tmp_path / "course" / "solutions") in protections["hidden_paths"]
+
+
+def test_system_calls_no_exercise_needs_are_refused(platform_protections):
+    if not platform_protections.get("syscall_filter", "").endswith("...)"):
+        pytest.skip(f"no system-call filter on this platform: {platform_protections.get('syscall_filter')}")
+    script = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+              "print('unshare', libc.unshare(0x40000000), ctypes.get_errno()); "
+              "print('child', os.fork() == 0 or os.wait()[1])")
+    with Sandbox(allow_unsafe=True) as sandbox, sandbox.slot() as slot:
+        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
+        try:
+            sandbox.wait_sandbox(child)
+            with pytest.raises(runphase.ChildEnded):
+                child.next_event(time.monotonic() + 30)
+            output = child.log_tail()
+        finally:
+            child.close()
+    assert f"unshare -1 {errno.EPERM}" in output, output  # a new network namespace: refused
+    assert "child True" in output and "child 0" in output  # ordinary calls still work
 
 
 def test_hidden_messages_keep_the_pattern_but_no_numbers():

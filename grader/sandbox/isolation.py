@@ -63,6 +63,32 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203}
 
+# System calls no kernel exercise makes, refused with EPERM by a seccomp filter: debugging or
+# reading other processes, mounting, namespaces, kernel keyrings, eBPF, perf counters, modules,
+# userfaultfd, file handles. Most already fail for an unprivileged uid; the filter also closes
+# the kernel code behind them (a large part of the kernel's attack surface).
+# (architecture as the kernel's audit code names it, {name: number}); numbers from the kernel's
+# syscall tables (x86_64: arch/x86/entry/syscalls/syscall_64.tbl; aarch64: the generic table).
+_REFUSED_CALLS = {
+    "x86_64": (0xC000003E, {
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "setns": 308, "unshare": 272, "keyctl": 250, "add_key": 248,
+        "request_key": 249, "bpf": 321, "perf_event_open": 298, "kexec_load": 246, "kexec_file_load": 320,
+        "init_module": 175, "finit_module": 313, "delete_module": 176, "userfaultfd": 323,
+        "open_by_handle_at": 304, "name_to_handle_at": 303, "swapon": 167, "swapoff": 168, "reboot": 169,
+        "acct": 163, "iopl": 172, "ioperm": 173, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442}),
+    "aarch64": (0xC00000B7, {
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "setns": 268, "unshare": 97, "keyctl": 219, "add_key": 217,
+        "request_key": 218, "bpf": 280, "perf_event_open": 241, "kexec_load": 104, "kexec_file_load": 294,
+        "init_module": 105, "finit_module": 273, "delete_module": 106, "userfaultfd": 282,
+        "open_by_handle_at": 265, "name_to_handle_at": 264, "swapon": 224, "swapoff": 225, "reboot": 142,
+        "acct": 89, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442}),
+}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
 # System folders the child may read: enough for Python, PyTorch, Triton and CUDA (its driver
 # libraries, and the C compiler Triton uses once per machine). Everything else is absent.
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
@@ -310,6 +336,36 @@ def _credentials(cfg: dict, flags: int, report: dict) -> None:
 
 
 
+def _syscall_filter(libc, report: dict) -> None:
+    """Install the seccomp filter of ``_REFUSED_CALLS`` (classic BPF, no library needed)."""
+    machine = platform.machine()
+    if machine not in _REFUSED_CALLS:
+        report["syscall_filter"] = f"none (no table for {machine})"
+        return
+    audit_arch, calls = _REFUSED_CALLS[machine]
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, refuse, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
+    numbers = sorted(calls.values())
+    refuse_at = 6 + len(numbers)  # index of the "refuse" return, after the "allow" one
+    program = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill),  # a foreign ABI: stop
+               (ld, 0, 0, 0), (jge, refuse_at - 5, 0, 0x40000000)]  # x32 calls on x86_64
+    program += [(jeq, refuse_at - (5 + i) - 1, 0, number) for i, number in enumerate(numbers)]
+    program += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    instructions = (Instruction * len(program))(*[Instruction(*step) for step in program])
+    fprog = Program(len(program), ctypes.cast(instructions, ctypes.POINTER(Instruction)))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        report["syscall_filter"] = f"none ({os.strerror(ctypes.get_errno())})"
+        return
+    report["syscall_filter"] = f"{len(numbers)} system calls refused (ptrace, mount, unshare, bpf, perf_event_open, ...)"
+
+
 def _mirror_exit(pid: int, fds: list[int]) -> None:
     """Outside the PID namespace: wait for its first process and exit the way it did."""
     for fd in fds:
@@ -352,6 +408,7 @@ def _boot(cfg: dict) -> None:
         _credentials(cfg, flags, report)
         _call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
         _call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # reset by setuid
+        _syscall_filter(libc, report)  # last: the steps above need mount, unshare and pivot_root
         if not flags & CLONE_NEWPID and os.getppid() != cfg["parent_pid"]:
             os._exit(1)
         os.umask(0o077)
