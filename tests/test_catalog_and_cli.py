@@ -63,3 +63,22 @@ def test_bench_refuses_what_it_cannot_time_honestly():
         assert result.returncode == 1 and "so it is not timed" in result.stdout
     else:
         assert result.returncode == 0 and "need a CUDA GPU" in result.stdout
+
+
+EXAMPLES = REPO_ROOT / "grader" / "examples" / "submissions"
+
+
+def test_check_fails_a_pytorch_result_with_the_reason():
+    kernel = EXAMPLES / "torch-compute" / "missing-elements" / "01-vector-add" / "kernel.py"
+    result = _grader("check", "missing-elements/01-vector-add", "--impl", str(kernel))
+    assert result.returncode == 1
+    assert "FAIL test_matches_reference" in result.stdout
+    assert "computed with PyTorch (aten.add) instead of a Triton kernel" in result.stdout
+
+
+def test_check_says_what_the_grader_would_refuse():
+    kernel = EXAMPLES / "computes-in-thread" / "missing-elements" / "01-vector-add" / "kernel.py"
+    result = _grader("check", "missing-elements/01-vector-add", "--impl", str(kernel))
+    assert result.returncode == 1  # even if every test passed: a graded copy scores 0
+    assert "The grader refuses this kernel.py before running it:" in result.stdout
+    assert "`import threading` is not allowed" in result.stdout
