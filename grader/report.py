@@ -30,6 +30,9 @@ def reason(row) -> str:
         return _first_line(row.problem) or "not graded (no run-phase record)"
     if record.get("load_error"):
         return _first_line(record["load_error"])
+    if record.get("integrity", {}) and record["integrity"]["violation"] == "policy":
+        refused = record["integrity"]["message"].splitlines()  # a heading, then "  line N: ..."
+        return "refused: " + _first_line(refused[1] if len(refused) > 1 else refused[0])
     if record.get("integrity"):
         return "integrity: " + record["integrity"]["message"]
     if record["totals"]["passed"] == record["totals"]["total"]:

@@ -309,7 +309,7 @@ _INTEGRITY = {
     "cache": "a call returned an earlier result for new inputs (outputs cached across calls).",
     "alias": "a call returned one of its inputs instead of a new tensor.",
     "mutation": "a call changed its inputs.",
-    "policy": "the grader refused kernel.py before running it (see why above).",
+    "policy": "the grader refused kernel.py before running it.",
 }
 
 
@@ -403,7 +403,7 @@ class _Grading:
         if self.refusal is not None:
             for trial in self.plan.trials:
                 self.verdicts[trial.id] = Verdict(False, "policy", "Not run: the grader refused kernel.py "
-                                                  "before running it (see the message above).")
+                                                  "before running it.")
             return
         for visibility in ("public", "hidden"):
             self.failures_in_a_row = 0
@@ -653,7 +653,8 @@ class _Grading:
         total = counts["public"][1] + counts["hidden"][1]
         integrity = next(({"violation": row["kind"], "message": _INTEGRITY[row["kind"]]}
                           for row in rows if row["kind"] in _INTEGRITY), None)
-        if self.refusal is not None:
+        if self.refusal is not None:  # the reasons themselves, for feedback and the tables
+            integrity = {"violation": "policy", "message": self.refusal}
             summary = f"No points for this module: {self.refusal}"
         elif integrity is not None:
             summary = f"No points for this module: {integrity['message']}"
