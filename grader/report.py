@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import resource
 from pathlib import Path
 
 from grader.course import POINTS
@@ -21,6 +22,11 @@ MAX_POINTS = sum(POINTS.values())
 def _first_line(text: str, limit: int = 90) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _peak_memory_mib() -> float:
+    """This process's peak resident memory (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def reason(row) -> str:
@@ -157,7 +163,8 @@ def write(grading) -> None:
                       "with feedback and export."]
     else:
         lines += ["", "Nothing changed since the last run: every record and autograded notebook was reused."]
-    lines += ["", f"The run phase started {grading.children_started} sandboxed child process(es)."]
+    lines += ["", f"The run phase started {grading.children_started} sandboxed child process(es). The grading "
+                  f"process itself peaked at {_peak_memory_mib():.0f} MiB of memory (whatever the children did)."]
     if grading.protections:
         lines += ["", "## Sandbox protections", ""]
         lines += [f"- {key}: {value}" for key, value in grading.protections.items() if key != "limits"]
