@@ -106,3 +106,41 @@ def test_inputs_are_reproducible_and_secret_dependent():
     (b,), _ = build_inputs(SPEC, CASE)
     (c,), _ = build_inputs(SPEC, CASE, secret=1234)
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+# --- reading a CUDA kernel trace (grader.evidence) -----------------------------------------------
+
+ATEN_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+ATEN_FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
+
+
+def test_a_trace_of_own_kernels_and_data_movement_is_accepted():
+    from grader.evidence import judge_evidence
+
+    report = {"launches": 1, "kernels": ["add_kernel", ATEN_FILL, "Memcpy DtoD (Device -> Device)"]}
+    assert judge_evidence("add", report, True, {"add_kernel"}) is None
+
+
+def test_a_trace_with_an_aten_kernel_means_pytorch_computed():
+    from grader.evidence import judge_evidence
+
+    # the in-process log says nothing (it could have been switched off); the trace still shows it
+    report = {"launches": 1, "ops": {}, "kernels": ["add_kernel", ATEN_ADD]}
+    kind, message = judge_evidence("add", report, True, {"add_kernel"})
+    assert kind == "torch" and "not your Triton kernels" in message and "CUDAFunctor_add" in message
+
+
+def test_a_trace_without_own_kernels_means_no_launch_whatever_the_counter_says():
+    from grader.evidence import judge_evidence
+
+    report = {"launches": 5, "kernels": [ATEN_FILL]}  # a forged launch count
+    assert judge_evidence("add", report, True, {"add_kernel"})[0] == "no_launch"
+
+
+def test_own_kernel_names_come_from_the_source():
+    from grader.evidence import triton_kernel_names
+
+    source = ("import triton\nfrom triton import jit\n@triton.jit\ndef a(x): pass\n@jit\ndef b(x): pass\n"
+              "@triton.autotune(configs=[], key=[])\n@triton.jit(do_not_specialize=[0])\ndef c(x): pass\n"
+              "def helper(): pass\n")
+    assert triton_kernel_names(source) == {"a", "b", "c"}

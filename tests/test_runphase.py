@@ -702,6 +702,19 @@ def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_
     assert failing["credit"] == 0.0 and "must pass every case first" in failing["reason"]
 
 
+@pytest.mark.cuda
+def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path):
+    root = tmp_path / "submissions"
+    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp_path / "examples" / "torch-compute", root / "torch-compute")
+    summary = runphase.run(root, tmp_path / "results", [VECTOR_ADD],
+                           runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)), progress=False)
+    record = _gpu_record(summary, "torch-compute")
+    assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
+    assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
+               for row in record["cases"] if row["visibility"] == "public")
+
+
 @pytest.mark.parametrize("example, violation", [
     ("torch-compute", "torch"), ("caches-outputs", "cache"), ("returns-input", "alias"),
     ("mutates-input", "mutation"),
