@@ -49,7 +49,7 @@ bench: $(ENV)
 	@$(PYTHON) -m grader bench $(M) --impl $(IMPL)
 
 stubs: $(ENV)
-	@$(PYTHON) -m grader stubs
+	@$(PYTHON) -m grader stubs $(if $(FORCE),--force)
 
 test: $(ENV)
 	@if [ ! -d solutions ]; then \

@@ -57,11 +57,15 @@ def cmd_stubs(args) -> int:
         for path in stale:
             print(f"out of date: {path.relative_to(REPO_ROOT)} (run `make stubs`)")
         return 1 if stale else 0
-    changed = stubs.write_all(args.module and [find_module(args.module)])
+    changed, kept = stubs.write_all(args.module and [find_module(args.module)], force=args.force)
     for path in changed:
         print(f"wrote {path.relative_to(REPO_ROOT)}")
-    print(f"{len(changed)} stub(s) regenerated." if changed else "All stubs are up to date.")
-    return 0
+    for path in kept:
+        print(f"NOT overwritten: {path.relative_to(REPO_ROOT)} holds edits of yours (it differs from the "
+              "committed stub). Copy your work elsewhere, then run `make stubs FORCE=1` to regenerate it.")
+    if not kept:
+        print(f"{len(changed)} stub(s) regenerated." if changed else "All stubs are up to date.")
+    return 1 if kept else 0
 
 
 def cmd_run(args) -> int:
@@ -121,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     stubs_cmd = commands.add_parser("stubs", help="regenerate learner stubs from the solutions")
     stubs_cmd.add_argument("--check", action="store_true", help="only report stubs that are out of date")
     stubs_cmd.add_argument("--module", help="regenerate only this module's stub")
+    stubs_cmd.add_argument("--force", action="store_true",
+                           help="also overwrite stubs that hold hand edits (a learner's work is lost)")
     stubs_cmd.set_defaults(run=cmd_stubs)
 
     run_cmd = commands.add_parser("run", help="grade submissions in sandboxed processes (instructors)")

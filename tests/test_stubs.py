@@ -43,3 +43,32 @@ def test_solution_itself_has_no_open_todos():
 def test_malformed_markers_are_reported(broken):
     with pytest.raises(MarkerError):
         generate_stub(broken)
+
+
+def test_a_hand_edited_stub_is_recognised_and_a_generated_one_is_not(tmp_path):
+    from grader.stubs import hand_edited
+
+    target = tmp_path / "kernel.py"
+    target.write_text("old stub\n")
+    assert not hand_edited(target, "new stub\n", committed="old stub\n")  # untouched: regenerate
+    target.write_text("my finished kernel\n")
+    assert hand_edited(target, "new stub\n", committed="old stub\n")  # a learner's work: keep
+    assert not hand_edited(target, "my finished kernel\n", committed="old stub\n")  # nothing to do
+    assert hand_edited(target, "new stub\n", committed=None)  # no git to ask: keep it safe
+
+
+def test_make_stubs_keeps_a_learners_kernel(monkeypatch, tmp_path):
+    from grader import stubs
+    from grader.catalog import find_module
+
+    module = find_module("missing-elements/01-vector-add")
+    learner = tmp_path / "tracks" / module.track / module.slug
+    learner.mkdir(parents=True)
+    (learner / "kernel.py").write_text("# my finished kernel\n")
+    monkeypatch.setattr(type(module), "learner_dir", property(lambda self: learner))
+    monkeypatch.setattr(stubs, "committed_text", lambda path: stubs.stub_for(module))
+    changed, kept = stubs.write_all([module])
+    assert (changed, kept) == ([], [learner / "kernel.py"])
+    assert (learner / "kernel.py").read_text() == "# my finished kernel\n"
+    changed, kept = stubs.write_all([module], force=True)
+    assert changed == [learner / "kernel.py"] and (learner / "kernel.py").read_text() == stubs.stub_for(module)
