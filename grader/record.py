@@ -47,6 +47,7 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
         with _silenced():
             record = find_record(module_id, Path(folder or os.getcwd()))
             text, points = part_report(record, part, out_of)
+            text = _wrapped(text)
     except _Explained as error:
         text, points = f"{part.capitalize()} part: 0 of {out_of:g} points. {error}", 0.0
     except BaseException as error:  # noqa: BLE001 (a time-out's KeyboardInterrupt included)
@@ -56,6 +57,17 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
                         "Ask your instructor to look at the grading log.", 0.0)
     print(text)
     return points
+
+
+def _wrapped(text: str, width: int = 100) -> str:
+    """Long lines folded at ``width``, each continuation indented like its line: the feedback
+    page shows the cell's output in a box that does not wrap."""
+    lines = []
+    for line in text.splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
+                                   break_on_hyphens=False) if len(line) > width else line)
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager
