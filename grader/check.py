@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from grader import cases, device, progress
-from grader.catalog import Module, find_module
+from grader.catalog import REPO_ROOT, Module, find_module
 from grader.checks import short_error
 from grader.loading import kernel_path, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
@@ -117,11 +117,24 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         if not device.is_cuda():
             print("Speed is measured on a CUDA GPU only; on this CPU the interpreter checks correctness.",
                   file=out)
+        print(_next_steps(module), file=out)
     elif todos:
         print(f"Next: complete {todos[0]}, then run the check again.", file=out)
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
     return done
+
+
+def _next_steps(module: Module) -> str:
+    """Where to go once a module passes: its notebook, then the next unfinished module."""
+    lines = []
+    if module.notebook.is_file():
+        lines.append(f"Next: the study notebook {module.notebook.relative_to(REPO_ROOT)} runs your kernel "
+                     "live (`make lab`).")
+    following = progress.next_unfinished()
+    if following is not None and following != module:
+        lines.append(f"Then: {following.id} ({following.title}): `make check M={following.id}`.")
+    return "\n".join(lines)
 
 
 _INNER = "GRADER_CHECK_INNER"

@@ -33,6 +33,7 @@ def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatc
     solution = _grader("check", "missing-elements/01-vector-add", "--impl", "solutions")
     assert solution.returncode == 0, solution.stdout + solution.stderr
     assert "All public tests pass" in solution.stdout
+    assert "Next: the study notebook notebooks/missing-elements-01-vector-add.ipynb" in solution.stdout
 
 
 def test_progress_lists_all_modules():
