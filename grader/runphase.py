@@ -425,11 +425,7 @@ class _Grading:
     def _run_child(self, trials: list[Trial]) -> None:
         """One child: import the submission, then run ``trials`` one by one, handing each its
         inputs only when it starts."""
-        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
-                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
-                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
-        child = self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
-                                   request, len(trials), secrets.token_hex(16))
+        child = self._start_child(len(trials))
         self.children += 1
         try:
             protections = self.sandbox.wait_sandbox(child)
@@ -440,6 +436,14 @@ class _Grading:
                             + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
                                "(forged or garbled)" if child.ignored_lines else ""))
             child.close()
+
+    def _start_child(self, n_calls: int):
+        """A sandboxed child holding only the submission; inputs come later, one call at a time."""
+        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
+                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
+                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
+        return self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
+                                  request, n_calls, secrets.token_hex(16))
 
     def measure_performance(self, secret: int) -> None:
         """Time the kernel against the reference (CUDA only, after every case has passed)."""
@@ -453,11 +457,7 @@ class _Grading:
             self.performance = {"graded": False, "reason": "not graded: no benchmark case or no "
                                 "reference solution in this checkout"}
             return
-        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
-                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
-                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
-        child = self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
-                                   request, 3, secrets.token_hex(16))
+        child = self._start_child(3)
         self.children += 1
         try:
             self.sandbox.wait_sandbox(child)
