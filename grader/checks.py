@@ -16,7 +16,7 @@ import torch
 
 from grader import device
 from grader.cases import Case, Rand, Spec
-from grader.diagnosis import diagnose
+from grader.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.loading import LoadedKernel, todo_summary
 
@@ -139,13 +139,25 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function")
     return outputs
 
 
-def compare(spec: Spec, case: Case, outputs: tuple, references: tuple) -> list[str]:
-    """Problems found in ``outputs`` (empty when the case passes)."""
+def largest_magnitude(inputs) -> float:
+    """The largest finite magnitude among the tensors in ``inputs`` (0 when there are none)."""
+    sizes = [float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) for t in tensors_in(inputs)
+             if t.numel() and (t.is_floating_point() or t.is_complex())]
+    return max(sizes, default=0.0)
+
+
+def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=None) -> list[str]:
+    """Problems found in ``outputs`` (empty when the case passes). ``inputs`` (the call's args and
+    kwargs) let the diagnosis tell overflow on large inputs from unwritten elements."""
     names = spec.output_names
     if len(outputs) != len(references):
         return [f"{spec.api}() returned {len(outputs)} value(s); it should return "
                 f"{len(references)}: {', '.join(names)}."]
-    problems = []
+    problems, right = [], []
+    largest = largest_magnitude(inputs) if inputs is not None else 0.0
+    inf_seen = any(isinstance(out, torch.Tensor) and out.is_floating_point() and out.shape == ref.shape
+                   and bool((torch.isinf(out.detach().cpu()) & torch.isfinite(ref.cpu())).any())
+                   for out, ref in zip(outputs, references))
     for name, out, ref in zip(names, outputs, references):
         if not isinstance(out, torch.Tensor):
             problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}.")
@@ -156,9 +168,19 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple) -> list[s
                             "dtype): allocate the output with dtype=x.dtype.")
             continue
         atol, rtol = spec.tolerance(out.dtype, case)
-        problem = diagnose(out, ref, atol, rtol, name=name)
+        problem = diagnose(out, ref, atol, rtol, name=name, largest_input=largest, inf_elsewhere=inf_seen)
         if problem:
             problems.append(problem)
+        else:
+            right.append(name)
+    if problems and right:
+        wrong = [n for n in names if n not in right]
+        only = "; ".join(spec.output_notes[n] for n in wrong if n in spec.output_notes)
+        problems.append(f"{' and '.join(right)} {'is' if len(right) == 1 else 'are'} right, so look at "
+                        f"what only {' and '.join(wrong)} depend{'s' if len(wrong) == 1 else ''} on"
+                        + (f": {only}." if only else "."))
+    if problems and case.hint:
+        problems.append(f"What this case checks: {case.hint}")
     return problems
 
 
@@ -172,15 +194,11 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
         outputs = call_api(monitor.watching(fn, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api)
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
-    problems = compare(spec, case, outputs, references)
+    problems = compare(spec, case, outputs, references, (args, kwargs))
     if not problems:
         found = judge_evidence(spec.api, monitor.report(),
                                any(isinstance(o, torch.Tensor) and o.numel() for o in outputs))
         problems = [found[1]] if found else []
-    if problems and not all(t.is_contiguous() for t in tensors_in((args, kwargs))):
-        problems.append("The inputs of this case are not contiguous. If only such cases fail, step "
-                        "through the inputs with their strides (x.stride(0), ...) rather than "
-                        "assuming packed rows.")
     return CaseResult(case, not problems, "\n".join(problems))
 
 
@@ -208,3 +226,14 @@ def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match
     names = " or ".join(e.__name__ for e in errors)
     raise AssertionError(f"Expected a {names} for this bad input, but the call succeeded. "
                          "Validate the inputs before launching the kernel.")
+
+
+def case_outcome(spec: Spec, case: Case, passed: bool) -> Outcome:
+    """``case`` and its verdict as ``across_cases`` reads them (builds the inputs again: cheap)."""
+    args, _ = build_inputs(spec, case)
+    return Outcome(case, passed, non_contiguous_inputs(args, input_names(spec.reference)), spec.row_wise)
+
+
+def across(spec: Spec, verdicts: list[tuple[Case, bool]]) -> str | None:
+    """What the failing cases of a run have in common that the passing ones lack, if anything."""
+    return across_cases([case_outcome(spec, case, passed) for case, passed in verdicts])

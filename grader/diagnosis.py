@@ -1,14 +1,25 @@
 """Turn a wrong output into a sentence a learner can act on.
 
-``diagnose`` compares an output with its float64 reference and, when they differ, says how many
+``diagnose`` compares one output with its float64 reference and, when they differ, says how many
 elements are wrong, where the first one is, how large the error is, and which pattern the wrong
-elements form ("only the tail", "every other row", "columns from 64 on"), with what that pattern
-usually means in a Triton kernel.
+elements form ("only the tail", "every other row", "errors the size of float16 rounding"), with
+what that pattern usually means in a Triton kernel. ``across_cases`` looks at which cases of a
+run fail and which pass ("only the non-contiguous ones", "every row length that is not a power of
+two") and says what that split usually means.
 """
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+
 import torch
+
+# Block sizes are powers of two of at least this much, so a wrong region that starts at an index
+# that is not a multiple of it does not start at a block boundary.
+_SMALLEST_BLOCK = 16
+# exp() overflows float32 just above 88; inputs this large make any exponential suspect.
+_OVERFLOW_INPUT = 64.0
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -20,23 +31,105 @@ def _runs(indices: torch.Tensor) -> bool:
     return indices.numel() > 0 and int(indices[-1] - indices[0]) + 1 == indices.numel()
 
 
-def _pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
+def _tail(n_bad: int, start: int, unwritten: bool) -> str | None:
+    """The pattern of a wrong region that runs from ``start`` to the last element."""
+    where = f"from flat index {start} on"
+    if n_bad <= 2:
+        if start % _SMALLEST_BLOCK == 0:
+            return (f"only the last {n_bad} element(s) are wrong ({where}): the mask is off by one "
+                    "(offsets < n, not n - 1), or the last, partial block is not launched (the grid "
+                    "must round up: triton.cdiv).")
+        return (f"only the last {n_bad} element(s) are wrong ({where}): the mask is probably off by "
+                "one (keep offsets < n; not n - 1, not <=).")
+    if not unwritten:
+        return None
+    block = start & -start  # the largest power of two that divides start
+    if start % _SMALLEST_BLOCK or n_bad >= block:
+        return (f"the last {n_bad} elements were never written ({where}): more than one block "
+                f"ending at index {start} could leave, so it is not just the last block missing. "
+                "The usual cause: the programs' start offsets are not multiplied by the block size "
+                "(program pid must start at pid times the block size), so the programs overlap and "
+                "none reaches the end (or the grid has far too few programs).")
+    return (f"the last {n_bad} elements were never written ({where}): the last, partial block is "
+            "probably not launched (the grid must round up: triton.cdiv(n, BLOCK_SIZE)) or its "
+            "mask cuts it short.")
+
+
+def _common_factor(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> float | None:
+    """The factor f with got == f * want on every wrong element, if there is one (and f != 1)."""
+    chosen = bad & (want.abs() > 1e-12) & torch.isfinite(got)
+    if int(chosen.sum()) < 2 or int(chosen.sum()) < int(bad.sum()):
+        return None
+    ratios = got[chosen] / want[chosen]
+    factor = float(ratios.median())
+    # Rounding scatters the ratios; a wrong scale factor moves them all together, far from 1.
+    if abs(factor - 1) < 1e-4 or abs(factor) < 1e-3 or not bool(((ratios - factor).abs() <= 1e-5 * abs(factor)).all()):
+        return None
+    return factor
+
+
+def _row_factors(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """True when every row is off by a factor of its own (values right relative to each other)."""
+    if got.dim() < 2 or got.shape[-1] < 2 or not bool(torch.isfinite(got).all()):
+        return False
+    rows_got, rows_want = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+    scale = (rows_got * rows_want).sum(1) / (rows_want * rows_want).sum(1).clamp_min(1e-300)
+    residual = (rows_got - scale[:, None] * rows_want).abs().amax(1)
+    return bool((residual <= 1e-3 * rows_want.abs().amax(1) + 1e-12).all()) and \
+        bool(((scale - 1).abs() > 1e-4).any())
+
+
+def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """Every wrong element a little off: rounding somewhere, not a logic error."""
+    if not bool(torch.isfinite(got[bad]).all()):
+        return None
+    typical = float(want[torch.isfinite(want)].pow(2).mean().sqrt()) if bool(torch.isfinite(want).any()) else 1.0
+    relative = float(((got - want).abs()[bad] / want.abs()[bad].clamp_min(max(0.1 * typical, 1e-30))).max())
+    if relative > 3e-2:
+        return None
+    if dtype == torch.float32:
+        if relative < 1e-4:
+            return None
+        return (f"every wrong element is off by at most {relative:.1g} of its value: the size of "
+                "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits). A value is "
+                "probably converted to a 16-bit type on the way (an operand of tl.dot, the "
+                "accumulator, or the result before the store): keep float32 throughout.")
+    return (f"every wrong element is off by at most {relative:.1g} of its value: a few roundings "
+            f"of {str(dtype).removeprefix('torch.')} adding up. Compute in float32 (x.to(tl.float32) "
+            "after loading) and round once, when storing.")
+
+
+def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor,
+             want: torch.Tensor, dtype: torch.dtype) -> str | None:
     """Name the shape of the wrong region, with its usual cause (``unwritten``: still NaN)."""
     flat = bad.flatten()
     total = flat.numel()
     where = flat.nonzero().flatten()
     n_bad = where.numel()
+    row_length = bad.shape[-1] if bad.dim() >= 2 else total
+    start = int(where[0])
+    if start and int(where[-1]) == total - 1 and _runs(where) and (bad.dim() < 2 or n_bad % row_length):
+        text = _tail(n_bad, start, bool(unwritten.flatten()[where].all()))
+        if text:
+            return text
+    factor = _common_factor(got, want, bad)
+    if factor is not None:
+        return (f"every wrong element is the right value times {factor:.6g}: a scale factor is "
+                "off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
+                "normalisation).")
+    precision = _precision(got, want, bad, dtype)
+    if precision:
+        return precision
     if n_bad == total:
+        if _row_factors(got, want):
+            return ("each row is the right row times a factor of its own: the values are right "
+                    "relative to each other, so the normalisation is off (a sum or a maximum "
+                    "over the row that counts lanes it should not: masked lanes must not change it).")
         return ("every element is wrong: the computation itself is off (check the loads, the "
                 "formula and which tensor each pointer points to).")
-    row_length = bad.shape[-1] if bad.dim() >= 2 else total
-    if int(where[-1]) == total - 1 and _runs(where) and (bad.dim() < 2 or n_bad % row_length):
-        return (f"only the last {n_bad} element(s) are wrong (from flat index {int(where[0])} on): "
-                "the tail past the last full block. The grid probably rounds down (use "
-                "triton.cdiv) or the mask that guards the last block is wrong.")
     if bad.dim() < 2:
         if _runs(where):
-            return (f"one contiguous stretch is wrong (flat indices {int(where[0])}..{int(where[-1])}): "
+            return (f"one contiguous stretch is wrong (flat indices {start}..{int(where[-1])}): "
                     "look at the program(s) that handle that stretch, and at the offsets.")
         return None
     rows = bad.reshape(-1, bad.shape[-1])
@@ -53,7 +146,8 @@ def _pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
     if bad_rows.numel() < n_rows and int(bad_rows[-1]) == n_rows - 1 and _runs(bad_rows):
         rows_text = f"only rows {int(bad_rows[0])}..{n_rows - 1} are wrong"
         if bool(unwritten.reshape(rows.shape)[bad_rows].all()):
-            return f"{rows_text}, and never written: the grid launches too few programs."
+            return (f"{rows_text}, and never written: the grid launches too few programs, or the "
+                    "programs are mapped to the wrong rows (which program_id axis is which).")
         return (f"{rows_text} while the rows before are right: the row offset is probably wrong "
                 "(row i starts at i * the tensor's row stride, e.g. x.stride(0)).")
     if bad_cols.numel() < n_cols and _runs(bad_cols) and bad_rows.numel() == n_rows:
@@ -62,12 +156,21 @@ def _pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
     if bad_rows.numel() < n_rows and bool(rows[bad_rows].all()):
         return (f"{bad_rows.numel()} whole row(s) are wrong, the others right: check how a program "
                 "finds its row (program_id and the row stride).")
+    if bool(unwritten[bad].all()):
+        return ("a block-shaped region was never written: the grid launches too few programs "
+                "along one axis, or the program_id axes are swapped (axis 0 is the grid's first "
+                "number).")
     return None
 
 
 def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-             name: str = "output") -> str | None:
-    """None when ``out`` matches ``ref`` within ``atol + rtol * |ref|``, else the diagnosis."""
+             name: str = "output", largest_input: float = 0.0, inf_elsewhere: bool = False) -> str | None:
+    """None when ``out`` matches ``ref`` within ``atol + rtol * |ref|``, else the diagnosis.
+
+    ``largest_input`` (the largest finite magnitude among the case's inputs) and ``inf_elsewhere``
+    (another output of the call holds inf where its result is finite) tell NaN that was computed
+    from NaN that was never written: the poison fill writes NaN, never inf.
+    """
     if tuple(out.shape) != tuple(ref.shape):
         return (f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
                 "allocate it with the shape the function documents.")
@@ -92,17 +195,120 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
         lines.append(f"Largest error {error[finite_bad].max().item():.3g} "
                      f"(allowed: {atol:g} + {rtol:g} x |expected|).")
     n_nan = int(nan_out.sum())
+    non_finite = bool((~torch.isfinite(got) & finite_ref).any())
+    large = largest_input >= _OVERFLOW_INPUT
+    if non_finite and (large or inf_elsewhere or bool((torch.isinf(got) & finite_ref).any())):
+        why = f"this case's inputs reach {largest_input:.4g}, so " if large else ""
+        lines.append(f"Pattern: inf or NaN where the result is finite, and computed rather than left "
+                     f"unwritten: {why}an intermediate value probably overflowed or was divided by "
+                     "zero (exp() overflows float32 above about 88; 1 / sqrt(0) is inf, and inf - inf "
+                     "or 0 * inf is NaN).")
+        return "\n".join(lines)
     if n_nan and n_nan < total:  # (all NaN: the pattern below says it once)
         lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
                      "these were probably never written: check the mask and that the grid covers "
                      "every element. (Or NaN was read from outside an input by a load missing its "
                      "mask or other=, or computed, e.g. exp of -inf minus -inf.)")
     if n_nan == total:
-        pattern = ("nothing was written: check that the kernel is launched, that its store runs, "
-                   "and that the store's mask is not always False (or NaN came from reading "
-                   "outside an input: a load missing its mask).")
+        pattern = ("nothing was written: check that the kernel is launched with at least one "
+                   "program (a grid computed with // is 0 for inputs smaller than a block: use "
+                   "triton.cdiv), that its store runs, and that the store's mask is not always "
+                   "False (an off-by-one such as offsets < n - 1 is False everywhere when n is 1). "
+                   "Or NaN came from reading outside an input: a load missing its mask.")
     else:
-        pattern = _pattern(bad, nan_out)
+        pattern = _pattern(bad, nan_out, got, want, out.dtype)
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)
+
+
+# ---- across the cases of one run ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``across_cases`` needs to know of one case: its parameters, inputs and verdict."""
+    case: object  # grader.cases.Case
+    passed: bool
+    non_contiguous: frozenset = frozenset()  # names of the inputs that are not contiguous
+    row_wise: bool = False  # the API works row by row (grader.cases.Spec.row_wise)
+
+
+def input_names(reference) -> list[str]:
+    """The names of the reference's positional parameters: the API's input names."""
+    try:
+        return [p.name for p in inspect.signature(reference).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return []
+
+
+def non_contiguous_inputs(args: tuple, names: list[str]) -> frozenset:
+    return frozenset(names[i] if i < len(names) else f"input {i + 1}"
+                     for i, arg in enumerate(args)
+                     if isinstance(arg, torch.Tensor) and not arg.is_contiguous())
+
+
+def _power_of_two(n) -> bool:
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+def _features(outcome: Outcome) -> dict[str, str]:
+    """Conditions a case can meet, each with what failing exactly where it holds usually means."""
+    case = outcome.case
+    found: dict[str, str] = {}
+    for name in sorted(outcome.non_contiguous):
+        found[f"{name} is not contiguous"] = (
+            f"Step through {name} with its own strides ({name}.stride(0), ...) rather than assuming "
+            "packed rows, or make it contiguous in the launcher.")
+    if outcome.non_contiguous:
+        found["the inputs are not contiguous (non-contiguous inputs)"] = (
+            "Step through each input with its own strides (x.stride(0), ...) rather than assuming "
+            "packed rows, or make the inputs contiguous in the launcher (x.contiguous()).")
+    shape = case.params.get("shape")
+    if outcome.row_wise and isinstance(shape, tuple) and shape and not _power_of_two(shape[-1]):
+        found["the rows are not a power of two long"] = (
+            "A block is a power of two long, so what differs is the lanes past the row's end: mask "
+            "them, and pad them (other=) with a value that cannot change the result (-inf for a "
+            "maximum, 0 for a sum).")
+    short = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+    if case.dtype in short:
+        found[f"the dtype is {short[case.dtype]}"] = (
+            "Look at what depends on the dtype: the output's dtype, a conversion, or precision "
+            "(compute in float32, round once when storing).")
+    for key, value in case.params.items():
+        if key != "shape":
+            found[f"{key} is set"] = "Look at what these cases do that the others do not."
+            found[f"{key}={value!r}"] = "Look at what these cases do that the others do not."
+    return found
+
+
+def across_cases(outcomes: list[Outcome]) -> str | None:
+    """What splits the failing cases from the passing ones, when one condition does exactly."""
+    failing = [o for o in outcomes if not o.passed]
+    passing = [o for o in outcomes if o.passed]
+    if len(failing) < 2 or not passing:
+        return None
+    features = [_features(o) for o in outcomes]
+    order: list[str] = []
+    for found in features:
+        order += [key for key in found if key not in order]
+    def advice(key):
+        return next(found[key] for found in features if key in found)
+
+    def labels(group):
+        names = sorted({o.case.label for o in group if o.case.label})
+        return f" ({'; '.join(names[:4])})" if names else ""
+
+    for key in order:
+        have = [key in found for found in features]
+        for verdict, group in (("fail", failing), ("pass", passing)):
+            if all(h == (o in group) for h, o in zip(have, outcomes)):
+                return f"Across the cases: exactly the cases where {key} {verdict}{labels(group)}. {advice(key)}"
+    for key in order:  # weaker: every failure has it, and most cases that have it fail
+        have = [key in found for found in features]
+        with_it = [o for h, o in zip(have, outcomes) if h]
+        if all(key in found for found, o in zip(features, outcomes) if not o.passed) and \
+                2 * len(failing) >= len(with_it) and len(with_it) < len(outcomes):
+            return (f"Across the cases: every case that fails is one where {key}{labels(failing)}, "
+                    f"and every case where it does not hold passes. {advice(key)}")
+    return None

@@ -57,6 +57,8 @@ SPEC = Spec(
     # On a GPU, tl.dot on float32 inputs uses TF32 tensor cores (10-bit mantissa), so float32
     # results are good to about 1e-3 relative, not 1e-6. float16/bfloat16 use the defaults.
     tolerances={torch.float32: (5e-3, 5e-3)},
+    # Under the interpreter tl.dot is exact float32 arithmetic: only summation order differs.
+    interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
     flops=flops,
     bytes_moved=bytes_moved,
     torch_baseline=torch.matmul,

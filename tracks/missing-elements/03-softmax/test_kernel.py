@@ -52,9 +52,15 @@ def n_elements(case):
     return torch.Size(case.params["shape"]).numel()
 
 
+LARGE_VALUES = ("values reach about 150, and exp() overflows float32 above 88: it stays finite "
+                "only if the row's maximum is subtracted first.")
+LONG_FP16 = ("thousands of float16 values per row: summed in float16, their exponentials lose "
+             "several bits; compute in float32 and round once, when storing.")
+
 SPEC = Spec(
     api="softmax",
     make_inputs=make_inputs,
+    row_wise=True,
     reference=reference,
     # Softmax outputs are probabilities, often far below 1 (about 1/n_cols on average), so the
     # absolute tolerances are tighter than the defaults, which suit values of order one.
@@ -78,11 +84,16 @@ CASES = [
     Case({"shape": (5, 1025)}, label="one column past a power of two"),
     Case({"shape": (24, 781)}, torch.float16, label="non-power-of-two columns"),
     Case({"shape": (3, 4, 50)}, torch.float16, label="3-D"),
-    Case({"shape": (9, 200), "scale": 50.0}, label="large values"),
-    Case({"shape": (9, 200), "scale": 50.0}, torch.float16, label="large values"),
+    Case({"shape": (9, 200), "scale": 50.0}, label="large values", hint=LARGE_VALUES),
+    Case({"shape": (9, 200), "scale": 50.0}, torch.float16, label="large values", hint=LARGE_VALUES),
+    Case({"shape": (3, 4, 64), "scale": 30.0}, label="large values, 3-D", hint=LARGE_VALUES),
+    Case({"shape": (4, 3000)}, torch.float16, label="long float16 rows", hint=LONG_FP16),
+    Case({"shape": (2, 8000)}, torch.float16, label="long float16 rows", hint=LONG_FP16),
+    Case({"shape": (3, 2048), "scale": 4.0}, torch.float16, label="long float16 rows", hint=LONG_FP16),
     Case({"shape": (6, 300), "minus_inf": True}, label="-inf entries"),
     Case({"shape": (20, 96), "layout": "row-strided"}, label="strided rows"),
     Case({"shape": (2, 5, 33), "layout": "row-strided"}, torch.float16, label="strided rows, 3-D"),
+    Case({"shape": (7, 300), "layout": "row-strided"}, torch.float16, label="strided rows"),
     Case({"shape": (16, 40), "layout": "column-strided"}, label="transposed"),
     Case({"shape": (2, 16384)}, label="long rows"),
     Case({"shape": (6, 7)}, label="small"),

@@ -82,11 +82,19 @@ def bytes_moved(case):
     return (2 * n_rows * n_cols + 2 * n_cols) * case.dtype.itemsize + 2 * n_rows * 4
 
 
+VARIANCE_ZERO = ("every row has variance 0, so rstd = 1 / sqrt(var + eps) is finite only thanks to "
+                 "eps (about 316 for eps = 1e-5), and any error in the mean is multiplied by it.")
+LARGE_MEAN = ("values near 1000 that differ by about 1: the variance computed as E[x^2] - mean^2 "
+              "cancels catastrophically in float32; subtract the mean first, then square.")
+
 SPEC = Spec(
     api="layer_norm",
     make_inputs=make_inputs,
+    row_wise=True,
     reference=reference,
     output_names=("y", "mean", "rstd"),
+    output_notes={"y": "normalising with the statistics, then the weight and the bias",
+                  "rstd": "the variance and eps"},
     bytes_moved=bytes_moved,
     torch_baseline=torch_layer_norm,
     bench_cases=tuple(Case({"shape": (32768, 4096)}, dtype) for dtype in
@@ -104,7 +112,7 @@ SPEC = Spec(
 LARGE_MEAN_FP32 = {torch.float32: (5e-4, 1e-4)}
 
 CASES = [
-    Case({"shape": (5, 1)}, label="N = 1, variance 0"),
+    Case({"shape": (5, 1)}, label="N = 1, variance 0", hint=VARIANCE_ZERO),
     Case({"shape": (1, 7)}, label="one short row"),
     Case({"shape": (8, 64)}, label="power of two"),
     Case({"shape": (16, 100)}, label="masked lanes"),
@@ -114,19 +122,23 @@ CASES = [
     Case({"shape": (4, 6, 80)}, label="3-D"),
     Case({"shape": (2, 3, 5, 48)}, torch.float16, label="4-D"),
     Case({"shape": (16, 300), "offset": 1000.0, "affine": "none"}, label="large mean",
-         tolerances=LARGE_MEAN_FP32),
-    Case({"shape": (16, 300), "offset": 1000.0}, torch.float16, label="large mean"),
+         tolerances=LARGE_MEAN_FP32, hint=LARGE_MEAN),
+    Case({"shape": (16, 300), "offset": 1000.0}, torch.float16, label="large mean", hint=LARGE_MEAN),
     # Every row constant, at a value float32 cannot represent: y must be exactly the bias. A mean
     # computed as sum(x) / N lands an ulp off, and rstd ~ 316 turns that ulp into errors of 0.3.
     Case({"shape": (4, 1000), "layout": "constant", "value": (12345.6, -271828.18)},
-         label="constant rows of large magnitude"),
+         label="constant rows of large magnitude", hint=VARIANCE_ZERO),
     # fp16 values have 11 significant bits, so a float32 sum of up to 8192 of them is exact and
     # only a GPU's inexact division can move the mean; rows this long make the sum itself round.
     Case({"shape": (2, 9001), "layout": "constant", "value": (-31415.9, -60000.0)}, torch.float16,
-         label="constant rows of large magnitude"),
+         label="constant rows of large magnitude", hint=VARIANCE_ZERO),
     Case({"shape": (12, 96), "affine": "none"}, label="no weight, no bias"),
-    Case({"shape": (12, 96), "eps": 0.1, "scale": 0.2}, label="eps matters"),
+    Case({"shape": (12, 96), "eps": 0.1, "scale": 0.2}, label="eps matters",
+         hint="eps = 0.1 is as large as the variance here: it belongs inside the square root, "
+              "rstd = 1 / sqrt(var + eps)."),
     Case({"shape": (20, 70), "layout": "row-strided"}, label="strided rows"),
+    Case({"shape": (9, 130), "layout": "row-strided"}, torch.float16, label="strided rows"),
+    Case({"shape": (33, 64), "layout": "row-strided"}, label="strided rows"),
     Case({"shape": (24, 40), "layout": "transposed"}, torch.float16, label="non-contiguous"),
     Case({"shape": (64, 1000)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"shape": (4096, 4096)}, label="large", cuda_only=True),

@@ -81,6 +81,8 @@ SPEC = Spec(
     # On a GPU, tl.dot multiplies float32 inputs in TF32 (10-bit mantissa, as cuDNN does for
     # PyTorch's float32 convolutions by default): relative errors around 1e-3.
     tolerances={torch.float32: (5e-3, 5e-3)},
+    # Under the interpreter tl.dot is exact float32 arithmetic: only summation order differs.
+    interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
     flops=flops,
     bytes_moved=bytes_moved,
     torch_baseline=F.conv2d,

@@ -1,0 +1,44 @@
+"""Typical mistakes: small source mutations of a reference solution that learners really make.
+
+Each module lists its own in ``solutions/<track>/<module>/mistakes.py`` as ``MISTAKES``. The
+course's suite plants every one into the reference and proves two things: the public tests catch
+it (several cases fail, so one loosened tolerance cannot let it through), and the diagnosis the
+learner reads names its cause. A module that gains a test or a diagnosis adds its mistakes here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from grader.cases import _import_file
+from grader.catalog import Module
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str  # what the learner did, in a few words
+    before: str  # text of the reference, found exactly once
+    after: str  # what the learner wrote instead
+    cause: str  # regular expression the diagnosis must match (case-insensitive)
+    # Why the interpreter cannot show this mistake, when only a GPU can (then only a GPU tests it).
+    gpu_only: str = ""
+
+    def apply(self, source: str) -> str:
+        count = source.count(self.before)
+        if count != 1:
+            raise ValueError(f"mistake {self.name!r}: its text occurs {count} times in the reference; "
+                             "make `before` match exactly once.")
+        return source.replace(self.before, self.after)
+
+    def named_by(self, diagnosis: str) -> bool:
+        return re.search(self.cause, diagnosis, re.IGNORECASE | re.DOTALL) is not None
+
+
+def for_module(module: Module) -> list[Mistake]:
+    """The module's typical mistakes; empty where the checkout has no solutions/."""
+    path = module.solution_dir / "mistakes.py"
+    if not path.is_file():
+        return []
+    name = f"_mistakes_{module.track}_{module.slug}".replace("-", "_")
+    return list(_import_file(path, name).MISTAKES)

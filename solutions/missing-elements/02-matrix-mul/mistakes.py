@@ -1,0 +1,22 @@
+"""Typical mistakes in matrix multiplication, planted into the reference by the course's suite."""
+
+from grader.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("fp32 operands rounded to fp16 before tl.dot",
+            "acc = tl.dot(a, b, acc)", "acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)",
+            cause=r"16-bit"),
+    Mistake("result rounded to fp16 before the store",
+            "c = acc.to(c_ptr.dtype.element_ty)", "c = acc.to(tl.float16)",
+            cause=r"16-bit"),
+    Mistake("both tile indices read from program-id axis 0",
+            "pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=0)",
+            cause=r"program_id|grid"),
+    Mistake("a's row stride assumed to be K",
+            "offs_m[:, None] * stride_am", "offs_m[:, None] * K",
+            cause=r"not contiguous"),
+    Mistake("grid rounds down",
+            'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
+            'grid = (M // config["BLOCK_M"], N // config["BLOCK_N"])',
+            cause=r"triton\.cdiv"),
+]

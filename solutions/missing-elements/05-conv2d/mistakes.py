@@ -1,0 +1,24 @@
+"""Typical mistakes in conv2d, planted into the reference by the course's suite."""
+
+from grader.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("fp32 operands rounded to fp16 before tl.dot",
+            "acc = tl.dot(x_tile, w_tile, acc)",
+            "acc = tl.dot(x_tile.to(tl.float16), w_tile.to(tl.float16), acc)",
+            cause=r"16-bit"),
+    Mistake("bias not added",
+            "acc += bias[None, :].to(tl.float32)", "acc += 0.0 * bias[None, :].to(tl.float32)",
+            cause=r"bias"),
+    Mistake("padding ignored",
+            "ih0 = oh * stride_h - pad_h\n    iw0 = ow * stride_w - pad_w",
+            "ih0 = oh * stride_h\n    iw0 = ow * stride_w",
+            cause=r"padding"),
+    Mistake("stride ignored",
+            "ih0 = oh * stride_h - pad_h\n    iw0 = ow * stride_w - pad_w",
+            "ih0 = oh - pad_h\n    iw0 = ow - pad_w",
+            cause=r"stride"),
+    Mistake("output rounded to fp16 before the store",
+            "out_tile = acc.to(out_ptr.dtype.element_ty)", "out_tile = acc.to(tl.float16)",
+            cause=r"16-bit"),
+]

@@ -1,0 +1,47 @@
+"""Typical mistakes, planted into each reference (solutions/<module>/mistakes.py): the public tests
+must catch every one on several cases, and what the learner reads must name its cause."""
+
+import pytest
+
+from grader import cases, device, mistakes
+from grader.checks import across, run_case
+from grader.loading import load_kernel
+from grader.stubs import modules_with_solutions
+
+MODULES = modules_with_solutions()
+PLANTED = [(module, mistake) for module in MODULES for mistake in mistakes.for_module(module)]
+MIN_MISTAKES, MIN_FAILING_CASES, FAILURES_READ = 5, 3, 3
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[m.id for m in MODULES])
+def test_every_module_lists_its_typical_mistakes(module):
+    listed = mistakes.for_module(module)
+    assert len(listed) >= MIN_MISTAKES, f"{module.id} lists {len(listed)} typical mistakes; add more."
+    source = (module.solution_dir / "kernel.py").read_text()
+    for mistake in listed:
+        assert mistake.apply(source) != source
+
+
+def test_a_mistake_that_does_not_match_the_reference_is_refused():
+    mistake = mistakes.Mistake("nothing", "no such text", "x", cause="x")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mistake.apply("source")
+
+
+@pytest.mark.parametrize("module,mistake", PLANTED, ids=[f"{m.slug}: {k.name}" for m, k in PLANTED])
+def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path):
+    if mistake.gpu_only and not device.is_cuda():
+        pytest.skip(mistake.gpu_only)
+    planted = tmp_path / "kernel.py"
+    planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
+    spec, public = cases.public(module)
+    fn = load_kernel(module, planted).api(spec.api)
+    results = [run_case(fn, spec, case) for case in cases.for_mode(public, device.is_cuda())]
+    failing = [r for r in results if not r.passed]
+    assert len(failing) >= MIN_FAILING_CASES, (
+        f"{mistake.name!r} fails only {len(failing)} public case(s): "
+        f"{[r.case.name for r in failing]}; add cases that catch it.")
+    summary = across(spec, [(r.case, r.passed) for r in results]) or ""
+    read = "\n".join([summary] + [r.message for r in failing[:FAILURES_READ]])
+    assert mistake.named_by(read), (
+        f"What a learner reads for {mistake.name!r} does not name its cause ({mistake.cause!r}):\n{read}")
