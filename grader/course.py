@@ -3,7 +3,7 @@
 ``build()`` writes a course folder (default ``build/course``) that nbgrader works in:
 
     nbgrader_config.py                       course id, exchange, time-outs, kernel.py kept as submitted
-    source/<track>-<slug>/kernel.py          the learner's stub, copied from tracks/
+    source/<track>-<slug>/kernel.py          the learner's stub, as the generator writes it
     source/<track>-<slug>/<track>-<slug>.ipynb   intro + three locked autograder cells
     results/                                 the run phase's records (``grader.record`` reads them)
 
@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from grader.catalog import REPO_ROOT, Module, available_modules
+from grader.stubs import stub_for
 
 COURSE_ID = "triton-kernels"
 DEFAULT_COURSE_DIR = REPO_ROOT / "build" / "course"
@@ -174,7 +175,7 @@ def build(course_dir: Path = DEFAULT_COURSE_DIR, modules: list[Module] | None = 
     changed = []
     for name, module in assignments.items():
         folder = course_dir / "source" / name
-        stub = _write_if_changed(folder / "kernel.py", (module.learner_dir / "kernel.py").read_text())
+        stub = _write_if_changed(folder / "kernel.py", stub_for(module))
         notebook = _write_if_changed(folder / f"{name}.ipynb", notebook_text(module))
         if stub or notebook or not released_notebook(course_dir, name).is_file():
             changed.append(name)

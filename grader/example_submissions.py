@@ -1,8 +1,9 @@
 """Assemble the example submissions that `make grade` and the tests grade.
 
 Two kinds of student are generated from the course itself, so that they never go stale:
-``complete`` (the reference solutions, as ``<track>/<slug>/kernel.py``) and ``stub`` (the untouched
-learner files, in nbgrader's ``<track>-<slug>/kernel.py`` layout). The others are small,
+``complete`` (the reference solutions, as ``<track>/<slug>/kernel.py``) and ``stub`` (the learner
+files as the generator writes them, in nbgrader's ``<track>-<slug>/kernel.py`` layout: never the
+working tree's ``tracks/`` copy, which may hold someone's work). The others are small,
 hand-written files under ``grader/examples/submissions/``: a partial solution and one per row of
 the grader's threat model (GPU-only rows under ``submissions-gpu/``).
 """
@@ -13,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from grader.catalog import REPO_ROOT, Module
-from grader.stubs import modules_with_solutions
+from grader.stubs import modules_with_solutions, stub_for
 
 HANDWRITTEN = REPO_ROOT / "grader" / "examples" / "submissions"
 HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
@@ -30,7 +31,7 @@ def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool 
         shutil.copy(module.solution_dir / "kernel.py", complete / "kernel.py")
         stub = dest / "stub" / f"{module.track}-{module.slug}"
         stub.mkdir(parents=True, exist_ok=True)
-        shutil.copy(module.learner_dir / "kernel.py", stub / "kernel.py")
+        (stub / "kernel.py").write_text(stub_for(module))
     folders = []
     if handwritten:
         folders += sorted(p for p in HANDWRITTEN.iterdir() if p.is_dir())

@@ -1,18 +1,29 @@
 """The learners' bundle: the repository minus everything instructors keep to themselves.
 
 ``build()`` copies the repository's files (tracked, plus new ones git does not ignore) except
-``solutions/``, ``grader/examples/`` (example submissions, some of them solutions) and ``tests/``
-(the course's own suite, which needs the solutions: learners run ``make check``), adds
-nbgrader's ``generate_assignment`` output as ``release/<track>-<slug>/``, and then checks the
-result: a bundle that contains a line of a reference solution's TODO regions or of a
-``hidden.py`` is deleted and reported, never left for someone to hand out.
+what only instructors and maintainers use (``INSTRUCTOR_ONLY``), writes every learner
+``kernel.py`` as the generator makes it (``stub_for``: the working tree's copy may hold someone's
+finished kernel), writes README.md without the parts marked as not for learners, adds nbgrader's
+``generate_assignment`` output as ``release/<track>-<slug>/``, and then checks the result: a
+bundle that contains a line of a reference solution's TODO regions or of a ``hidden.py``, or a
+learner ``kernel.py`` that is not the generated stub, is deleted and reported, never left for
+someone to hand out.
 
-A "secret" line is one that the learner-facing course material (``tracks/``) does not show
-anywhere: short lines and lines a README teaches on purpose do not count.
+A "secret" line is one that the course shows learners nowhere: not in a generated stub, nor in a
+README or public test under ``tracks/``. Short lines do not count.
+
+README.md marks what learners do not get with HTML comments, invisible on the rendered page:
+
+    <!-- not in the learners' bundle -->     on a line of its own: drop every line up to
+    ...                                      the next <!-- end -->
+    <!-- end -->
+    text <!-- not in the learners' bundle -->     anywhere else in a line: drop that line
+    <!-- in the learners' bundle: text -->       only the bundle shows the text
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -20,13 +31,17 @@ from pathlib import Path
 
 from grader import course
 from grader.catalog import REPO_ROOT, TRACKS_DIR, Module
-from grader.stubs import is_marker, modules_with_solutions
+from grader.stubs import is_marker, modules_with_solutions, stub_for
 
 DEFAULT_OUT = REPO_ROOT / "build" / "release"
 # The reference solutions and hidden cases; example submissions (some are solutions); the course's
-# own test suite, which runs against solutions/ and holds kernels of its own.
-INSTRUCTOR_ONLY = ("solutions/", "grader/examples/", "tests/")
+# own test suite, which runs against solutions/ and holds kernels of its own; continuous
+# integration, which runs that suite; the instructors' guide.
+INSTRUCTOR_ONLY = ("solutions/", "grader/examples/", "tests/", ".ci/", "docs/instructors.md")
 _MIN_SECRET_CHARS = 10
+NOT_IN_BUNDLE = "<!-- not in the learners' bundle -->"
+END_MARK = "<!-- end -->"
+_IN_BUNDLE = re.compile(r"<!-- in the learners' bundle: (.*?)\s*-->", re.S)
 
 
 class ReleaseError(RuntimeError):
@@ -36,8 +51,8 @@ class ReleaseError(RuntimeError):
 @dataclass
 class Bundle:
     folder: Path
-    files: list[str]  # relative paths copied from the repository
-    uncommitted: list[str]  # of those, files git does not track yet
+    files: list[str]  # relative paths of the repository's files in the bundle
+    uncommitted: list[str]  # of those, files git does not track yet (generated ones aside)
     assignments: list[str]
 
 
@@ -60,16 +75,52 @@ def _released(name: str) -> bool:
     return not name.startswith(INSTRUCTOR_ONLY)
 
 
+def learner_kernels(modules: list[Module] | None = None) -> dict[str, str]:
+    """{path in the bundle: the generated stub} for every learner kernel.py the bundle holds."""
+    kernels = {}
+    for module in modules or modules_with_solutions():
+        stub = stub_for(module)
+        kernels[f"tracks/{module.id}/kernel.py"] = stub
+        kernels[f"release/{course.assignment_name(module)}/kernel.py"] = stub
+    return kernels
+
+
+def bundle_readme(text: str) -> str:
+    """README.md as learners get it: the marked parts dropped or shown (see the module's doc)."""
+    kept, opened = [], None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if opened:
+            opened = None if line.strip() == END_MARK else opened
+        elif line.strip() == NOT_IN_BUNDLE:
+            opened = number
+        elif NOT_IN_BUNDLE not in line:
+            kept.append(line)
+    if opened:
+        raise ReleaseError(f"README.md:{opened}: {NOT_IN_BUNDLE} has no {END_MARK} after it.")
+    readme = _IN_BUNDLE.sub(lambda match: match[1], "\n".join(kept))
+    if END_MARK in readme or "learners' bundle -->" in readme:
+        raise ReleaseError(f"README.md: a {END_MARK} or a bundle marker is not where it belongs; "
+                           "see the markers in grader/release.py.")
+    return re.sub(r"\n{3,}", "\n\n", readme).strip() + "\n"
+
+
 # ----------------------------------------------------------------------------------------------
 # What must never be in the bundle
 # ----------------------------------------------------------------------------------------------
 
 
+def public_text(modules: list[Module] | None = None) -> str:
+    """What the course shows learners on purpose: the generated stubs, and the READMEs and public
+    tests under tracks/ (never a kernel.py there, which may be someone's finished work)."""
+    material = [path.read_text(errors="replace") for path in sorted(TRACKS_DIR.rglob("*"))
+                if path.is_file() and (path.suffix == ".md" or path.name.startswith("test_") and path.suffix == ".py")]
+    return "\n".join([*material, *learner_kernels(modules).values()])
+
+
 def secret_lines(modules: list[Module] | None = None) -> dict[str, str]:
     """{line: where it comes from} for every solution-region line and hidden-case line that the
-    course material under tracks/ does not show."""
-    shown = "\n".join(path.read_text(errors="replace") for path in sorted(TRACKS_DIR.rglob("*"))
-                      if path.is_file() and path.suffix in (".py", ".md"))
+    course does not show learners (``public_text``)."""
+    shown = public_text()
     secrets: dict[str, str] = {}
     for module in modules or modules_with_solutions():
         sources = [module.solution_dir / "kernel.py", module.solution_dir / "hidden.py"]
@@ -94,18 +145,22 @@ def hidden_case_names(modules: list[Module] | None = None) -> set[str]:
 
 
 def find_leaks(folder: Path, modules: list[Module] | None = None, pattern: str = "*") -> list[str]:
-    """'<file>: <secret> (from <origin>)' for each secret found in a text file under ``folder``
-    whose name matches ``pattern``."""
+    """'<file>: <what>' for each secret found in a text file under ``folder`` whose name matches
+    ``pattern``, and for each learner kernel.py there that is not the generated stub (a finished
+    kernel may hold only lines the course shows, yet completes every TODO)."""
     secrets = secret_lines(modules)
     secrets.update({name: "a hidden case's name" for name in hidden_case_names(modules)})
+    stubs = learner_kernels(modules)
     found = []
     for path in sorted(p for p in Path(folder).rglob(pattern) if p.is_file()):
+        name = path.relative_to(folder).as_posix()
         try:
             text = path.read_text()
         except (UnicodeDecodeError, OSError):
             continue  # binary files (images) hold no source text
-        found += [f"{path.relative_to(folder)}: {secret!r} (from {origin})"
-                  for secret, origin in secrets.items() if secret in text]
+        if name in stubs and text != stubs[name]:
+            found.append(f"{name}: not the generated stub (learners get exactly what `make stubs` writes)")
+        found += [f"{name}: {secret!r} (from {origin})" for secret, origin in secrets.items() if secret in text]
     return found
 
 
@@ -115,23 +170,35 @@ def find_leaks(folder: Path, modules: list[Module] | None = None, pattern: str =
 
 
 def build(out: Path = DEFAULT_OUT, course_dir: Path = course.DEFAULT_COURSE_DIR,
-          modules: list[Module] | None = None) -> Bundle:
-    """Write the learners' bundle into ``out`` (replacing it) and check it for leaks."""
-    out, course_dir = Path(out).resolve(), Path(course_dir).resolve()
-    if out == REPO_ROOT or REPO_ROOT.is_relative_to(out):
+          modules: list[Module] | None = None, root: Path = REPO_ROOT) -> Bundle:
+    """Write the learners' bundle of the repository ``root`` into ``out`` (replacing it) and
+    check it for leaks."""
+    out, course_dir, root = Path(out).resolve(), Path(course_dir).resolve(), Path(root).resolve()
+    if any(repo.is_relative_to(out) for repo in (REPO_ROOT, root)):
         raise ReleaseError(f"--out {out} would replace the repository itself; choose a new folder "
                            "such as build/release.")
-    files, untracked = repository_files()
+    files, untracked = repository_files(root)
     files = [name for name in files if _released(name)]
+    kernels = learner_kernels()
+    generated = {name: text for name, text in kernels.items() if name.startswith("tracks/")}
+    if "README.md" in files:
+        generated["README.md"] = bundle_readme((root / "README.md").read_text())
     assignments = course.generate_assignments(course_dir, modules)
     if out.exists():
         shutil.rmtree(out)
     for name in files:
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / name, target)
+        shutil.copy2(root / name, target)
+    for name, text in generated.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
     for name in assignments:
         shutil.copytree(course_dir / "release" / name, out / "release" / name)
+        # The course's source copies tracks/: put the generated stub in its place here too.
+        stub = kernels.get(f"release/{name}/kernel.py")
+        if stub is not None:
+            (out / "release" / name / "kernel.py").write_text(stub)
     leaks = find_leaks(out)
     if leaks:
         shutil.rmtree(out)
@@ -139,4 +206,6 @@ def build(out: Path = DEFAULT_OUT, course_dir: Path = course.DEFAULT_COURSE_DIR,
         raise ReleaseError(f"The release would contain instructor-only text, so it was deleted:\n  {shown}\n"
                            "Remove that text from the files named (or move them under solutions/), "
                            "then run `make release` again.")
-    return Bundle(out, files, [name for name in untracked if _released(name)], assignments)
+    released = sorted({*files, *generated})
+    return Bundle(out, released, [name for name in untracked if _released(name) and name not in generated],
+                  assignments)

@@ -237,7 +237,7 @@ def test_records_are_complete_and_named_by_their_submission(graded):
 def test_feedback_shows_pass_fail_diagnosis_and_performance(graded):
     html = graded.feedback("partial")
     assert "PASS" in html and "FAIL" in html
-    assert "the tail past the last full block" in html
+    assert "the last, partial block is probably not launched" in html
     assert "Hidden case failed" in html
     assert ("NOT GRADED" in html) != device.is_cuda()
     assert "TODO 1 (line" in graded.feedback("stub")
@@ -419,3 +419,16 @@ def test_a_learner_file_beside_the_notebook_cannot_shadow_a_module(tmp_path, mon
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = "".join(output.get("text", "") for output in notebook.cells[0].outputs)
     assert printed.strip().endswith("__init__.py") and str(tmp_path) not in printed, printed
+
+
+def test_an_edited_tracks_kernel_does_not_change_the_stub_student(tmp_path, monkeypatch):
+    from grader.stubs import stub_for
+
+    # Someone's finished kernel in tracks/ (a copy here: the repository's tracks/ stay untouched).
+    learner = tmp_path / "tracks" / VECTOR_ADD.id
+    learner.mkdir(parents=True)
+    (learner / "kernel.py").write_text((VECTOR_ADD.solution_dir / "kernel.py").read_text())
+    monkeypatch.setattr(type(VECTOR_ADD), "learner_dir", property(lambda self: tmp_path / "tracks" / self.id))
+    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD], handwritten=False)
+    handed_in = (tmp_path / "examples" / "stub" / ASSIGNMENT / "kernel.py").read_text()
+    assert handed_in == stub_for(VECTOR_ADD) != (learner / "kernel.py").read_text()

@@ -1,17 +1,20 @@
 """The learners' bundle (`python -m grader release`): the repository without solutions, hidden
-cases, example submissions or the course's own tests, plus nbgrader's released assignments, and
-not one line of a solution's TODO regions or of a hidden.py in it. About 10 s."""
+cases, example submissions, the course's own tests or maintainers' files, plus nbgrader's released
+assignments; every learner kernel.py the generated stub, a README for learners, and not one line
+of a solution's TODO regions or of a hidden.py in it. About 15 s."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
 
 from grader import course, release
 from grader.catalog import REPO_ROOT, available_modules
-from grader.stubs import modules_with_solutions
+from grader.stubs import modules_with_solutions, stub_for
 
 nbgrader = pytest.importorskip("nbgrader", reason="releasing needs the [grading] extra (nbgrader)")
 
@@ -42,7 +45,7 @@ def test_every_assignment_is_released_by_nbgrader(bundle):
     for module in MODULES:
         name = course.assignment_name(module)
         folder = bundle.folder / "release" / name
-        assert (folder / "kernel.py").read_text() == (module.learner_dir / "kernel.py").read_text()
+        assert (folder / "kernel.py").read_text() == stub_for(module)
         notebook = json.loads((folder / f"{name}.ipynb").read_text())
         grade_cells = [c["metadata"]["nbgrader"] for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
         assert [(c["grade_id"], c["points"], c["locked"]) for c in grade_cells] == \
@@ -66,7 +69,7 @@ def test_the_leak_check_finds_a_solution_put_in_the_bundle(bundle, tmp_path):
     shutil.copy(module.solution_dir / "kernel.py", copy / "tracks" / module.id / "kernel.py")
     shutil.copy(module.solution_dir / "hidden.py", copy / "notes.py")
     leaks = release.find_leaks(copy)
-    assert any(f"tracks/{module.id}/kernel.py" in leak for leak in leaks)
+    assert f"tracks/{module.id}/kernel.py: not the generated stub" in "\n".join(leaks)
     assert any(leak.startswith("notes.py:") for leak in leaks)
 
 
@@ -82,3 +85,70 @@ def test_every_hidden_case_definition_counts_as_secret():
 def test_a_release_into_the_repository_is_refused():
     with pytest.raises(release.ReleaseError, match="would replace the repository"):
         release.build(REPO_ROOT)
+
+
+def test_a_kernel_that_is_not_the_generated_stub_is_a_leak(bundle, tmp_path):
+    # Finished with lines the course shows anyway: only the comparison with the stub tells.
+    module = modules_with_solutions()[0]
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.folder / "release", copy / "release")
+    name = f"release/{course.assignment_name(module)}/kernel.py"
+    (copy / name).write_text(stub_for(module).replace("# TODO 1:", "# done:"))
+    assert release.find_leaks(copy) == [f"{name}: not the generated stub (learners get exactly what "
+                                         "`make stubs` writes)"]
+
+
+def test_a_finished_kernel_in_tracks_never_reaches_the_bundle(tmp_path, monkeypatch):
+    module = MODULES[0]
+    solution = (module.solution_dir / "kernel.py").read_text()
+    root = tmp_path / "repo"  # a working tree whose tracks/ kernel is finished
+    shutil.copytree(module.learner_dir, root / "tracks" / module.id)
+    (root / "tracks" / module.id / "kernel.py").write_text(solution)
+    shutil.copy(REPO_ROOT / "README.md", root / "README.md")
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    monkeypatch.setattr(release, "repository_files", lambda root: (files, []))
+    real = type(module).learner_dir
+    monkeypatch.setattr(type(module), "learner_dir",
+                        property(lambda self: root / "tracks" / self.id if self == module else real.fget(self)))
+
+    bundle = release.build(tmp_path / "bundle", tmp_path / "course", [module], root=root)
+    name = course.assignment_name(module)
+    assert (root / "tracks" / module.id / "kernel.py").read_text() == solution  # still there, untouched
+    assert (tmp_path / "course" / "source" / name / "kernel.py").read_text() == stub_for(module)
+    assert (bundle.folder / "tracks" / module.id / "kernel.py").read_text() == stub_for(module)
+    assert (bundle.folder / "release" / name / "kernel.py").read_text() == stub_for(module)
+
+    # A solution copied into any other file of the bundle: refused, the file named, nothing left.
+    (root / "notes").mkdir()
+    (root / "notes" / "answers.py").write_text(solution)
+    files.append("notes/answers.py")
+    with pytest.raises(release.ReleaseError, match=r"deleted:\n  notes/answers\.py: ") as refused:
+        release.build(tmp_path / "bundle", tmp_path / "course", [module], root=root)
+    assert not (tmp_path / "bundle").exists()
+    assert "tracks/" not in str(refused.value)
+
+
+def test_the_readme_fits_the_bundle(bundle):
+    text = (bundle.folder / "README.md").read_text()
+    assert "make test" not in text and "solutions/" not in text
+    assert release.NOT_IN_BUNDLE not in text and release.END_MARK not in text and "learners' bundle:" not in text
+    assert "Instructors release and grade the course from their own copy" in text
+    for link in re.findall(r"\]\(([^):#]+)\)", text):  # relative links lead to bundled files
+        assert (bundle.folder / link).exists(), link
+    targets = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", text, re.M))
+    assert {"check", "progress", "bench", "lab"} <= targets
+    for target in sorted(targets):  # each exists, and what it runs needs no solutions/
+        dry = subprocess.run(["make", "-n", target, "PYTHON=python3"], cwd=bundle.folder,
+                             capture_output=True, text=True)
+        assert dry.returncode == 0 and "solutions" not in dry.stdout, (target, dry.stdout, dry.stderr)
+
+
+def test_readme_markers():
+    readme = release.bundle_readme("a\n<!-- not in the learners' bundle -->\nb\n<!-- end -->\n"
+                                   "c <!-- not in the learners' bundle -->\n"
+                                   "<!-- in the learners' bundle: d\ne -->\nf\n")
+    assert readme == "a\nd\ne\nf\n"
+    with pytest.raises(release.ReleaseError, match="README.md:2: .* has no <!-- end -->"):
+        release.bundle_readme("a\n<!-- not in the learners' bundle -->\nb\n")
+    with pytest.raises(release.ReleaseError, match="not where it belongs"):
+        release.bundle_readme("a\n<!-- end -->\n")
