@@ -4,7 +4,9 @@ The smallest complete Triton kernel, and the shape of every element-wise kernel 
 each program finds its block from its program id, guards the last, partial block with a mask,
 loads, computes, and stores. The launcher below allocates the output and picks the grid.
 
-Check your work:  python kernel.py    (or: make check M=missing-elements/01-vector-add)
+Check your work:  make check M=missing-elements/01-vector-add
+    or, in this folder with the course's environment active (once per terminal, in the
+    repository root: source .venv/bin/activate):  python kernel.py
 """
 
 import torch

@@ -6,7 +6,9 @@ with `tl.dot` (the tensor cores on a GPU), and add the product into a float32 ac
 the last step it rounds the tile to the output dtype and stores it. Pointers come from the
 tensors' strides, so a transposed or sliced input works as it is, without a copy.
 
-Check your work:  python kernel.py    (or: make check M=missing-elements/02-matrix-mul)
+Check your work:  make check M=missing-elements/02-matrix-mul
+    or, in this folder with the course's environment active (once per terminal, in the
+    repository root: source .venv/bin/activate):  python kernel.py
 """
 
 import torch

@@ -6,7 +6,9 @@ memory exactly twice (one read, one write). Subtracting the row's maximum first 
 exp() from overflowing; padding the unused lanes of the block with -inf is what keeps them out of
 the maximum and the sum. Tensors of any rank work: the leading dimensions are flattened into rows.
 
-Check your work:  python kernel.py    (or: make check M=missing-elements/03-softmax)
+Check your work:  make check M=missing-elements/03-softmax
+    or, in this folder with the course's environment active (once per terminal, in the
+    repository root: source .venv/bin/activate):  python kernel.py
 """
 
 import torch

@@ -13,7 +13,9 @@ formula E[x^2] - mean^2 subtracts two large, nearly equal numbers when the mean 
 compared with the spread, and loses most of its digits. Both passes work on the row shifted by
 its first element, x - x[0], for the same reason: see the comment in the kernel.
 
-Check your work:  python kernel.py    (or: make check M=missing-elements/04-layer-norm)
+Check your work:  make check M=missing-elements/04-layer-norm
+    or, in this folder with the course's environment active (once per terminal, in the
+    repository root: source .venv/bin/activate):  python kernel.py
 """
 
 import torch

@@ -14,7 +14,9 @@ The GEMM's sizes are M = N * OH * OW rows, K output channels as its columns (BLO
 program) and a reduction over C * R * S, walked BLOCK_K values at a time. The reduction runs over
 the filter taps (r, s) and, inside each tap, over the channels c in chunks of BLOCK_K.
 
-Check your work:  python kernel.py    (or: make check M=missing-elements/05-conv2d)
+Check your work:  make check M=missing-elements/05-conv2d
+    or, in this folder with the course's environment active (once per terminal, in the
+    repository root: source .venv/bin/activate):  python kernel.py
 """
 
 import torch
