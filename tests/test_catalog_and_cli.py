@@ -54,6 +54,21 @@ def test_progress_state_follows_the_recorded_hash(tmp_path, monkeypatch):
     assert progress.next_unfinished() == module
 
 
+def test_editing_a_checked_kernel_invalidates_its_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("missing-elements/01-vector-add")
+    mine = tmp_path / "tracks" / module.id
+    mine.mkdir(parents=True)
+    (mine / "kernel.py").write_text((module.solution_dir / "kernel.py").read_text())
+    monkeypatch.setattr(type(module), "learner_dir", property(lambda self: tmp_path / "tracks" / self.id))
+    progress.record(module, mine / "kernel.py", 13, 13)
+    assert progress.state(module).done
+    with open(mine / "kernel.py", "a") as file:
+        file.write("# an edit after the check\n")
+    assert not progress.state(module).done
+    assert progress.state(module).text == "edited since the last check: run make check"
+
+
 def test_stubs_check_reports_in_sync():
     assert _grader("stubs", "--check").returncode == 0
 
