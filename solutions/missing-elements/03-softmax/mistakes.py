@@ -9,11 +9,12 @@ MISTAKES = [
     Mistake("masked lanes padded with 0 instead of -inf",
             'other=-float("inf")).to(tl.float32)', "other=0.0).to(tl.float32)",
             cause=r"power of two"),
-    Mistake("fp16 rows computed in fp16 (no upcast to float32)",
-            'other=-float("inf")).to(tl.float32)', 'other=-float("inf"))',
-            cause=r"float32",
-            gpu_only="The interpreter sums float16 with NumPy, which is about as accurate as float32, "
-                     "so only a GPU's float16 arithmetic shows this mistake."),
+# Loading float16 rows without .to(tl.float32) is not listed: Triton (3.6 on an H100, 3.9 in the
+    # interpreter) then still reduces in float32, and the result stays within one rounding of the
+    # reference on every case, so no test can fail it. Rounding an intermediate to float16 can.
+    Mistake("exponentials rounded to float16 before the sum",
+            "numerator = tl.exp(row_minus_max)", "numerator = tl.exp(row_minus_max).to(x_ptr.dtype.element_ty)",
+            cause=r"float32"),
     Mistake("row stride taken as the row length",
             "x_row_ptr = x_ptr + row.to(tl.int64) * x_row_stride",
             "x_row_ptr = x_ptr + row.to(tl.int64) * n_cols",

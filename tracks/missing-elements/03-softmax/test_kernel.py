@@ -54,8 +54,9 @@ def n_elements(case):
 
 LARGE_VALUES = ("values reach about 150, and exp() overflows float32 above 88: it stays finite "
                 "only if the row's maximum is subtracted first.")
-LONG_FP16 = ("thousands of float16 values per row: summed in float16, their exponentials lose "
-             "several bits; compute in float32 and round once, when storing.")
+FP16_ROUNDING = ("float16 values a few units apart: x - max and exp() each round when computed in "
+                 "float16, which the tolerance (about one rounding of the output) does not allow; "
+                 "compute in float32 and round once, when storing.")
 
 SPEC = Spec(
     api="softmax",
@@ -64,7 +65,9 @@ SPEC = Spec(
     reference=reference,
     # Softmax outputs are probabilities, often far below 1 (about 1/n_cols on average), so the
     # absolute tolerances are tighter than the defaults, which suit values of order one.
-    tolerances={torch.float32: (1e-6, 1e-4), torch.float16: (1e-4, 2e-3),
+    # float16: one rounding of the output (at most 2^-11 relative) and a little more, so that a
+    # row computed in float16 (several roundings) fails.
+    tolerances={torch.float32: (1e-6, 1e-4), torch.float16: (1e-6, 6e-4),
                 torch.bfloat16: (1e-3, 1.6e-2)},
     bytes_moved=lambda case: 2 * n_elements(case) * case.dtype.itemsize,
     torch_baseline=torch_softmax,
@@ -87,9 +90,7 @@ CASES = [
     Case({"shape": (9, 200), "scale": 50.0}, label="large values", hint=LARGE_VALUES),
     Case({"shape": (9, 200), "scale": 50.0}, torch.float16, label="large values", hint=LARGE_VALUES),
     Case({"shape": (3, 4, 64), "scale": 30.0}, label="large values, 3-D", hint=LARGE_VALUES),
-    Case({"shape": (4, 3000)}, torch.float16, label="long float16 rows", hint=LONG_FP16),
-    Case({"shape": (2, 8000)}, torch.float16, label="long float16 rows", hint=LONG_FP16),
-    Case({"shape": (3, 2048), "scale": 4.0}, torch.float16, label="long float16 rows", hint=LONG_FP16),
+    Case({"shape": (16, 64), "scale": 2.0}, torch.float16, label="float16, wide spread", hint=FP16_ROUNDING),
     Case({"shape": (6, 300), "minus_inf": True}, label="-inf entries"),
     Case({"shape": (20, 96), "layout": "row-strided"}, label="strided rows"),
     Case({"shape": (2, 5, 33), "layout": "row-strided"}, torch.float16, label="strided rows, 3-D"),
