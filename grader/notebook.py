@@ -1,13 +1,16 @@
 """Helpers for the study notebooks: load the learner's kernel, or explain why it cannot run yet.
 
 A notebook must run top to bottom even before the learner has finished ``kernel.py``: then it
-shows what is missing and uses PyTorch's implementation for the remaining cells.
+shows what is missing and uses PyTorch's implementation for the remaining cells. Those results
+look exactly like a working kernel's, so every one of them carries the returned function's
+``label``: the cells print it and put it in plot titles and legends.
 Set ``GRADER_NOTEBOOK_IMPL=solutions`` (the test suite does) to run the reference instead.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 from grader import cases, device
@@ -15,8 +18,28 @@ from grader.catalog import find_module
 from grader.checks import run_case
 from grader.loading import LoadError, load_kernel, todo_summary
 
+YOURS = "your kernel"
+FALLBACK = "PyTorch's result (your kernel is not ready yet)"
 
-def kernel_or_fallback(module_id: str) -> Callable:
+
+@dataclass(frozen=True)
+class NotebookKernel:
+    """What kernel_or_fallback returns: call it like the module's API function; ``label`` says
+    who computed its results."""
+
+    fn: Callable
+    label: str  # YOURS, FALLBACK, or the reference's label: for prints, titles and legends
+    is_fallback: bool
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def _label(impl: str) -> str:
+    return {"learner": YOURS, "solutions": "the reference solution"}.get(impl, f"the kernel in {impl}")
+
+
+def kernel_or_fallback(module_id: str) -> NotebookKernel:
     """The module's API function from your kernel.py if it passes a quick check, else PyTorch's."""
     module = find_module(module_id)
     impl = os.environ.get("GRADER_NOTEBOOK_IMPL", "learner")
@@ -31,6 +54,9 @@ def kernel_or_fallback(module_id: str) -> Callable:
         problem = str(error)
     if not problem:
         print(f"Using {spec.api}() from {impl if impl != 'learner' else 'your kernel.py'}: it passes a quick check.")
-        return fn
-    print(f"Your kernel.py is not ready yet, so this notebook uses PyTorch's version for now:\n{problem.strip()}")
-    return spec.torch_baseline
+        return NotebookKernel(fn, _label(impl), is_fallback=False)
+    rule = "=" * 100
+    print(f"{rule}\n{FALLBACK.upper()}\nYour kernel.py is not ready yet, so this notebook uses PyTorch's "
+          f"version for now.\nEvery result below that PyTorch computed is labelled \"{FALLBACK}\".\n"
+          f"Why:\n{problem.strip()}\n{rule}")
+    return NotebookKernel(spec.torch_baseline, FALLBACK, is_fallback=True)
