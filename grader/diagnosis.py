@@ -204,11 +204,6 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                      "zero (exp() overflows float32 above about 88; 1 / sqrt(0) is inf, and inf - inf "
                      "or 0 * inf is NaN).")
         return "\n".join(lines)
-    if n_nan and n_nan < total:  # (all NaN: the pattern below says it once)
-        lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
-                     "these were probably never written: check the mask and that the grid covers "
-                     "every element. (Or NaN was read from outside an input by a load missing its "
-                     "mask or other=, or computed, e.g. exp of -inf minus -inf.)")
     if n_nan == total:
         pattern = ("nothing was written: check that the kernel is launched with at least one "
                    "program (a grid computed with // is 0 for inputs smaller than a block: use "
@@ -217,6 +212,11 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                    "Or NaN came from reading outside an input: a load missing its mask.")
     else:
         pattern = _pattern(bad, nan_out, got, want, out.dtype)
+    if n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
+        lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
+                     "these were probably never written: check the mask and that the grid covers "
+                     "every element. (Or NaN was read from outside an input by a load missing its "
+                     "mask or other=, or computed, e.g. exp of -inf minus -inf.)")
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)
