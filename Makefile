@@ -34,7 +34,9 @@ help:
 		.venv/bin/python -m pip install -q "torch>=2.11,<2.14"; \
 	else \
 		echo "No NVIDIA GPU: installing the CPU build of PyTorch (kernels run in Triton's interpreter)"; \
-		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" --extra-index-url $(TORCH_CPU_INDEX); \
+		if .venv/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/', timeout=5)" 2>/dev/null; \
+		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; else extra=""; fi; \
+		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" $$extra; \
 	fi
 	.venv/bin/python -m pip install -q -e ".[dev]"
 	@touch $@
@@ -62,7 +64,7 @@ verify-gpu: $(ENV)
 	$(PYTHON) -m grader bench all --impl solutions
 
 lab: $(ENV)
-	$(PYTHON) -m jupyter lab notebooks
+	@$(PYTHON) -m grader lab -- $(LAB_ARGS)
 
 grade: $(ENV)
 	@$(PYTHON) -m grader grade $(SUBMISSIONS)

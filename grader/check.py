@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import os
-import signal
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import cases, device, progress
+from grader import cases, crashes, device, progress
 from grader.catalog import REPO_ROOT, Module, find_module
-from grader.checks import short_error
+from grader.checks import across, short_error
 from grader.loading import kernel_path, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
 from grader.stubs import open_todos
@@ -79,7 +79,10 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     results = run_public_tests(module, impl)
     passed = sum(outcome == "passed" for _, outcome, _ in results)
     counted = [r for r in results if r[1] != "skipped"]
-    print(f"Public tests: {passed} of {len(counted)} pass", file=out)
+    print(f"Public tests: {passed} of {len(counted)} pass{_breakdown(counted)}", file=out)
+    pattern = _across_cases(module, results)
+    if pattern:
+        print(textwrap.fill(pattern, 100, initial_indent="  ", subsequent_indent="    "), file=out)
     shown: list[str] = []  # failure details printed so far
     skip_reasons: list[str] = []
     for name, outcome, message in results:
@@ -91,13 +94,16 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
             detail = "\n".join(detail.splitlines()[1:])
         detail = detail.removeprefix("Skipped: ")
         if outcome == "skipped":
-            if detail not in skip_reasons:
+            if detail in skip_reasons:
+                print("      (skipped for the same reason as above)", file=out)
+            else:
                 skip_reasons.append(detail)
                 print(textwrap.indent(detail, "      "), file=out)
-        elif outcome == "failed" and detail in shown:
-            print("      (same problem as above)", file=out)
+        elif outcome == "failed" and _gist(detail) in shown:
+            first = detail.splitlines()[0] if detail and _gist(detail) != _gist(detail.splitlines()[0]) else ""
+            print(textwrap.indent(f"{first}\n(the same problem as above)".strip(), "      "), file=out)
         elif outcome == "failed" and len(shown) < 4:
-            shown.append(detail)
+            shown.append(_gist(detail))
             print(textwrap.indent(detail, "      "), file=out)
         elif outcome == "failed":
             print("      (details omitted: fix the problems above first, or run pytest on "
@@ -125,6 +131,40 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     return done
 
 
+_CASE_TEST = "test_matches_reference"
+
+
+def _gist(detail: str) -> str:
+    """A failure's text without its numbers: two cases with the same gist have the same problem."""
+    return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", detail)
+
+
+def _breakdown(counted: list[tuple[str, str, str]]) -> str:
+    """Say which passing tests are output cases and which check the launcher's input handling,
+    so that an untouched stub's few passes (its validation is already written) do not mislead."""
+    cases_run = [r for r in counted if r[0].startswith(f"{_CASE_TEST}[")]
+    others = [r for r in counted if r not in cases_run]
+    if not cases_run or not others:
+        return ""
+    def n_pass(rows):
+        return sum(outcome == "passed" for _, outcome, _ in rows)
+    return (f": {n_pass(cases_run)} of {len(cases_run)} output cases, and {n_pass(others)} of "
+            f"{len(others)} other tests (bad inputs, edge cases), which the launcher around your "
+            "TODOs may already handle")
+
+
+def _across_cases(module: Module, results: list[tuple[str, str, str]]) -> str | None:
+    """What the failing output cases share that the passing ones lack (grader.diagnosis)."""
+    spec, public = cases.public(module)
+    by_name = {f"{_CASE_TEST}[{case.name}]": case for case in public}
+    verdicts = [(by_name[name], outcome == "passed") for name, outcome, _ in results
+                if name in by_name and outcome != "skipped"]
+    try:
+        return across(spec, verdicts)
+    except Exception:  # a summary is a bonus: never let it hide the report above
+        return None
+
+
 def _next_steps(module: Module) -> str:
     """Where to go once a module passes: its notebook, then the next unfinished module."""
     lines = []
@@ -138,9 +178,11 @@ def _next_steps(module: Module) -> str:
 
 
 _INNER = "GRADER_CHECK_INNER"
-_CRASH = ("\nkernel.py crashed the Python process ({signal}) while the tests ran. Under the "
-          "interpreter this almost always means a load or store outside a tensor: check every mask. "
-          "On a GPU, `compute-sanitizer python kernel.py` points at the faulty access.")
+
+
+def is_inner() -> bool:
+    """True in the child process that ``check_contained`` starts."""
+    return bool(os.environ.get(_INNER))
 
 
 def check_contained(module: Module, impl: str | Path) -> int:
@@ -154,9 +196,8 @@ def check_contained(module: Module, impl: str | Path) -> int:
     sys.stdout.flush()
     child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl)],
                            env={**os.environ, _INNER: "1"})
-    if child.returncode < 0 or child.returncode in (134, 139):
-        number = -child.returncode if child.returncode < 0 else child.returncode - 128
-        print(_CRASH.format(signal=signal.Signals(number).name))
+    if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
+        print("\n" + crashes.check_message(child.returncode))
         return 1
     return child.returncode
 

@@ -186,6 +186,8 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
             message, *hint = _TODO_HINT.split(row["message"], maxsplit=1)
             hints += hint
             lines.append(textwrap.indent(message, "        "))
+    if visibility == "public" and record.get("note"):  # a crash that no case caused alone
+        lines.append(record["note"])
     return "\n".join(lines + hints[:1]), points
 
 

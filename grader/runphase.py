@@ -8,6 +8,12 @@ reference, compares, and writes one JSON record per (module, sha256 of the file,
 course's cases). Records are written atomically and reused when they exist, so a re-run costs
 almost nothing and an interrupted run loses only the submissions in progress.
 
+A case that times out or crashes costs its child, and the cases after it run in a fresh one.
+A crash is blamed only on a case that crashes in a child that ran no other case (an unmasked
+store may crash the process cases later, or at exit), and a child's verdicts count only once it
+has exited cleanly (see ``_Grading.run``). All the children of one submission and module share
+a CPU-time budget (``Options.module_seconds``); what it cannot pay for is marked not run.
+
 Submissions are found as ``<root>/<student>/<track>/<slug>/kernel.py`` or, as nbgrader collects
 them, ``<root>/<student>/<track>-<slug>/kernel.py``. Records live in
 ``<results>/records/<track>/<slug>/<sha256>-<cases>.json``; ``<results>/students.json`` maps each
@@ -21,6 +27,7 @@ import builtins
 import datetime
 import hashlib
 import json
+import math
 import os
 import re
 import secrets
@@ -33,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from grader import cases, device, timing
+from grader import cases, crashes, device, timing
 from grader.cases import Case, Spec
 from grader.catalog import REPO_ROOT, Module, available_modules
 from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
@@ -47,7 +54,7 @@ from grader.sandbox.policy import check_source, explain, policy_for
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
 from grader.stubs import open_todos
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 MAX_SOURCE_BYTES = 1 << 20
 PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
@@ -60,7 +67,10 @@ class Options:
     hide: tuple = ()  # more paths the child must not see (the nbgrader course folder, ...)
     expose: tuple = ()  # more read-only paths the child needs (a CUDA toolkit outside /usr, ...)
     allow_unsafe: bool = False  # grade even where fork bombs cannot be contained
-    max_failures_in_a_row: int = 2  # time-outs/crashes in a row before the rest is not run
+    # CPU seconds for all the processes that grade one submission of one module (time-outs and
+    # crashes each cost a process); default: startup_seconds + 4 x case_seconds. Correct code
+    # uses a small fraction of it.
+    module_seconds: float | None = None
     policy_gate: bool = True  # refuse what no exercise needs before running (off: tests of the layers behind it)
     gpu_memory_fraction: float = 0.9
 
@@ -200,6 +210,7 @@ class Verdict:
     message: str = ""
     seconds: float = 0.0
     outputs: tuple = ()
+    crash: ChildEnded | None = None  # how the process crashed, when it did
 
 
 def _placeholder(type_name: str):
@@ -295,8 +306,6 @@ _GENERIC = {
     "torch": "the function computed with PyTorch (or NumPy) instead of a Triton kernel.",
     "no_launch": "the function did not launch a Triton kernel.",
     "timeout": "the function did not return within the time limit (an endless loop?).",
-    "crash": "the process running the function crashed or was killed on this case.",
-    "not_run": "not run, after too many time-outs or crashes in a row.",
     "policy": "not run: the grader refused kernel.py before running it.",
 }
 
@@ -328,6 +337,13 @@ def hidden_message(verdict: Verdict, api: str) -> str:
         kept = [line for line in verdict.message.splitlines() if line.startswith("Pattern:") or "NaN" in line]
         kept = [re.sub(r"^\d+ element\(s\) are NaN", "Some elements are NaN", line) for line in kept]
         text += "".join(" " + re.sub(r"\d+", "N", line) for line in kept)
+    elif verdict.kind == "not_run":  # the grader's own words (the time budget), never the learner's
+        text = f"Hidden case {verdict.message[0].lower()}{verdict.message[1:]}"
+    if verdict.crash is not None:  # the signal and make check's diagnosis: nothing of the case
+        name = crashes.signal_name(verdict.crash.returncode)
+        crashed = (f"the process running {api}() crashed{f' ({name})' if name else ''} on this case, in a fresh "
+                   f"process that ran no other case. {crashes.explain(verdict.crash.returncode)}").rstrip()
+        text = f"Hidden case failed: {crashed}" if verdict.kind == "crash" else f"{text} Then {crashed}"
     return text
 
 
@@ -371,7 +387,16 @@ class _Grading:
         self.load_error: str | None = None
         self.protections: dict = {}
         self.children = 0
-        self.failures_in_a_row = 0
+        # Verdicts of cases that ran in a child that crashed afterwards: the crash may be theirs,
+        # or an earlier case's damage may have decided them; each runs again alone (see run()).
+        self.unconfirmed: dict[int, Verdict] = {}
+        self.crashes: list[tuple[ChildEnded, set[int]]] = []  # crashes of children that ran several trials
+        self.batch = len(self.plan.trials)  # trials per child: halved after a crash, doubled after a clean exit
+        self.budget = options.module_seconds or self.limits.startup_seconds + 4 * self.limits.case_seconds
+        self.cpu_spent = 0.0  # CPU seconds of this grading's finished children
+        self.child_cpu = 0.0  # and of the running one, as last seen
+        self.import_cpu = 0.0  # what a child has taken to import the submission (at most)
+        self.wall_end = math.inf
         self.log: list[str] = []
         self.performance = PERFORMANCE_NOT_GRADED
         # The static gate, before anything of the submission runs (Options.policy_gate turns it
@@ -386,56 +411,89 @@ class _Grading:
     def api(self) -> str:
         return self.plan.spec.api
 
-    def pending(self) -> list[Trial]:
+    def pending(self, visibility: str) -> list[Trial]:
         for trial in self.plan.trials:  # a case that already failed needs no repeat
             if trial.repeat and trial.id not in self.verdicts:
                 first = self.verdicts.get(trial.id - 1)
                 if first is not None and not first.passed:
-                    self.verdicts[trial.id] = Verdict(False, first.kind, first.message)
-        return [t for t in self.plan.trials if t.id not in self.verdicts]
+                    self.verdicts[trial.id] = Verdict(False, first.kind, first.message, crash=first.crash)
+        for trial_id in self.verdicts:
+            self.unconfirmed.pop(trial_id, None)
+        return [t for t in self.plan.trials if t.id not in self.verdicts and self._visibility(t) == visibility]
 
     def _visibility(self, trial: Trial) -> str:
         return self.plan.cases[trial.case_index][1]
 
     def run(self) -> None:
         """Public cases first, then hidden ones, never in the same child: a child that runs
-        public cases (whose messages the learner reads) never holds a hidden case's inputs."""
+        public cases (whose messages the learner reads) never holds a hidden case's inputs.
+
+        A child runs the pending cases one after another. After a time-out the rest go on in a
+        fresh child. A crash may surface cases after the call that caused it (an out-of-bounds
+        store corrupts the heap and the allocator aborts later), and that damage may also decide
+        earlier results, so a child's verdicts count only if it then exits cleanly: every case a
+        crashed child ran runs again alone in a fresh child, and a case is blamed for a crash
+        only when it crashes alone. Everything shares the module's CPU-time budget; public cases
+        may spend only their share of it, so that hidden cases always get theirs; what the
+        budget cannot pay for is marked not run, naming it."""
         if self.refusal is not None:
             for trial in self.plan.trials:
                 self.verdicts[trial.id] = Verdict(False, "policy", "Not run: the grader refused kernel.py "
                                                   "before running it.")
             return
-        for visibility in ("public", "hidden"):
-            self.failures_in_a_row = 0
-            while (batch := [t for t in self.pending() if self._visibility(t) == visibility]) \
-                    and self.load_error is None:
+        self.wall_end = time.monotonic() + self.budget * self.limits.wall_factor
+        public = sum(self._visibility(t) == "public" for t in self.plan.trials)
+        share = self.budget * public / max(1, len(self.plan.trials))
+        for visibility, until in (("public", share), ("hidden", self.budget)):
+            while (waiting := self.pending(visibility)) and self.load_error is None:
                 if self.stop.is_set():
                     raise Cancelled()
-                if self.failures_in_a_row >= self.options.max_failures_in_a_row:
-                    for trial in batch:
-                        self.verdicts[trial.id] = Verdict(False, "not_run", (
-                            f"Not run: {self.failures_in_a_row} cases in a row timed out or crashed before "
-                            "this one, so the grader stopped here. Fix those first."))
+                if self.cpu_spent + self.import_cpu >= until or time.monotonic() >= self.wall_end:
+                    for trial in waiting:
+                        self.verdicts[trial.id] = Verdict(False, "not_run", self._budget_spent(
+                            visibility, until, trial.id in self.unconfirmed))
                     break
-                finished_before = len(self.verdicts)
-                self._run_child(batch)
-                if len(self.verdicts) == finished_before and self.load_error is None:
-                    self.failures_in_a_row += 1  # a child that ended without finishing any case
+                suspects = [t for t in waiting if t.id in self.unconfirmed]
+                self._run_child(suspects[:1] or waiting[:self.batch], until)
 
-    def _run_child(self, trials: list[Trial]) -> None:
+    def _budget_spent(self, visibility: str, until: float, unconfirmed: bool) -> str:
+        spent = f"the module's time budget ({self.budget:g} s of CPU time for all its processes) was spent"
+        if unconfirmed:
+            return (f"Not run to a verdict: this case ran in a process that crashed afterwards, and {spent} "
+                    "before it could run again alone.")
+        share = f" (public cases may use {until:.0f} s of it, so that hidden cases get theirs)" \
+            if visibility == "public" else ""
+        return (f"Not run: {spent}{share}, on cases that timed out or crashed and the fresh processes they "
+                "needed. Fix those first.")
+
+    def _run_child(self, trials: list[Trial], until: float) -> None:
         """One child: import the submission, then run ``trials`` one by one, handing each its
         inputs only when it starts."""
         child = self._start_child(len(trials))
         self.children += 1
+        self.child_cpu = 0.0
+        alone = " alone, after a crash" if trials[0].id in self.unconfirmed else ""
         try:
             protections = self.sandbox.wait_sandbox(child)
             self.protections = self.protections or protections
-            self._drive(child, list(trials))
+            self._drive(child, list(trials), until)
         finally:
-            self.log.append(f"--- child {self.children} ({len(trials)} trials): output ---\n{child.log_tail()}"
+            self.cpu_spent += self.child_cpu
+            self.log.append(f"--- child {self.children} ({len(trials)} trial(s){alone}, {self.child_cpu:.1f} "
+                            f"CPU s): output ---\n{child.log_tail()}"
                             + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
                                "(forged or garbled)" if child.ignored_lines else ""))
             child.close()
+
+    def _cpu(self, child) -> float:
+        """The running child's CPU seconds, kept as last seen: a dead process has no /proc entry."""
+        self.child_cpu = max(self.child_cpu, child.cpu_seconds())
+        return self.child_cpu
+
+    def _limit(self, child, seconds: float, until: float) -> "_Budget":
+        """``seconds`` of CPU time for the child's next step, or what is left of the budget."""
+        return _Budget(lambda: self._cpu(child), seconds, self.limits.wall_factor,
+                       until - self.cpu_spent - self._cpu(child), self.wall_end)
 
     def _start_child(self, n_calls: int):
         """A sandboxed child holding only the submission; inputs come later, one call at a time."""
@@ -511,37 +569,44 @@ class _Grading:
         problems = compare(self.plan.spec, plan.case, outputs, references)
         return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
 
-    def _drive(self, child, queue: list[Trial]) -> None:
+    def _drive(self, child, queue: list[Trial], until: float) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each
-        call, and stop it at the time limits."""
+        call, stop it at the time limits, and once its orders are done, see it exit: its
+        verdicts count only if no crash follows them."""
+        judged: dict[int, Verdict] = {}
         phase, current, started_at = "starting", None, 0.0
-        budget = _Budget(child, self.limits.startup_seconds, self.limits.wall_factor)
+        # The import has its own limit whatever the budget: run() starts a child only where the
+        # budget pays for one, and an import that cannot finish is the file's fault.
+        budget = _Budget(lambda: self._cpu(child), self.limits.startup_seconds, self.limits.wall_factor)
         while True:
             if self.stop.is_set():
                 raise Cancelled()
             try:
                 event = child.next_event(time.monotonic() + 1.0)
             except ChildEnded as ended:
-                self._ended(child, phase, current, ended.how)
+                self._ended(child, phase, current, ended, judged)
                 return
             if event is None:
                 if not budget.spent():
                     continue
                 child.kill()
-                self._timed_out(child, phase, current)
+                self._timed_out(child, phase, current, budget, judged)
                 return
             kind = event.get("event")
             if kind == "sandbox_error":  # the boot step could not start Python: our problem
                 raise SandboxError(f"{event.get('message')}\n{child.log_tail()}")
-            if kind == "started":
+            if kind == "started" and phase == "starting":
                 phase = "importing"
             elif kind == "load_error":
                 self.load_error = self._with_limits_hint(str(event.get("message", "")))
                 return
-            elif kind == "loaded" or (kind == "done" and current is not None and event.get("trial") == current.id):
+            elif (kind == "loaded" and phase == "importing") or \
+                    (kind == "done" and current is not None and event.get("trial") == current.id):
                 if kind == "done":
-                    self._judge(child, current, event, time.monotonic() - started_at)
-                budget = _Budget(child, self.limits.case_seconds, self.limits.wall_factor)
+                    judged[current.id] = self._judge(child, current, event, time.monotonic() - started_at, judged)
+                else:
+                    self.import_cpu = max(self.import_cpu, self._cpu(child))
+                budget = self._limit(child, self.limits.case_seconds, until)
                 if not queue:
                     child.end_orders()
                     phase, current = "finishing", None
@@ -553,60 +618,94 @@ class _Grading:
                     child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
                     child.order({"trial": current.id}, time.monotonic() + 30)
                 except ChildEnded as ended:
-                    self._ended(child, phase, current, ended.how)
+                    self._ended(child, phase, current, ended, judged)
                     return
                 except OSError as error:  # e.g. a file the learner's code left under that name
+                    self.verdicts.update(judged)
                     self.verdicts[current.id] = Verdict(False, "error", (
                         f"The grader could not hand {self.api}() its inputs ({os.strerror(error.errno or 0)}): "
                         "kernel.py must not create files in its working folder."))
                     return
-            elif kind == "fatal":
+            elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already
                 self.log.append(f"child restarted: {event.get('reason')}")
+                self.verdicts.update(judged)
                 return
             elif kind == "finished":
-                return
+                # An exit that takes longer is stopped, and counts as clean: no crash was seen.
+                phase, budget = "exiting", _Budget(lambda: self._cpu(child), _EXIT_SECONDS, 1.0)
 
-    def _judge(self, child, trial: Trial, done: dict, wall_seconds: float) -> None:
+    def _judge(self, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]) -> Verdict:
         case = self.plan.cases[trial.case_index][0]
         args, kwargs = self.inputs[trial.id]
         earlier = ()
-        if trial.repeat:
+        if trial.repeat:  # the first call's outputs, from this child or an earlier one
             first = next(t for t in self.plan.trials if t.case_index == trial.case_index and not t.repeat)
-            earlier = self.verdicts.get(first.id, Verdict(False)).outputs
+            found = judged.get(first.id) or self.verdicts.get(first.id) or self.unconfirmed.get(first.id)
+            earlier = found.outputs if found else ()
         verdict = judge(self.plan.spec, case, args, kwargs, done,
                         lambda references: _fetch(child, output_name(trial.id), args, kwargs, references),
                         self.on, earlier, self.own_kernels)
         child.discard(output_name(trial.id))
         if not verdict.seconds:  # the child's own clock, taken before the learner's import
             verdict.seconds = wall_seconds
-        self.verdicts[trial.id] = verdict
-        self.failures_in_a_row = 0
         self.traced = self.traced or isinstance(done.get("kernels"), list)
+        return verdict
 
-    def _ended(self, child, phase: str, current: Trial | None, how: str) -> None:
+    def _ended(self, child, phase: str, current: Trial | None, ended: ChildEnded,
+               judged: dict[int, Verdict]) -> None:
+        """The child is gone: a crash, unless it exited cleanly (or was stopped by the grader)
+        after its last case."""
         if phase == "starting":
-            raise SandboxError(f"The grader's child process died before importing the submission ({how}):\n"
+            raise SandboxError(f"The grader's child process died before importing the submission ({ended.how}):\n"
                                f"{child.log_tail()}")
         if phase == "importing":
-            self.load_error = (f"kernel.py stopped the grading process while being imported ({how}). "
+            self.load_error = (f"kernel.py stopped the grading process while being imported ({ended.how}). "
                                "Importing must only define functions: remove calls like sys.exit(), "
-                               "os._exit() or os.fork() at the top level of the file.")
+                               "os._exit() or os.fork() at the top level of the file. "
+                               f"{crashes.explain(ended.returncode)}").rstrip()
             return
-        if current is not None:  # (a crash between cases counts through run()'s no-progress rule)
-            self.failures_in_a_row += 1
-            self.verdicts[current.id] = Verdict(False, "crash", (
-                f"The process running {self.api}() {how} during this case. "
-                "Any remaining cases run in a fresh process."), 0.0)
+        if phase in ("finishing", "exiting") and not ended.returncode:
+            self.verdicts.update(judged)
+            self.batch *= 2
+            return
+        ran = [*judged, *([current.id] if current is not None else [])]
+        self.log.append(f"child {self.children} {ended.how} after trial(s) {ran}")
+        # A kernel that crashed is likely to crash again: fewer trials per child mean fewer
+        # verdicts to confirm alone afterwards (one per child when every case crashes).
+        self.batch = max(1, len(ran) // 2)
+        if len(ran) == 1:  # a fresh process that ran this case alone: the crash is this case's
+            self.verdicts[ran[0]] = self._crash(ended, judged.get(ran[0]))
+        elif ran:  # any of them may have caused it: each runs again alone
+            self.crashes.append((ended, set(ran)))
+            for trial_id in ran:
+                self.unconfirmed[trial_id] = judged.get(trial_id) or self._crash(ended, None)
 
-    def _timed_out(self, child, phase: str, current: Trial | None) -> None:
+    def _crash(self, ended: ChildEnded, returned: Verdict | None) -> Verdict:
+        """The verdict on a case that crashed alone; ``returned``: its verdict, if the call
+        returned before the process crashed (damage that surfaced later)."""
+        text = (f"{self.api}() returned, but then the process running it {ended.how}" if returned else
+                f"The process running {self.api}() {ended.how} during this case")
+        text = f"{text}, in a fresh process that ran no other case. {crashes.explain(ended.returncode)}".rstrip()
+        if returned is not None and not returned.passed:  # keep what it got wrong (or the integrity finding)
+            return Verdict(False, returned.kind, f"{returned.message}\n{text}", returned.seconds, crash=ended)
+        return Verdict(False, "crash", text, returned.seconds if returned else 0.0, crash=ended)
+
+    def _timed_out(self, child, phase: str, current: Trial | None, budget: "_Budget",
+                   judged: dict[int, Verdict]) -> None:
         processes = (f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else "")
-        if phase in ("starting", "importing"):
+        self.verdicts.update(judged)  # stopped by the grader: no crash followed them
+        if phase in ("finishing", "exiting"):
+            self.log.append(f"child {self.children} did not exit after its last case; stopped")
+        elif phase in ("starting", "importing"):
             self.load_error = (f"kernel.py did not finish importing within {self.limits.startup_seconds:g} s of "
                                "computing "
                                f"(an endless loop at the top level of the file?).{processes}")
-            return
-        if current is not None:  # (between cases: run()'s no-progress rule counts it)
-            self.failures_in_a_row += 1
+        elif current is not None and budget.by_module:  # run() marks what is left not run
+            self.verdicts[current.id] = Verdict(False, "not_run", (
+                f"Stopped: the module's time budget ({self.budget:g} s of CPU time for all its processes) "
+                "ran out during this case, spent on cases that timed out or crashed and the fresh processes "
+                "they needed."), self.limits.case_seconds)
+        elif current is not None:
             self.verdicts[current.id] = Verdict(False, "timeout", (
                 f"{self.api}() did not return within {self.limits.case_seconds:g} s of computing: an endless loop, in "
                 f"Python or in the kernel? The case was stopped.{processes}"), self.limits.case_seconds)
@@ -631,7 +730,8 @@ class _Grading:
             else:
                 failed = [v for v in verdicts if not v.passed]
                 verdict = failed[0] if failed else verdicts[0]
-                verdict = Verdict(not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts))
+                verdict = Verdict(not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts),
+                                  crash=verdict.crash)
             if visibility == "hidden":
                 hidden_number += 1
                 name = f"hidden case {hidden_number}"
@@ -666,6 +766,9 @@ class _Grading:
         else:
             summary = (f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
                        f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden).") + (f"\n{hint}" if hint else "")
+        note = self._crash_note()
+        if note and integrity is None and self.load_error is None:
+            summary += f"\n{note}"
         return {
             "record_version": RECORD_VERSION,
             "module": self.module.id,
@@ -685,6 +788,8 @@ class _Grading:
             "refusal": self.refusal,
             "performance": self.performance if integrity is None or not self.performance.get("graded") else
             {**self.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
+            "note": note,
+            "cpu_seconds": {"budget": self.budget, "spent": round(self.cpu_spent, 1)},
             "protections": self.protections,
             "evidence": EVIDENCE["interpreter"] if not device.is_cuda() else
             EVIDENCE["cuda" if self.traced else "cuda-no-trace"],
@@ -692,18 +797,37 @@ class _Grading:
         }
 
 
-class _Budget:
-    """A time limit judged on the child's CPU time, which a busy machine hardly changes, with
-    wall time as a backstop (``wall_factor`` times longer) for a child that waits without
-    computing. Correct code therefore never fails for want of a free core."""
+    def _crash_note(self) -> str | None:
+        """What to say of crashes that no case caused alone (each of the cases a crashed child
+        ran got its verdict in a fresh process, and none crashed there)."""
+        for ended, ran in self.crashes:
+            verdicts = [self.verdicts.get(t) for t in ran]
+            if all(v is not None and v.kind != "not_run" and v.crash is None for v in verdicts):
+                return (f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "
+                        "ran again alone in a fresh process without crashing, so none is blamed for it. "
+                        f"{crashes.explain(ended.returncode)}").rstrip()
+        return None
 
-    def __init__(self, child, seconds: float, wall_factor: float):
-        self.child, self.seconds = child, seconds
-        self.cpu_start, self.wall_end = child.cpu_seconds(), time.monotonic() + seconds * wall_factor
+
+class _Budget:
+    """A time limit judged on the child's CPU time (``cpu``: seconds so far), which a busy
+    machine hardly changes, with wall time as a backstop (``wall_factor`` times longer) for a
+    child that waits without computing. Correct code therefore never fails for want of a free
+    core. ``left`` and ``wall_end``: what remains of the module's budget, which may end the step
+    sooner (``by_module``)."""
+
+    def __init__(self, cpu, seconds: float, wall_factor: float, left: float = math.inf,
+                 wall_end: float = math.inf):
+        now = time.monotonic()
+        self.cpu, self.cpu_end = cpu, cpu() + min(seconds, max(left, 0.0))
+        self.wall_end = min(now + seconds * wall_factor, wall_end)
+        self.by_module = left < seconds or wall_end < now + seconds * wall_factor
 
     def spent(self) -> bool:
-        return time.monotonic() >= self.wall_end or \
-            self.child.cpu_seconds() - self.cpu_start >= self.seconds
+        return time.monotonic() >= self.wall_end or self.cpu() >= self.cpu_end
+
+
+_EXIT_SECONDS = 30.0  # for a child to exit after its last case
 
 
 _timing_plans: dict = {}

@@ -5,8 +5,10 @@ Each defence is tested on its own. ``graded`` runs the examples with the static 
 switched off, so that the layers behind it (the sandbox, inputs handed over one call at a time,
 the parent's checks and file handling) must hold by themselves; ``gated`` runs every example
 through the whole grader, as ``make grade`` does. Limits are generous, so that no outcome of a
-correct submission depends on how busy the machine is; only the endless loop, graded on its own
-with a short limit, depends on a time limit. Rows whose outcome depends on a protection the
+correct submission depends on how busy the machine is; only the endless loop and a kernel that
+crashes on every call, graded on their own with a short limit and a small budget, depend on time
+limits. Kernels that crash (missing masks, and crashes planted behind the gate) are graded on
+their own too: they need a fresh process per case. Rows whose outcome depends on a protection the
 platform may not offer (a private file system view, a network namespace, a process limit) are
 skipped with the reason where the sandbox reports that protection missing. GPU rows are marked
 ``cuda``.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import resource
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import cases, device, example_submissions, runphase
+from grader import cases, crashes, device, example_submissions, record as feedback, runphase
 from grader.catalog import REPO_ROOT, find_module
 from grader.checks import build_inputs
 from grader.sandbox.isolation import GiB, Limits, Sandbox
@@ -44,7 +47,12 @@ VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # of its own (ENDLESS_LIMITS).
 LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
-ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 2, startup_seconds=120, memory_bytes=1 * GiB)
+# (Above the 1.5-2 CPU-seconds that a process's first call takes under the interpreter, which is
+# as far as the kernel that crashes on every call gets.)
+ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 5, startup_seconds=120, memory_bytes=1 * GiB)
+# The module's CPU-time budget for the endless loop and the kernel that crashes on every call: a
+# few processes' worth (a child spends about 3 CPU-seconds importing torch and Triton).
+SMALL_BUDGET = 120 if device.is_cuda() else 40
 # Examples whose outcome rests on the policy gate alone on a CPU (evidence in the child's own
 # process can be switched off by code the gate would refuse): graded only in ``gated``.
 GATE_ONLY = {"patches-monitor", "disables-dispatch", "computes-in-thread", "computes-in-heuristics",
@@ -113,7 +121,7 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     unsafe = [] if _protected(platform_protections, "processes") else ["fork-bomb"]
     if not _protected(platform_protections, "view"):
         unsafe += ["reads-files", "writes-files"]
-    for name in [*unsafe, "endless-loop", *GATE_ONLY]:
+    for name in [*unsafe, "endless-loop", "missing-masks", *GATE_ONLY]:
         if (root / name).exists():
             shutil.rmtree(root / name)
     names = [n for n in names if (root / n).exists()]
@@ -217,19 +225,204 @@ def test_a_file_that_cannot_be_imported_scores_zero_with_a_clear_message(graded,
     assert all(row["message"].startswith("Not run: kernel.py could not be imported") for row in record["cases"])
 
 
-def test_an_endless_loop_is_stopped_at_the_time_limit(tmp_path, platform_protections):
-    root = tmp_path / "submissions"
-    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
-    shutil.copytree(tmp_path / "examples" / "endless-loop", root / "endless-loop")
-    options = runphase.Options(workers=1, limits=ENDLESS_LIMITS,
+# A kernel that stores far outside its tensor: under the interpreter every call dies of SIGSEGV.
+CRASHES_EVERY_CALL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets + (1 << 40), x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
+    """An endless loop and a kernel that crashes on every call, under the whole grader, with a
+    short case limit and a module budget of a few processes."""
+    tmp = tmp_path_factory.mktemp("budgeted")
+    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp / "examples" / "endless-loop", tmp / "submissions" / "endless-loop")
+    crasher = tmp / "submissions" / "crashes-every-call" / VECTOR_ADD.track / VECTOR_ADD.slug
+    crasher.mkdir(parents=True)
+    (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
+    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET,
                                allow_unsafe=not _protected(platform_protections, "processes"))
-    record = runphase.run(root, tmp_path / "results", [VECTOR_ADD], options, progress=False) \
-        .record_for("endless-loop", VECTOR_ADD.id)
-    first, second, *rest = [row for row in record["cases"] if row["visibility"] == "public"]
+    started = time.monotonic()
+    summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
+    summary.seconds = time.monotonic() - started
+    assert not summary.errors, [o.error for o in summary.errors]
+    return summary
+
+
+def _budget_named(row: dict) -> bool:
+    return f"time budget ({SMALL_BUDGET:g} s of CPU time" in row["message"]
+
+
+def _within_budget(record: dict) -> None:
+    # A step is stopped where the budget runs out; a dead child's last second may go unseen.
+    assert record["cpu_seconds"] == {"budget": SMALL_BUDGET, "spent": record["cpu_seconds"]["spent"]}
+    assert record["cpu_seconds"]["spent"] <= SMALL_BUDGET + 2
+
+
+def test_an_endless_loop_is_stopped_at_the_time_limit_until_the_budget_is_spent(budgeted):
+    record = budgeted.record_for("endless-loop", VECTOR_ADD.id)
+    public = [row for row in record["cases"] if row["visibility"] == "public"]
+    hidden = [row for row in record["cases"] if row["visibility"] == "hidden"]
+    first, second, *rest = public
     assert not first["passed"] and f"did not return within {ENDLESS_LIMITS.case_seconds:g} s" in first["message"]
     assert record["totals"]["passed"] == 0 and record["integrity"] is None
     assert second["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
-    assert all("Not run" in row["message"] or "not run" in row["message"] for row in rest)
+    # Each case gets a fresh process until the budget is spent; hidden cases get their share.
+    for row in rest + hidden:
+        assert row["kind"] == "timeout" or (row["kind"] == "not_run" and _budget_named(row)), row
+    assert rest[-1]["kind"] == "not_run" and hidden[0]["kind"] == "timeout", record["cases"]
+    assert hidden[-1]["message"].startswith("Hidden case not run: the module's time budget")
+    _within_budget(record)
+
+
+def test_a_kernel_that_crashes_on_every_call_is_graded_within_the_budget(budgeted):
+    if device.is_cuda():
+        pytest.skip("on a GPU the store is an illegal memory access, reported by the child itself")
+    record = budgeted.record_for("crashes-every-call", VECTOR_ADD.id)
+    rows = record["cases"]
+    assert record["totals"]["passed"] == 0 and record["integrity"] is None and record["load_error"] is None
+    for row in rows:  # each case that ran crashed alone, in a process of its own
+        assert row["kind"] == "crash" or (row["kind"] == "not_run" and _budget_named(row)), row
+    crashed = [row for row in rows if row["kind"] == "crash"]
+    assert crashed[0] is rows[0] and "ended by SIGSEGV" in rows[0]["message"]
+    assert "check every mask" in rows[0]["message"]
+    assert [row for row in crashed if row["visibility"] == "hidden"], "the hidden cases got no share"
+    for row in crashed:
+        if row["visibility"] == "hidden":
+            assert row["message"] == (
+                "Hidden case failed: the process running add() crashed (SIGSEGV) on this case, in a fresh "
+                f"process that ran no other case. {crashes.explain(-11)}")
+    # One process per case (the first case's repeat needs none), and perhaps one per visibility
+    # that the budget stopped while importing.
+    assert len(crashed) <= record["child_processes"] <= len(crashed) + 2
+    _within_budget(record)
+    assert budgeted.seconds < 10 * SMALL_BUDGET
+
+
+# Correct results, but the call on 7 elements "damages" the process the way an unmasked store
+# corrupts the heap: it aborts a call or two later, or when it exits. (Behind the gate: atexit,
+# os.) The sandboxed child is its PID namespace's first process, which ignores a SIGABRT it sends
+# itself: abort() then ends in a fault, so the record says SIGSEGV.
+CRASHES_LATER = """
+import atexit
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+damage = []
+
+
+@atexit.register
+def surface():
+    if damage and SURFACES_AT_EXIT:
+        os.abort()
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+
+def add(x, y):
+    if damage:
+        damage.append(x.numel())
+        if len(damage) > LATER:
+            os.abort()
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+    if x.numel() == 7:
+        damage.append(7)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def crashing(tmp_path_factory, platform_protections) -> Graded:
+    """Kernels whose crashes surface after the case that caused them, behind the gate (the
+    deterministic ones need os.abort) with the usual limits and budget."""
+    tmp = tmp_path_factory.mktemp("crashing")
+    root, results = tmp / "submissions", tmp / "results"
+    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp / "examples" / "missing-masks", root / "missing-masks")
+    # "smaller than a block" damages; the crash surfaces two cases later, and at exit.
+    # "-alone-never": it surfaces one case later and never alone, at exit.
+    for name, later, at_exit in (("crashes-later", 2, True), ("crashes-later-alone-never", 1, False)):
+        folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
+        folder.mkdir(parents=True)
+        (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
+    options = runphase.Options(workers=2, limits=LIMITS, policy_gate=False,
+                               allow_unsafe=not _protected(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    assert not summary.errors, [o.error for o in summary.errors]
+    return Graded(summary, root, results, summary.protections, [], {}, sorted(p.name for p in root.iterdir()))
+
+
+def _size(case_name: str) -> int:
+    return eval(re.search(r"shape=(\([^)]*\))", case_name).group(1), {}, {})
+
+
+@pytest.mark.skipif(device.is_cuda(), reason="on a GPU an unmasked access is reported by the child, not a crash")
+def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
+    record = crashing.record("missing-masks")
+    source = (crashing.root / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
+    assert not runphase.check_source(source, runphase.policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
+    rows = _by_name(record)
+    crashed = [row for row in record["cases"] if row["kind"] == "crash"]
+    public = [row for row in crashed if row["visibility"] == "public"]
+    assert public, record["cases"]
+    for row in public:  # whether it crashed during the call or when the process exited
+        assert math.prod(_size(row["name"])) % 1024, row["name"]
+        assert "ended by SIG" in row["message"] and "in a fresh process that ran no other case" in row["message"]
+        assert crashes.explain(-11) in row["message"]  # make check's diagnosis: check every mask
+    one_block = next(name for name in rows if name.startswith("exactly one block"))
+    assert rows[one_block]["passed"], rows[one_block]
+    assert all(row["kind"] not in ("not_run", "load") for row in record["cases"]), record["cases"]
+    for row in crashed:
+        if row["visibility"] == "hidden":
+            assert "check every mask" in row["message"] and not re.search(r"\d", row["message"])
+    text, _ = feedback.part_report(record, "public", 4)
+    assert "check every mask" in text and "FAIL  exactly one block" not in text
+
+
+def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing):
+    record = crashing.record("crashes-later")
+    [failed] = [row for row in record["cases"] if not row["passed"]]
+    assert failed["name"].startswith("smaller than a block") and failed["kind"] == "crash"
+    assert re.match(r"add\(\) returned, but then the process running it ended by SIG(ABRT|SEGV)", failed["message"])
+    assert "check every mask" in failed["message"] and record["note"] is None
+    assert record["totals"]["hidden"]["passed"] == record["totals"]["hidden"]["total"]
+    assert "alone, after a crash" in crashing.log("crashes-later")
+
+
+def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing):
+    record = crashing.record("crashes-later-alone-never")
+    assert record["totals"]["passed"] == record["totals"]["total"], record["cases"]
+    assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
+    assert "check every mask" in record["note"] and record["note"] in record["summary"]
+    assert record["note"] in feedback.part_report(record, "public", 4)[0]
 
 
 def test_a_fork_bomb_is_contained_and_reported(graded):
@@ -456,15 +649,17 @@ def gated(tmp_path_factory, platform_protections) -> Graded:
     root = tmp_path_factory.mktemp("gated-submissions")
     results = tmp_path_factory.mktemp("gated-results")
     names = example_submissions.assemble(root, modules=[VECTOR_ADD])
-    shutil.rmtree(root / "endless-loop")  # graded on its own, with a short limit
+    for name in ON_THEIR_OWN:
+        shutil.rmtree(root / name)
     options = runphase.Options(workers=2, limits=LIMITS,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    names = [n for n in names if n != "endless-loop"]
+    names = [n for n in names if n not in ON_THEIR_OWN]
     return Graded(summary, root, results, summary.protections, [], {}, names)
 
 
 BENIGN = {"complete", "noisy", "partial", "stub"}
+ON_THEIR_OWN = ("endless-loop", "missing-masks")  # graded by tests of their own (a short limit; many processes)
 
 
 def test_every_example_is_graded_by_the_whole_grader(gated):
@@ -562,7 +757,7 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     assert len(written) == 1, grader.stdout.read().decode()
     assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
 
-    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60),
+    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60), module_seconds=20,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]

@@ -613,7 +613,8 @@ def _copy_package(source: Path, target: Path) -> Path:
 
 
 class ChildEnded(Exception):
-    """The child process is gone (or was killed); ``how`` says why, for the record."""
+    """The child process is gone (or was killed); ``how`` says why, for the record;
+    ``returncode`` is how it exited, None where the grader ended it (a limit it watches)."""
 
     def __init__(self, how: str, returncode: int | None):
         super().__init__(how)
@@ -759,12 +760,12 @@ class Child:
 
     def _ended(self) -> None:
         try:
-            self.popen.wait(timeout=2)
-            how = describe_exit(self.popen.returncode)
+            code = self.popen.wait(timeout=2)
+            how = describe_exit(code)
         except subprocess.TimeoutExpired:  # it closed the grader's channel but lives on
-            how = "closed the grader's channel and was stopped"
+            how, code = "closed the grader's channel and was stopped", None  # (None: the grader ended it)
         self.kill()
-        raise ChildEnded(how, self.popen.returncode)
+        raise ChildEnded(how, code)
 
     def _watch_disk(self) -> None:
         now = time.monotonic()
@@ -847,7 +848,8 @@ def describe_exit(code: int | None) -> str:
         meaning = {"SIGKILL": " (killed: a time, memory or CPU limit, or the grader)",
                    "SIGSEGV": " (a segmentation fault: an invalid memory access)",
                    "SIGXCPU": " (the CPU-time limit)", "SIGXFSZ": " (the file-size limit)",
-                   "SIGBUS": " (a bus error: an invalid memory access)"}.get(name, "")
+                   "SIGBUS": " (a bus error: an invalid memory access)",
+                   "SIGABRT": " (aborted: often the memory allocator finding its heap damaged)"}.get(name, "")
         return f"ended by {name}{meaning}"
     return f"exited with code {code}"
 
