@@ -128,6 +128,10 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         print(f"Next: complete {todos[0]}, then run the check again.", file=out)
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
+    if not done:
+        print(f"Run it again with `make check M={module.id}`, or with `python kernel.py` in "
+              f"{module.learner_dir.relative_to(REPO_ROOT)} once `source .venv/bin/activate` has run "
+              "in this terminal.", file=out)
     return done
 
 

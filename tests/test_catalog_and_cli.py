@@ -30,6 +30,9 @@ def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatc
     stub = _grader("check", "missing-elements/01-vector-add", "--impl", "learner")
     assert stub.returncode == 1
     assert "TODOs left: 15" in stub.stdout and "Next: complete TODO 1" in stub.stdout
+    # how to run the file directly: the environment must be active for `python kernel.py`
+    assert "`source .venv/bin/activate`" in stub.stdout and "`python kernel.py`" in stub.stdout
+    assert "0 of 12 output cases" in stub.stdout
     solution = _grader("check", "missing-elements/01-vector-add", "--impl", "solutions")
     assert solution.returncode == 0, solution.stdout + solution.stderr
     assert "All public tests pass" in solution.stdout
