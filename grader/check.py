@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import pytest
 from grader import cases, crashes, device, progress
 from grader.catalog import REPO_ROOT, Module, find_module
 from grader.checks import across, short_error
+from grader.diagnosis import gist
 from grader.loading import kernel_path, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
 from grader.stubs import open_todos
@@ -99,11 +99,11 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
             else:
                 skip_reasons.append(detail)
                 print(textwrap.indent(detail, "      "), file=out)
-        elif outcome == "failed" and _gist(detail) in shown:
-            first = detail.splitlines()[0] if detail and _gist(detail) != _gist(detail.splitlines()[0]) else ""
+        elif outcome == "failed" and gist(detail) in shown:
+            first = detail.splitlines()[0] if detail and gist(detail) != gist(detail.splitlines()[0]) else ""
             print(textwrap.indent(f"{first}\n(the same problem as above)".strip(), "      "), file=out)
         elif outcome == "failed" and len(shown) < 4:
-            shown.append(_gist(detail))
+            shown.append(gist(detail))
             print(textwrap.indent(detail, "      "), file=out)
         elif outcome == "failed":
             print("      (details omitted: fix the problems above first, or run pytest on "
@@ -136,11 +136,6 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
 
 
 _CASE_TEST = "test_matches_reference"
-
-
-def _gist(detail: str) -> str:
-    """A failure's text without its numbers: two cases with the same gist have the same problem."""
-    return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", detail)
 
 
 def _breakdown(counted: list[tuple[str, str, str]]) -> str:

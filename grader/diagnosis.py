@@ -11,6 +11,7 @@ two") and says what that split usually means.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 
 import torch
@@ -220,6 +221,11 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)
+
+
+def gist(message: str) -> str:
+    """A failure message without its numbers: two cases with the same gist have the same problem."""
+    return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
 
 
 # ---- across the cases of one run ----------------------------------------------------------

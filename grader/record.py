@@ -27,6 +27,7 @@ import warnings
 from pathlib import Path
 
 from grader.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
+from grader.diagnosis import gist
 
 PARTS = ("public", "hidden", "performance")
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
@@ -179,13 +180,15 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
         lines.append(record["summary"] if visibility == "public" else
                      "None ran: kernel.py could not be imported (see the public part).")
         return "\n".join(lines), points
-    hints = []
+    hints, seen = [], set()
     for row in rows:
         lines.append(f"  {'PASS' if row['passed'] else 'FAIL'}  {row['name']}")
         if not row["passed"] and row["message"]:
             message, *hint = _TODO_HINT.split(row["message"], maxsplit=1)
             hints += hint
-            lines.append(textwrap.indent(message, "        "))
+            same = gist(message) in seen
+            seen.add(gist(message))
+            lines.append(textwrap.indent("(the same problem as above)" if same else message, "        "))
     if visibility == "public" and record.get("note"):  # a crash that no case caused alone
         lines.append(record["note"])
     return "\n".join(lines + hints[:1]), points
