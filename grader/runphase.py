@@ -277,7 +277,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
         return Verdict(False, "alias", problem, seconds)
 
     try:
-        problems = compare(spec, case, outputs, references)
+        problems = compare(spec, case, outputs, references, (args, kwargs))
     except Exception as error:  # a malformed output (meta tensor, odd layout) must not stop grading
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:

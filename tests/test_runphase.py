@@ -947,3 +947,21 @@ def test_cheating_withholds_every_point_of_the_module_with_a_named_reason(graded
 def test_honest_mistakes_are_not_integrity_violations(graded):
     for example in ("complete", "partial", "stub", "patches-checks"):
         assert graded.record(example)["integrity"] is None, example
+
+
+def test_the_graders_verdict_names_overflow_on_large_inputs_as_make_check_does():
+    # judge() gets the case's inputs to the diagnosis, so the feedback tells overflow from
+    # elements that were never written, like make check does.
+    import torch
+
+    module = find_module("missing-elements/03-softmax")
+    spec, public = cases.public(module)
+    case = next(c for c in public if c.label == "large values" and c.dtype == torch.float32)
+    args, kwargs = build_inputs(spec, case, on=device.torch_device())
+    out = torch.softmax(args[0].float(), dim=-1).to(case.dtype)
+    out[0, :3] = float("nan")  # what exp() overflowing to inf, then inf / inf, leaves
+    saved = {"outputs": [out], "args": args, "kwargs": kwargs}
+    verdict = runphase.judge(spec, case, args, kwargs, {"returned": ["output"]}, lambda refs: saved,
+                             device.torch_device())
+    assert not verdict.passed and "overflowed" in verdict.message, verdict.message
+    assert "never written" not in verdict.message
