@@ -7,9 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from grader import device, progress, stubs
-from grader.catalog import REPO_ROOT, available_modules, find_module
-from grader.cli_instructor import add_commands as add_instructor_commands
+from grader.core import device
+from grader.learn import progress
+from grader.authoring import stubs
+from grader.core.catalog import REPO_ROOT, available_modules, find_module
+from grader.grade.commands import add_commands as add_instructor_commands
 
 
 def _module_or_next(name: str | None):
@@ -24,7 +26,7 @@ def _module_or_next(name: str | None):
 
 
 def cmd_check(args) -> int:
-    from grader import check
+    from grader.learn import check
 
     code = check.check_contained(_module_or_next(args.module), args.impl)
     if code and os.environ.get("MAKELEVEL") and not check.is_inner():  # make adds its own "Error 1" line after ours
@@ -43,7 +45,7 @@ def cmd_bench(args) -> int:
         print(f"Benchmarks need a CUDA GPU; this machine runs kernels on {device.describe()}, whose "
               "timings say nothing about GPU speed. Run `make bench` on a machine with an NVIDIA GPU.")
         return 0
-    from grader.speed import run_bench
+    from grader.learn.speed import run_bench
 
     for module in modules:
         print(f"\n## {module.id}: {module.title}\n")
@@ -73,7 +75,7 @@ def cmd_stubs(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    from grader.lab import run
+    from grader.learn.lab import run
 
     return run(args.jupyter_args)
 
@@ -81,7 +83,7 @@ def cmd_lab(args) -> int:
 def cmd_run(args) -> int:
     import signal
 
-    from grader import runphase
+    from grader.grade import runphase
     from grader.sandbox.isolation import GiB, Limits, SandboxError
 
     def interrupt(signum, frame):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader import device
-from grader.catalog import find_module
-from grader.loading import LoadError, load_kernel
+from grader.core import device
+from grader.core.catalog import find_module
+from grader.core.loading import LoadError, load_kernel
 
 
 def pytest_addoption(parser):

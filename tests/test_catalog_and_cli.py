@@ -3,8 +3,9 @@ import sys
 
 import pytest
 
-from grader import device, progress
-from grader.catalog import MODULES, REPO_ROOT, find_module
+from grader.core import device
+from grader.learn import progress
+from grader.core.catalog import MODULES, REPO_ROOT, find_module
 
 
 def test_catalog_has_nineteen_modules_in_four_tracks():

@@ -4,8 +4,8 @@ import torch
 import triton
 import triton.language as tl
 
-from grader.cases import Case, Spec
-from grader.checks import run_case
+from grader.core.cases import Case, Spec
+from grader.core.checks import run_case
 
 SPEC = Spec(api="double", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}),
             reference=lambda x: 2 * x)
@@ -100,7 +100,7 @@ def test_wrong_dtype_and_count_of_outputs():
 
 
 def test_inputs_are_reproducible_and_secret_dependent():
-    from grader.checks import build_inputs
+    from grader.core.checks import build_inputs
 
     (a,), _ = build_inputs(SPEC, CASE)
     (b,), _ = build_inputs(SPEC, CASE)
@@ -108,21 +108,21 @@ def test_inputs_are_reproducible_and_secret_dependent():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-# --- reading a CUDA kernel trace (grader.evidence) -----------------------------------------------
+# --- reading a CUDA kernel trace (grader.core.evidence) -----------------------------------------------
 
 ATEN_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
 ATEN_FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
 
 
 def test_a_trace_of_own_kernels_and_data_movement_is_accepted():
-    from grader.evidence import judge_evidence
+    from grader.core.evidence import judge_evidence
 
     report = {"launches": 1, "kernels": ["add_kernel", ATEN_FILL, "Memcpy DtoD (Device -> Device)"]}
     assert judge_evidence("add", report, True, {"add_kernel"}) is None
 
 
 def test_a_trace_with_an_aten_kernel_means_pytorch_computed():
-    from grader.evidence import judge_evidence
+    from grader.core.evidence import judge_evidence
 
     # the in-process log says nothing (it could have been switched off); the trace still shows it
     report = {"launches": 1, "ops": {}, "kernels": ["add_kernel", ATEN_ADD]}
@@ -131,14 +131,14 @@ def test_a_trace_with_an_aten_kernel_means_pytorch_computed():
 
 
 def test_a_trace_without_own_kernels_means_no_launch_whatever_the_counter_says():
-    from grader.evidence import judge_evidence
+    from grader.core.evidence import judge_evidence
 
     report = {"launches": 5, "kernels": [ATEN_FILL]}  # a forged launch count
     assert judge_evidence("add", report, True, {"add_kernel"})[0] == "no_launch"
 
 
 def test_own_kernel_names_come_from_the_source():
-    from grader.evidence import triton_kernel_names
+    from grader.core.evidence import triton_kernel_names
 
     source = ("import triton\nfrom triton import jit\n@triton.jit\ndef a(x): pass\n@jit\ndef b(x): pass\n"
               "@triton.autotune(configs=[], key=[])\n@triton.jit(do_not_specialize=[0])\ndef c(x): pass\n"

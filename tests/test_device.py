@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from grader import device
+from grader.core import device
 
 
 def test_interpreter_is_selected_without_cuda():

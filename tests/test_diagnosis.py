@@ -1,6 +1,6 @@
 import torch
 
-from grader.diagnosis import diagnose
+from grader.core.diagnosis import diagnose
 
 ATOL, RTOL = 1e-6, 1e-6
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import cases, course, device, example_submissions, grading, record, release, runphase
-from grader.catalog import REPO_ROOT, find_module
-from grader.checks import build_inputs
+from grader.core import cases, device
+from grader.grade import course, pipeline as grading, record, release, runphase
+from grader.authoring import example_submissions
+from grader.core.catalog import REPO_ROOT, find_module
+from grader.core.checks import build_inputs
 from grader.sandbox.isolation import GiB, Limits, Sandbox
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
@@ -36,7 +38,7 @@ def _needs_nbgrader() -> None:
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 ASSIGNMENT = course.assignment_name(VECTOR_ADD)
 STUDENTS = ["complete", "partial", "stub", "torch-compute", "writes-files"]
-# CPU-time limits (see grader.runphase._Budget): far beyond what a correct call needs.
+# CPU-time limits (see grader.grade.runphase._Budget): far beyond what a correct call needs.
 LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
 FULL_CORRECTNESS = course.POINTS["public"] + course.POINTS["hidden"]
@@ -174,7 +176,7 @@ def test_stub_scores_zero_despite_its_tampered_notebook(graded):
 
 
 def grading_reason(row) -> str:
-    from grader import report
+    from grader.grade import report
 
     return report.reason(row)
 
@@ -283,7 +285,7 @@ def test_regrading_gives_the_same_result_without_running_anything(graded, monkey
 
 
 def test_the_cli_regrades_and_prints_the_table(graded):
-    command = [sys.executable, "-m", "grader.cli_instructor", "grade", str(graded.source), "--course",
+    command = [sys.executable, "-m", "grader.grade.commands", "grade", str(graded.source), "--course",
                str(graded.course_dir), "--out", str(graded.out), "--module", VECTOR_ADD.id]
     if graded.options().allow_unsafe:
         command.append("--allow-unsafe")
@@ -298,7 +300,7 @@ def test_the_cli_regrades_and_prints_the_table(graded):
 
 def test_zip_collection_takes_only_kernel_files(tmp_path):
     _needs_nbgrader()
-    from grader import collect
+    from grader.grade import collect
 
     complete = (VECTOR_ADD.solution_dir / "kernel.py").read_bytes()
     archive = tmp_path / "lms-download.zip"
@@ -318,7 +320,7 @@ def test_zip_collection_takes_only_kernel_files(tmp_path):
 
 
 def test_a_linked_kernel_is_not_collected(tmp_path):
-    from grader import collect
+    from grader.grade import collect
 
     folder = tmp_path / "source" / "mallory" / ASSIGNMENT
     folder.mkdir(parents=True)
@@ -431,7 +433,7 @@ def test_a_learner_file_beside_the_notebook_cannot_shadow_a_module(tmp_path, mon
 
 
 def test_an_edited_tracks_kernel_does_not_change_the_stub_student(tmp_path, monkeypatch):
-    from grader.stubs import stub_for
+    from grader.core.markers import stub_for
 
     # Someone's finished kernel in tracks/ (a copy here: the repository's tracks/ stay untouched).
     learner = tmp_path / "tracks" / VECTOR_ADD.id

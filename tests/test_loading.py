@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from grader.catalog import find_module
-from grader.loading import LoadError, load_kernel
+from grader.core.catalog import find_module
+from grader.core.loading import LoadError, load_kernel
 
 MODULE = find_module("missing-elements/01-vector-add")
 

@@ -3,10 +3,11 @@ must catch every one on several cases, and what the learner reads must name its 
 
 import pytest
 
-from grader import cases, device, mistakes
-from grader.checks import across, run_case
-from grader.loading import load_kernel
-from grader.stubs import modules_with_solutions
+from grader.core import cases, device
+from grader.authoring import mistakes
+from grader.core.checks import across, run_case
+from grader.core.loading import load_kernel
+from grader.core.markers import modules_with_solutions
 
 MODULES = modules_with_solutions()
 PLANTED = [(module, mistake) for module in MODULES for mistake in mistakes.for_module(module)]

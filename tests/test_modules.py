@@ -4,10 +4,10 @@ untouched stub fails with the TODO message, and the reference passes every hidde
 
 import pytest
 
-from grader import cases, device
-from grader.checks import check_case, run_case
-from grader.loading import load_kernel
-from grader.stubs import modules_with_solutions, open_todos, stub_for
+from grader.core import cases, device
+from grader.core.checks import check_case, run_case
+from grader.core.loading import load_kernel
+from grader.core.markers import modules_with_solutions, open_todos, stub_for
 
 MODULES = modules_with_solutions()
 IDS = [m.id for m in MODULES]

@@ -10,8 +10,8 @@ import pytest
 nbclient = pytest.importorskip("nbclient", reason="notebooks need the [notebooks] extra (nbclient)")
 nbformat = pytest.importorskip("nbformat", reason="notebooks need the [notebooks] extra (nbformat)")
 
-from grader.notebook import FALLBACK
-from grader.stubs import modules_with_solutions
+from grader.learn.notebook import FALLBACK
+from grader.core.markers import modules_with_solutions
 
 MODULES = modules_with_solutions()
 

@@ -518,7 +518,7 @@ def test_widen_opens_exactly_what_it_names():
 
 
 def test_policy_for_widens_by_the_modules_spec():
-    class Spec:  # the fields of grader.cases.Spec that the gate reads
+    class Spec:  # the fields of grader.core.cases.Spec that the gate reads
         allowed_torch_names = frozenset({"autograd.Function"})
         allowed_tensor_methods = frozenset({"sum"})
 

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from grader import course, release
-from grader.catalog import REPO_ROOT, available_modules
-from grader.stubs import modules_with_solutions, stub_for
+from grader.grade import course, release
+from grader.core.catalog import REPO_ROOT, available_modules
+from grader.core.markers import modules_with_solutions, stub_for
 
 
 
@@ -40,7 +40,7 @@ def test_instructor_only_folders_are_left_out(bundle):
     files = _files(bundle)
     for prefix in release.INSTRUCTOR_ONLY:
         assert not [f for f in files if f.startswith(prefix)], prefix
-    for needed in ("README.md", "Makefile", "grader/record.py", "grader/cli.py"):
+    for needed in ("README.md", "Makefile", "grader/grade/record.py", "grader/cli.py"):
         assert needed in files
     for module in MODULES:
         assert f"tracks/{module.id}/kernel.py" in files and f"tracks/{module.id}/test_kernel.py" in files

@@ -34,9 +34,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import cases, crashes, device, example_submissions, record as feedback, runphase
-from grader.catalog import REPO_ROOT, find_module
-from grader.checks import build_inputs
+from grader.core import cases, crashes, device
+from grader.authoring import example_submissions
+from grader.grade import record as feedback, runphase
+from grader.core.catalog import REPO_ROOT, find_module
+from grader.core.checks import build_inputs
 from grader.sandbox.isolation import GiB, Limits, Sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")

@@ -1,6 +1,6 @@
 import pytest
 
-from grader.stubs import MarkerError, generate_stub, open_todos
+from grader.core.markers import MarkerError, generate_stub, open_todos
 
 SOLUTION = '''\
 def f(x):
@@ -46,7 +46,7 @@ def test_malformed_markers_are_reported(broken):
 
 
 def test_a_hand_edited_stub_is_recognised_and_a_generated_one_is_not(tmp_path):
-    from grader.stubs import hand_edited
+    from grader.authoring.stubs import hand_edited
 
     target = tmp_path / "kernel.py"
     target.write_text("old stub\n")
@@ -58,8 +58,8 @@ def test_a_hand_edited_stub_is_recognised_and_a_generated_one_is_not(tmp_path):
 
 
 def test_make_stubs_keeps_a_learners_kernel(monkeypatch, tmp_path):
-    from grader import stubs
-    from grader.catalog import find_module
+    from grader.authoring import stubs
+    from grader.core.catalog import find_module
 
     module = find_module("missing-elements/01-vector-add")
     learner = tmp_path / "tracks" / module.track / module.slug

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grader.timing import FLOOR_FRACTION, credit
+from grader.grade.timing import FLOOR_FRACTION, credit
 
 
 @pytest.mark.parametrize("ratio, expected", [(1.3, 1.0), (0.8, 1.0), (0.6, 0.5), (0.4, 0.0), (0.1, 0.0)])

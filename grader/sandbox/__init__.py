@@ -10,6 +10,6 @@
 - ``files``: reading and removing what a child left behind without following, blocking on or
   recursing into anything it planted.
 
-Nothing here decides a grade: the parent (``grader.runphase``) judges what the child hands back,
+Nothing here decides a grade: the parent (``grader.grade.runphase``) judges what the child hands back,
 treating every byte of it as forged.
 """

@@ -112,12 +112,12 @@ def main(argv: list[str]) -> int:
 
     import torch
 
-    from grader import device
-    from grader.catalog import find_module
-    from grader.checks import KernelCallError, call_api, short_error
-    from grader.loading import LoadError, load_kernel
+    from grader.core import device
+    from grader.core.catalog import find_module
+    from grader.core.checks import KernelCallError, call_api, short_error
+    from grader.core.loading import LoadError, load_kernel
     from grader.sandbox import wire
-    from grader.evidence import ALLOWED_OPS, KernelTrace, shared_monitor
+    from grader.core.evidence import ALLOWED_OPS, KernelTrace, shared_monitor
 
     monitor = shared_monitor()
     allowed_ops = ALLOWED_OPS | frozenset(request.get("allowed_ops", ()))
@@ -217,7 +217,7 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, on) -> None:
     The closing message follows a device-wide synchronize taken before the learner's import, so
     work left running (lazy, or on a side stream) is inside the timed window; the last outputs are
     saved after it for the parent to check. The events are only a cross-check for the parent."""
-    from grader.checks import as_tuple, short_error
+    from grader.core.checks import as_tuple, short_error
 
     sets = tools.load(tools.take(TIMING_INPUTS), 1 << 40, on)
     sets = [(tuple(entry["args"]), entry["kwargs"]) for entry in sets]

@@ -644,7 +644,7 @@ class Child:
     def cpu_seconds(self) -> float:
         """CPU time used so far by the child and every process it started (what they have
         running now). Unlike wall time it hardly depends on how busy the machine is, so time
-        limits are judged on it (see grader.runphase)."""
+        limits are judged on it (see grader.grade.runphase)."""
         ticks = os.sysconf("SC_CLK_TCK")
         total = 0
         for pid in (self.popen.pid, *_descendants(self.popen.pid)):

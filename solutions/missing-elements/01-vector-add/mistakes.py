@@ -1,6 +1,6 @@
 """Typical mistakes in vector add, planted into the reference by the course's suite."""
 
-from grader.mistakes import Mistake
+from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
     Mistake("program offsets not scaled by the block size",

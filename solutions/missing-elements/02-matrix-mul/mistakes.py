@@ -1,6 +1,6 @@
 """Typical mistakes in matrix multiplication, planted into the reference by the course's suite."""
 
-from grader.mistakes import Mistake
+from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
     Mistake("fp32 operands rounded to fp16 before tl.dot",

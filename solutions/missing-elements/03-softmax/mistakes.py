@@ -1,6 +1,6 @@
 """Typical mistakes in softmax, planted into the reference by the course's suite."""
 
-from grader.mistakes import Mistake
+from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
     Mistake("row maximum not subtracted",

@@ -1,6 +1,6 @@
 """Typical mistakes in layer norm, planted into the reference by the course's suite."""
 
-from grader.mistakes import Mistake
+from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
     Mistake("eps ignored",

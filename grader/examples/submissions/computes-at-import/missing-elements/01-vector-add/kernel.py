@@ -1,6 +1,6 @@
 """Example "computes-at-import": precomputes every answer while being imported.
 
-Attack: the student read grader/child.py and grader/runphase.py and saw that the child receives
+Attack: the student read grader/sandbox/child.py and grader/grade/runphase.py and saw that the child receives
 the inputs of all its trials in one file, ``inputs.pt``, in its working folder, before the
 learner's file is imported, and that operators are logged only during the calls. At import time
 this file loads ``inputs.pt`` (the grader's own ``torch.load(weights_only=True)``, nothing

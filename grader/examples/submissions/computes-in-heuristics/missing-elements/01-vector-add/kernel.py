@@ -1,6 +1,6 @@
 """Example "computes-in-heuristics": adds with PyTorch inside a ``@triton.heuristics`` function.
 
-Attack: the student read grader/child.py and saw that operators run *inside* a Triton launch are
+Attack: the student read grader/sandbox/child.py and saw that operators run *inside* a Triton launch are
 not logged ("the interpreter copies arguments; the autotuner benchmarks"): the grader pauses its
 log from the moment ``Heuristics.run`` is entered. A heuristics value function is learner code
 that Triton calls right there, with every kernel argument in hand. This one computes ``x + y``

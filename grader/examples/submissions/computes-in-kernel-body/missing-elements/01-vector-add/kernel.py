@@ -1,6 +1,6 @@
 """Example "computes-in-kernel-body": calls PyTorch inside the ``@triton.jit`` body itself.
 
-Attack: the student read grader/child.py and knows that the CPU grader runs kernels with Triton's
+Attack: the student read grader/sandbox/child.py and knows that the CPU grader runs kernels with Triton's
 interpreter (``TRITON_INTERPRET=1``), where a ``@triton.jit`` function is executed as ordinary
 Python, and that the grader stops logging operators while a launch is in progress. The launcher
 parks the real tensors in a module-level dict and launches a one-program kernel whose body calls

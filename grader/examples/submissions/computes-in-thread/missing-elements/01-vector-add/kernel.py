@@ -1,6 +1,6 @@
 """Example "computes-in-thread": adds with PyTorch on another thread, where nothing watches.
 
-Attack: the student read grader/child.py and saw that the operator log is a PyTorch dispatch
+Attack: the student read grader/sandbox/child.py and saw that the operator log is a PyTorch dispatch
 mode entered around the call. Dispatch modes are thread-local: an operator run by a second thread
 does not pass through the mode stack of the calling thread. ``add`` starts a thread that computes
 ``x + y``, waits for it, and returns the result; an empty Triton kernel is launched on the calling

@@ -1,6 +1,6 @@
 """Example "fifo-outputs": puts FIFOs where the parent will read the outputs.
 
-Attack: the student read grader/child.py and grader/runphase.py. After each call the child saves
+Attack: the student read grader/sandbox/child.py and grader/grade/runphase.py. After each call the child saves
 the outputs to ``outputs-N.pt`` in its working folder and reports ``done``; the parent, on that
 message, opens the file with ``torch.load`` with no time limit. During its first call this file
 replaces every plausible output name (``outputs-{i}.pt``, ``outputs-{i}.bin`` and, for the

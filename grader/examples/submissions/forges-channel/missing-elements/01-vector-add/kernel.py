@@ -1,6 +1,6 @@
 """Example "forges-channel": answers the grader on its own channel, with the real token.
 
-Attack: the student read grader/child.py and grader/runphase.py. The child reports each trial
+Attack: the student read grader/sandbox/child.py and grader/grade/runphase.py. The child reports each trial
 with one JSON line ``{"t": token, "event": "done", ...}`` on an inherited pipe, and the parent
 judges the first ``done`` of the current trial from that line and the file ``outputs-N.pt``; a
 second ``done`` for the same trial is ignored. The token and the pipe's number are local

@@ -1,6 +1,6 @@
 """Example "leaks-hidden-cases": reads every trial's inputs and shows them in a public case.
 
-Attack: the student read grader/runphase.py and grader/child.py and saw that one child runs the
+Attack: the student read grader/grade/runphase.py and grader/sandbox/child.py and saw that one child runs the
 public and the hidden cases, and that the inputs of all its trials arrive together in one file,
 ``inputs.pt``, in its working folder. On its first call (the first public case) this file loads
 that file and raises an exception whose message lists the shape, dtype and strides of every trial,

@@ -1,6 +1,6 @@
 """Example "numpy-interop": adds with NumPy on views of the tensors shared through DLPack.
 
-Attack: the student read grader/child.py and saw that handing values to NumPy is detected only by
+Attack: the student read grader/sandbox/child.py and saw that handing values to NumPy is detected only by
 the names of three tensor methods (``numpy``, ``tolist``, ``__array__``). ``np.from_dlpack``
 shares a tensor's memory with NumPy through the DLPack protocol instead, the sum is computed by
 ``np.add`` straight into a view of the output, so PyTorch runs no compute operator at all. An

@@ -1,6 +1,6 @@
 """Example "output-bomb": leaves 2 MB output files that make the parent allocate 2 GiB each.
 
-Attack: the student read grader/child.py and grader/runphase.py. The parent reads each trial's
+Attack: the student read grader/sandbox/child.py and grader/grade/runphase.py. The parent reads each trial's
 outputs with ``torch.load(weights_only=True)`` from ``outputs-N.pt`` in the child's working
 folder, trusting the sizes written inside the file. A ``torch.save`` file is a zip archive, and
 zip entries may be deflate-compressed: 2 GiB of zeros compress to about 2 MB. At import this file

@@ -1,6 +1,6 @@
 """Example "patches-monitor": adds with PyTorch, then rewrites the grader's own evidence.
 
-Attack: the student read grader/child.py and saw that the child process keeps one ``Monitor``
+Attack: the student read grader/sandbox/child.py and saw that the child process keeps one ``Monitor``
 object that counts Triton launches and logs the PyTorch operators of each call, and that the
 verdict is built from ``monitor.report()``. At import time this file walks the garbage
 collector's list of live objects, finds that instance (it exists before the learner's file is

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.catalog import MODULES, REPO_ROOT, Module
-from grader.stubs import open_todos
+from grader.core.catalog import MODULES, REPO_ROOT, Module
+from grader.core.markers import open_todos
 
 STORE = REPO_ROOT / ".progress.json"
 

@@ -14,11 +14,11 @@ from typing import Any, Callable
 
 import torch
 
-from grader import device
-from grader.cases import Case, Rand, Spec
-from grader.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
-from grader.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
-from grader.loading import LoadedKernel, todo_summary
+from grader.core import device
+from grader.core.cases import Case, Rand, Spec
+from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
+from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
+from grader.core.loading import LoadedKernel, todo_summary
 
 
 class KernelCallError(Exception):

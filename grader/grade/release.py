@@ -29,9 +29,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import course
-from grader.catalog import REPO_ROOT, TRACKS_DIR, Module
-from grader.stubs import is_marker, modules_with_solutions, stub_for
+from grader.grade import course
+from grader.core.catalog import REPO_ROOT, TRACKS_DIR, Module
+from grader.core.markers import is_marker, modules_with_solutions, stub_for
 
 DEFAULT_OUT = REPO_ROOT / "build" / "release"
 # The reference solutions and hidden cases; example submissions (some are solutions); the course's
@@ -100,7 +100,7 @@ def bundle_readme(text: str) -> str:
     readme = _IN_BUNDLE.sub(lambda match: match[1], "\n".join(kept))
     if END_MARK in readme or "learners' bundle -->" in readme:
         raise ReleaseError(f"README.md: a {END_MARK} or a bundle marker is not where it belongs; "
-                           "see the markers in grader/release.py.")
+                           "see the markers in grader/grade/release.py.")
     return re.sub(r"\n{3,}", "\n\n", readme).strip() + "\n"
 
 
@@ -134,7 +134,7 @@ def secret_lines(modules: list[Module] | None = None) -> dict[str, str]:
 
 def hidden_case_names(modules: list[Module] | None = None) -> set[str]:
     """The names of hidden cases (label, sizes, dtype) that no public case shares."""
-    from grader import cases
+    from grader.core import cases
 
     names = set()
     for module in modules or modules_with_solutions():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grader import device
+from grader.core import device
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

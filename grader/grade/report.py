@@ -13,8 +13,8 @@ import os
 import resource
 from pathlib import Path
 
-from grader.course import POINTS
-from grader.record import performance_status
+from grader.grade.course import POINTS
+from grader.grade.record import performance_status
 
 MAX_POINTS = sum(POINTS.values())
 

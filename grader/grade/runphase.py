@@ -40,19 +40,20 @@ from pathlib import Path
 
 import torch
 
-from grader import cases, crashes, device, timing
-from grader.cases import Case, Spec
-from grader.catalog import REPO_ROOT, Module, available_modules
-from grader.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
+from grader.core import cases, crashes, device
+from grader.grade import timing
+from grader.core.cases import Case, Spec
+from grader.core.catalog import REPO_ROOT, Module, available_modules
+from grader.core.checks import (aliased_output, build_inputs, changed_input, compare, reference_outputs,
                            same_values, tensors_in)
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.child import command as child_command
-from grader.evidence import EVIDENCE, judge_evidence, triton_kernel_names
-from grader.loading import LoadError, load_kernel, todo_summary
+from grader.core.evidence import EVIDENCE, judge_evidence, triton_kernel_names
+from grader.core.loading import LoadError, load_kernel, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox, SandboxError, UnsafeSandbox
-from grader.stubs import open_todos
+from grader.core.markers import open_todos
 
 RECORD_VERSION = 4
 MAX_SOURCE_BYTES = 1 << 20

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from grader import device
-from grader.cases import Case, Spec
-from grader.checks import build_inputs
+from grader.core import device
+from grader.core.cases import Case, Spec
+from grader.core.checks import build_inputs
 
 # Below this fraction of the module's threshold a kernel earns no performance credit; between
 # the floor and the threshold credit grows linearly.

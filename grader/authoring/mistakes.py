@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grader.cases import _import_file
-from grader.catalog import Module
+from grader.core.cases import _import_file
+from grader.core.catalog import Module
 
 
 @dataclass(frozen=True)

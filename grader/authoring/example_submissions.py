@@ -13,8 +13,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from grader.catalog import REPO_ROOT, Module
-from grader.stubs import modules_with_solutions, stub_for
+from grader.core.catalog import REPO_ROOT, Module
+from grader.core.markers import modules_with_solutions, stub_for
 
 HANDWRITTEN = REPO_ROOT / "grader" / "examples" / "submissions"
 HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"

@@ -13,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from grader import device
-from grader.cases import Case, Spec
-from grader.checks import build_inputs, compare, reference_outputs, as_tuple
+from grader.core import device
+from grader.core.cases import Case, Spec
+from grader.core.checks import build_inputs, compare, reference_outputs, as_tuple
 
 
 def time_ms(fn: Callable[[], object]) -> float:

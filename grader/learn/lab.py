@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.catalog import NOTEBOOKS_DIR, REPO_ROOT
+from grader.core.catalog import NOTEBOOKS_DIR, REPO_ROOT
 
 CONFIG_DIR = Path(__file__).resolve().with_name("lab_config")
 # The URL Jupyter logs once it listens: "http://localhost:8888/lab/tree/notebooks?token=...".

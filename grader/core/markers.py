@@ -1,4 +1,5 @@
-"""Generate learner stubs from reference solutions, and find the TODOs left in a learner's file.
+"""The marker grammar of the course's kernels: turn a reference solution into the learner's
+stub, and find the TODOs still open in a learner's file.
 
 A solution marks each piece the learner must write as a region::
 
@@ -16,11 +17,9 @@ the learner its STUB lines with no comment at all: the planted bug of the debugg
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
-from grader.catalog import MODULES, REPO_ROOT, Module
+from grader.core.catalog import MODULES, Module
 
 _OPEN = re.compile(r"^(?P<indent>\s*)# (?P<kind>TODO|BUG): (?P<text>.+?)\s*$")
 _HINT = re.compile(r"^\s*# HINT: (?P<text>.+?)\s*$")
@@ -100,48 +99,3 @@ def stub_for(module: Module) -> str:
 
 def modules_with_solutions() -> list[Module]:
     return [m for m in MODULES if (m.solution_dir / "kernel.py").is_file()]
-
-
-def out_of_date() -> list[Path]:
-    """Committed stubs that differ from what the generator writes now."""
-    stale = []
-    for module in modules_with_solutions():
-        target = module.learner_dir / "kernel.py"
-        if not target.is_file() or target.read_text() != stub_for(module):
-            stale.append(target)
-    return stale
-
-
-def committed_text(path: Path) -> str | None:
-    """The file as the checkout's last commit holds it (None without git or outside a commit)."""
-    try:
-        result = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{path.relative_to(REPO_ROOT)}"],
-                                capture_output=True, text=True, timeout=30)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout if result.returncode == 0 else None
-
-
-def hand_edited(target: Path, new_text: str, committed: str | None) -> bool:
-    """Whether ``target`` holds work no generator wrote: it differs from the stub about to be
-    written and from the committed one (a learner's kernel, half done or finished)."""
-    current = target.read_text()
-    return current != new_text and current != committed
-
-
-def write_all(modules: list[Module] | None = None, force: bool = False) -> tuple[list[Path], list[Path]]:
-    """Regenerate the stubs (of ``modules``, default all): (files written, files left alone
-    because they hold hand edits; ``force`` overwrites those too)."""
-    changed, kept = [], []
-    for module in modules or modules_with_solutions():
-        target = module.learner_dir / "kernel.py"
-        text = stub_for(module)
-        if target.is_file() and target.read_text() == text:
-            continue
-        if target.is_file() and not force and hand_edited(target, text, committed_text(target)):
-            kept.append(target)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-        changed.append(target)
-    return changed, kept

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from grader import cases, crashes, device, progress
-from grader.catalog import REPO_ROOT, Module, find_module
-from grader.checks import across, short_error
-from grader.diagnosis import gist
-from grader.loading import kernel_path, todo_summary
+from grader.core import cases, crashes, device
+from grader.learn import progress
+from grader.core.catalog import REPO_ROOT, Module, find_module
+from grader.core.checks import across, short_error
+from grader.core.diagnosis import gist
+from grader.core.loading import kernel_path, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
-from grader.stubs import open_todos
+from grader.core.markers import open_todos
 
 
 class _Collector:
@@ -114,7 +115,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     done = passed == len(counted) and bool(counted)
     done = done and not refused
     if done and device.is_cuda():
-        from grader.speed import report_speed
+        from grader.learn.speed import report_speed
         report_speed(module, impl, out)
     print(file=out)
     if done:
@@ -153,7 +154,7 @@ def _breakdown(counted: list[tuple[str, str, str]]) -> str:
 
 
 def _across_cases(module: Module, results: list[tuple[str, str, str]]) -> str | None:
-    """What the failing output cases share that the passing ones lack (grader.diagnosis)."""
+    """What the failing output cases share that the passing ones lack (grader.core.diagnosis)."""
     spec, public = cases.public(module)
     by_name = {f"{_CASE_TEST}[{case.name}]": case for case in public}
     verdicts = [(by_name[name], outcome == "passed") for name, outcome, _ in results

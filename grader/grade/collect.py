@@ -20,9 +20,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import course
-from grader.catalog import Module
-from grader.runphase import MAX_SOURCE_BYTES, find_submissions
+from grader.grade import course
+from grader.core.catalog import Module
+from grader.grade.runphase import MAX_SOURCE_BYTES, find_submissions
 
 KEPT = ("kernel.py", "timestamp.txt")  # and the assignment's notebook, in submitted/<student>/<assignment>/
 MAX_ZIP_MEMBERS = 20_000

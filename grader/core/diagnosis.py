@@ -233,10 +233,10 @@ def gist(message: str) -> str:
 @dataclass(frozen=True)
 class Outcome:
     """What ``across_cases`` needs to know of one case: its parameters, inputs and verdict."""
-    case: object  # grader.cases.Case
+    case: object  # grader.core.cases.Case
     passed: bool
     non_contiguous: frozenset = frozenset()  # names of the inputs that are not contiguous
-    row_wise: bool = False  # the API works row by row (grader.cases.Spec.row_wise)
+    row_wise: bool = False  # the API works row by row (grader.core.cases.Spec.row_wise)
 
 
 def input_names(reference) -> list[str]:

@@ -3,13 +3,13 @@
     collect -> run phase (sandboxed, parallel) -> released notebook beside each kernel.py ->
     nbgrader autograde -> generate_feedback -> export -> table, grades.csv, report
 
-The run phase does the grading (``grader.runphase``); nbgrader records it: each assignment
-notebook's autograder cells read the run phase's record through ``grader.record``. Every
+The run phase does the grading (``grader.grade.runphase``); nbgrader records it: each assignment
+notebook's autograder cells read the run phase's record through ``grader.grade.record``. Every
 nbgrader command costs seconds of start-up, so each runs once for the whole course (all
 students and assignments at once), and only when something changed: a re-run with the same
 submissions reuses every record and every autograded notebook.
 
-With no source, the example submissions (``grader.example_submissions``) are graded.
+With no source, the example submissions (``grader.authoring.example_submissions``) are graded.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader import collect, course, example_submissions, report, runphase
-from grader.catalog import REPO_ROOT, Module
+from grader.grade import collect, course, report, runphase
+from grader.authoring import example_submissions
+from grader.core.catalog import REPO_ROOT, Module
 
 DEFAULT_OUT = REPO_ROOT / "build" / "grades"
 EXAMPLES_DIR = REPO_ROOT / "build" / "examples"

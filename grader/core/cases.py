@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from grader import device
-from grader.catalog import Module
+from grader.core import device
+from grader.core.catalog import Module
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

@@ -1,7 +1,7 @@
 """The instructor's commands: ``release``, ``collect`` and ``grade``.
 
 ``grader.cli`` registers them on ``python -m grader`` through ``add_commands``;
-``python -m grader.cli_instructor <command>`` runs them on their own.
+``python -m grader.grade.commands <command>`` runs them on their own.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.catalog import REPO_ROOT
-from grader.course import DEFAULT_COURSE_DIR
+from grader.core.catalog import REPO_ROOT
+from grader.grade.course import DEFAULT_COURSE_DIR
 
 
 def _modules(names):
-    from grader.catalog import find_module
+    from grader.core.catalog import find_module
 
     return [find_module(name) for name in names] if names else None
 
 
 def cmd_release(args) -> int:
-    from grader import release
+    from grader.grade import release
 
     bundle = release.build(Path(args.out), Path(args.course), _modules(args.module))
     print(f"Wrote the learners' bundle to {bundle.folder}: {len(bundle.files)} file(s) of the repository "
@@ -34,7 +34,7 @@ def cmd_release(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    from grader import collect, course
+    from grader.grade import collect, course
 
     course.generate_assignments(Path(args.course), _modules(args.module))
     collected = collect.collect(Path(args.source), Path(args.course), _modules(args.module))
@@ -45,7 +45,8 @@ def cmd_collect(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from grader import device, grading, report, runphase
+    from grader.core import device
+    from grader.grade import pipeline as grading, report, runphase
 
     from grader.sandbox.isolation import Limits
 
@@ -70,9 +71,9 @@ def cmd_grade(args) -> int:
 
 
 def _errors():
-    from grader.collect import CollectError
-    from grader.course import NbgraderError
-    from grader.release import ReleaseError
+    from grader.grade.collect import CollectError
+    from grader.grade.course import NbgraderError
+    from grader.grade.release import ReleaseError
     from grader.sandbox.isolation import SandboxError
 
     return (CollectError, NbgraderError, ReleaseError, SandboxError)
@@ -122,7 +123,7 @@ def add_commands(commands) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.cli_instructor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m grader.grade.commands", description=__doc__)
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:

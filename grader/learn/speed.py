@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from grader import bench, cases
-from grader.catalog import Module
-from grader.loading import load_kernel
+from grader.core import bench, cases
+from grader.core.catalog import Module
+from grader.core.loading import load_kernel
 
 
 def implementations(module: Module, impl: str | Path, spec: cases.Spec) -> dict[str, Callable]:

@@ -1,6 +1,6 @@
 """What it means when kernel.py crashes the process that runs it, in words for a learner.
 
-`make check` (``grader.check``) and the grader's feedback (``grader.runphase``) both explain a
+`make check` (``grader.learn.check``) and the grader's feedback (``grader.grade.runphase``) both explain a
 crash with these functions, so a learner reads the same diagnosis in both.
 """
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from grader import device
-from grader.catalog import Module
-from grader.stubs import Todo, open_todos
+from grader.core import device
+from grader.core.catalog import Module
+from grader.core.markers import Todo, open_todos
 
 
 class LoadError(Exception):

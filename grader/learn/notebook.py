@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from grader import cases, device
-from grader.catalog import find_module
-from grader.checks import run_case
-from grader.loading import LoadError, load_kernel, todo_summary
+from grader.core import cases, device
+from grader.core.catalog import find_module
+from grader.core.checks import run_case
+from grader.core.loading import LoadError, load_kernel, todo_summary
 
 YOURS = "your kernel"
 FALLBACK = "PyTorch's result (your kernel is not ready yet)"

@@ -5,11 +5,11 @@
     nbgrader_config.py                       course id, exchange, time-outs, kernel.py kept as submitted
     source/<track>-<slug>/kernel.py          the learner's stub, as the generator writes it
     source/<track>-<slug>/<track>-<slug>.ipynb   intro + three locked autograder cells
-    results/                                 the run phase's records (``grader.record`` reads them)
+    results/                                 the run phase's records (``grader.grade.record`` reads them)
 
 Each assignment notebook is generated here, never edited by hand: a markdown intro (what is
 graded, how points work) and three "autograder tests" cells (public correctness, hidden
-correctness, performance), each calling ``grader.record.score`` and ending with the points.
+correctness, performance), each calling ``grader.grade.record.score`` and ending with the points.
 A new module becomes an assignment as soon as the catalog lists it as available.
 
 ``nbgrader()`` runs one nbgrader command in the course folder with the environment the record
@@ -25,12 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.catalog import REPO_ROOT, Module, available_modules
-from grader.stubs import stub_for
+from grader.core.catalog import REPO_ROOT, Module, available_modules
+from grader.core.markers import stub_for
 
 COURSE_ID = "triton-kernels"
 DEFAULT_COURSE_DIR = REPO_ROOT / "build" / "course"
-RESULTS_ENV = "GRADER_RESULTS"  # where grader.record finds the run phase's records
+RESULTS_ENV = "GRADER_RESULTS"  # where grader.grade.record finds the run phase's records
 # Points per part of every assignment: correctness on public and hidden cases, then speed.
 POINTS = {"public": 4, "hidden": 4, "performance": 2}
 # Seconds per notebook cell. A cell normally only reads a record (under a second); when the run
@@ -76,8 +76,8 @@ _PARTS = {
 
 
 def _intro(module: Module, assignment: str) -> str:
-    from grader import cases
-    from grader.timing import FLOOR_FRACTION
+    from grader.core import cases
+    from grader.grade.timing import FLOOR_FRACTION
 
     spec, _ = cases.public(module)
     threshold = spec.learner_threshold
@@ -109,7 +109,7 @@ def _grade_cell(module: Module, part: str) -> dict:
     import nbformat
 
     source = (f"# {_PARTS[part]} ({POINTS[part]} points)\n"
-              "from grader.record import score\n"
+              "from grader.grade.record import score\n"
               f"score({module.id!r}, {part!r}, out_of={POINTS[part]})")
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "task": False,
@@ -141,7 +141,7 @@ def notebook_text(module: Module) -> str:
 def _config_text(course_dir: Path, assignments: list[str]) -> str:
     exchange = course_dir.parent / "exchange"
     keep = {name: ["kernel.py"] for name in assignments}
-    return f"""# Written by grader/course.py (`python -m grader grade`); edits are overwritten.
+    return f"""# Written by grader/grade/course.py (`python -m grader grade`); edits are overwritten.
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {COURSE_ID!r}
 c.CourseDirectory.root = {str(course_dir)!r}
@@ -151,7 +151,7 @@ c.Autograde.exclude_overwriting = {keep!r}
 c.Execute.timeout = {CELL_TIMEOUT_SECONDS}
 # The notebook kernel must not import from its own folder (the submission's).
 c.Execute.extra_arguments = {KERNEL_ARGUMENTS!r}
-# `nbgrader zip_collect` takes only kernel.py files (grader/collect.py gives the name pattern).
+# `nbgrader zip_collect` takes only kernel.py files (grader/grade/collect.py gives the name pattern).
 c.FileNameCollectorPlugin.valid_ext = [".py"]
 """
 

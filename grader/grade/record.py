@@ -1,6 +1,6 @@
 """The record phase's API: what an assignment notebook's autograder cells call.
 
-    from grader.record import score
+    from grader.grade.record import score
     score("missing-elements/01-vector-add", "public", out_of=4)
 
 ``score`` finds the run phase's record of the ``kernel.py`` beside the notebook (by the file's
@@ -26,8 +26,8 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from grader.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
-from grader.diagnosis import gist
+from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
+from grader.core.diagnosis import gist
 
 PARTS = ("public", "hidden", "performance")
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
@@ -110,8 +110,8 @@ def results_location(folder: Path) -> Path:
 
 def find_record(module_id: str, folder: Path) -> dict:
     """The run phase's record of ``folder/kernel.py``; graded now (sandboxed) if there is none."""
-    from grader import runphase
-    from grader.catalog import find_module
+    from grader.grade import runphase
+    from grader.core.catalog import find_module
     from grader.sandbox.isolation import SandboxError
 
     folder = folder.resolve()
@@ -144,8 +144,9 @@ def _points(fraction: float, out_of: float) -> float:
 def performance_credit(record: dict) -> tuple[float | None, float, float]:
     """(the share of the performance points, or None when performance was not graded; the
     threshold of full credit; the floor of no credit), as speeds relative to the reference."""
-    from grader import cases, timing
-    from grader.catalog import find_module
+    from grader.core import cases
+    from grader.grade import timing
+    from grader.core.catalog import find_module
 
     performance = record.get("performance") or {}
     threshold = performance.get("threshold") or cases.public(find_module(record["module"]))[0].learner_threshold

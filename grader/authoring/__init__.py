@@ -1,0 +1,1 @@
+"""What maintainers run: the committed stubs, the example submissions, the planted mistakes."""

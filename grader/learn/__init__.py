@@ -1,0 +1,1 @@
+"""The learner's commands: make check, progress, bench and lab, and the notebooks' helpers."""
