@@ -111,6 +111,8 @@ def cmd_run(args) -> int:
     if summary.protections:
         print("Protections: " + "; ".join(f"{key}: {value}" for key, value in summary.protections.items()
                                           if key != "limits"))
+    if args.profile:
+        print(summary.profile_table())
     for outcome in summary.errors:
         who = ", ".join(f"{s.student} {s.module.id}" for s in outcome.submissions)
         print(f"NOT GRADED {who}: {outcome.error}")
@@ -150,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("submissions", help="folder of <student>/<track>/<slug>/kernel.py "
                                              "or <student>/<track>-<slug>/kernel.py")
     run_cmd.add_argument("--results", required=True, help="folder for the result records")
+    run_cmd.add_argument("--profile", action="store_true", help="print where the time went, per module and step")
     run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
     run_cmd.add_argument("--workers", type=int, help="parallel children (default: GPUs, or min(4, CPUs))")
     run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="CPU seconds per call (default 60; wall time may run 10x longer)")

@@ -36,10 +36,11 @@ import pytest
 
 from grader.core import cases, crashes, device
 from grader.authoring import example_submissions
-from grader.grade import record as feedback, runphase
+from grader.grade import judging, record as feedback, runphase
 from grader.core.catalog import REPO_ROOT, find_module
-from grader.core.checks import build_inputs
-from grader.sandbox.isolation import GiB, Limits, Sandbox
+from grader.core.checks import build_inputs, tensors_in
+from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox
+from grader.sandbox.policy import check_source, policy_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -390,7 +391,7 @@ def _size(case_name: str) -> int:
 def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
     record = crashing.record("missing-masks")
     source = (crashing.root / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
-    assert not runphase.check_source(source, runphase.policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
+    assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
     rows = _by_name(record)
     crashed = [row for row in record["cases"] if row["kind"] == "crash"]
     public = [row for row in crashed if row["visibility"] == "public"]
@@ -620,7 +621,7 @@ def _hidden_only_numbers() -> set[str]:
         found = set()
         for case in case_list:
             args, kwargs = build_inputs(spec, case, on=device.torch_device())
-            for t in runphase.tensors_in((args, kwargs)):
+            for t in tensors_in((args, kwargs)):
                 found.update(str(n) for n in (*t.shape, *t.stride()))
         return found
 
@@ -813,7 +814,7 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
         child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
         try:
             protections = sandbox.wait_sandbox(child)
-            with pytest.raises(runphase.ChildEnded):
+            with pytest.raises(ChildEnded):
                 child.next_event(time.monotonic() + 30)
             output = child.log_tail()
         finally:
@@ -832,7 +833,7 @@ def test_system_calls_no_exercise_needs_are_refused(platform_protections):
         child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
         try:
             sandbox.wait_sandbox(child)
-            with pytest.raises(runphase.ChildEnded):
+            with pytest.raises(ChildEnded):
                 child.next_event(time.monotonic() + 30)
             output = child.log_tail()
         finally:
@@ -842,15 +843,15 @@ def test_system_calls_no_exercise_needs_are_refused(platform_protections):
 
 
 def test_hidden_messages_keep_the_pattern_but_no_numbers():
-    verdict = runphase.Verdict(False, "wrong", "output: 5 of 1029 elements are wrong (0.5%). First at index "
+    verdict = judging.Verdict(False, "wrong", "output: 5 of 1029 elements are wrong (0.5%). First at index "
                                "(1024,): got nan, expected 0.5.\n5 element(s) are NaN. Outputs ...\n"
                                "Pattern: only the last 5 element(s) are wrong (from flat index 1024 on): the tail.")
-    message = runphase.hidden_message(verdict, "add")
+    message = judging.hidden_message(verdict, "add")
     assert "only the last N element(s) are wrong (from flat index N on)" in message
     assert "Some elements are NaN" in message
     assert not re.search(r"\d", message)
-    shape_leak = runphase.Verdict(False, "error", "add() raised ShapeIs_2049: (2049,)")
-    assert runphase.hidden_message(shape_leak, "add") == (
+    shape_leak = judging.Verdict(False, "error", "add() raised ShapeIs_2049: (2049,)")
+    assert judging.hidden_message(shape_leak, "add") == (
         "Hidden case failed: add() raised an exception. Hidden cases do not show error messages; "
         "the public cases with similar shapes usually raise the same error.")
 
@@ -963,7 +964,7 @@ def test_the_graders_verdict_names_overflow_on_large_inputs_as_make_check_does()
     out = torch.softmax(args[0].float(), dim=-1).to(case.dtype)
     out[0, :3] = float("nan")  # what exp() overflowing to inf, then inf / inf, leaves
     saved = {"outputs": [out], "args": args, "kwargs": kwargs}
-    verdict = runphase.judge(spec, case, args, kwargs, {"returned": ["output"]}, lambda refs: saved,
+    verdict = judging.judge(spec, case, args, kwargs, {"returned": ["output"]}, lambda refs: saved,
                              device.torch_device())
     assert not verdict.passed and "overflowed" in verdict.message, verdict.message
     assert "never written" not in verdict.message

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grader.grade import course
 from grader.core.catalog import Module
-from grader.grade.runphase import MAX_SOURCE_BYTES, find_submissions
+from grader.grade.store import MAX_SOURCE_BYTES, find_submissions
 
 KEPT = ("kernel.py", "timestamp.txt")  # and the assignment's notebook, in submitted/<student>/<assignment>/
 MAX_ZIP_MEMBERS = 20_000

@@ -65,6 +65,8 @@ def cmd_grade(args) -> int:
     print(report.table(result))
     print(f"\nWrote {result.out / 'grades.csv'}, {result.out / 'report.md'} and feedback under "
           f"{result.course_dir / 'feedback'}.")
+    if args.profile:
+        print(f"\n{result.profile}")
     for error in result.grader_errors:
         print(f"GRADER ERROR {error}")
     return 1 if result.grader_errors else 0
@@ -114,6 +116,8 @@ def add_commands(commands) -> None:
                            help="CPU seconds per call before a case is stopped (default 60; 20 for the examples)")
     grade_cmd.add_argument("--allow-unsafe", action="store_true",
                            help="grade even where the sandbox cannot limit processes (a machine of your own)")
+    grade_cmd.add_argument("--profile", action="store_true",
+                           help="print where the run phase's time went, per module and step")
     grade_cmd.set_defaults(run=_guarded(cmd_grade))
 
     for command in (release_cmd, collect_cmd, grade_cmd):

@@ -59,6 +59,7 @@ class Grading:
     autograded: int = 0  # notebooks nbgrader executed in this run
     grader_errors: list[str] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # not collected: (student, assignment, why)
+    profile: str = ""  # the run phase's --profile table
 
 
 class _Steps:
@@ -112,7 +113,7 @@ def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_D
     grader_errors = _record_phase(course_dir, out, stale, targets, steps)
     _read_gradebook(course_dir, rows)
     grading = Grading(rows, course_dir, out, summary.protections, steps.seconds, summary.children_started,
-                      len(stale), grader_errors, collected.refused)
+                      len(stale), grader_errors, collected.refused, summary.profile_table())
     report.write(grading)
     return grading
 

@@ -1,4 +1,5 @@
-"""Performance grading for the run phase (CUDA only).
+"""Performance grading for the run phase (CUDA only): the reference timed in the parent, the
+learner's kernel timed in a sandboxed child of its own.
 
 The learner's kernel is timed in its sandboxed child, the reference solution in the parent, on the
 same inputs (the module's first benchmark case, drawn from the run's secret seed) and the same GPU,
@@ -20,7 +21,13 @@ import torch
 
 from grader.core import device
 from grader.core.cases import Case, Spec
-from grader.core.checks import build_inputs
+from grader.core.catalog import Module
+from grader.core.checks import build_inputs, compare, reference_outputs
+from grader.core.loading import LoadError, load_kernel
+from grader.grade.judging import fetch
+from grader.sandbox import wire
+from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS
+from grader.sandbox.isolation import ChildEnded
 
 # Below this fraction of the module's threshold a kernel earns no performance credit; between
 # the floor and the threshold credit grows linearly.
@@ -101,3 +108,96 @@ def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: fl
         if child_event_ms / timing.reps > 1.2 * learner_ms:  # device time cannot exceed wall time
             entry["warning"] = "the child's own timers disagree with the grader's clock"
     return entry
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing a submission in its child
+# ----------------------------------------------------------------------------------------------
+
+
+def measure(grading, secret: int) -> dict:
+    """The performance entry of ``grading``'s record: its kernel timed in a fresh child against
+    the reference (CUDA only, after every case has passed)."""
+    base = {"graded": True, "credit": 0.0, "ratio": 0.0}
+    if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
+            not all(v.passed for v in grading.verdicts.values()):
+        return {**base, "reason": "not timed: the kernel must pass every case first"}
+    with grading.profile.step("reference timing"):
+        plan = _plan_for(grading.module, grading.plan.spec, secret, grading.on)
+    if plan is None:
+        return {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
+    with grading.profile.step("learner timing"):
+        child = grading.start_child(3)
+        grading.children += 1
+        try:
+            grading.sandbox.wait_sandbox(child)
+            return _drive_timing(grading, child, plan)
+        finally:
+            grading.log.append(f"--- timing child: output ---\n{child.log_tail()}")
+            child.close()
+
+
+def _drive_timing(grading, child, plan: TimingPlan) -> dict:
+    spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
+    failed = {"graded": True, "credit": 0.0, "ratio": 0.0}
+    deadline = time.monotonic() + grading.limits.startup_seconds
+    while True:
+        try:
+            event = child.next_event(deadline)
+            kind = (event or {}).get("event")
+            if kind == "loaded":
+                child.give(TIMING_INPUTS, wire.dump([{"args": list(args), "kwargs": kwargs}
+                                                     for args, kwargs in plan.input_sets]))
+                child.order({"timing": plan.reps}, time.monotonic() + 10)
+                deadline = time.monotonic() + 3 * grading.limits.case_seconds
+        except ChildEnded as ended:
+            return {**failed, "reason": f"the process {ended.how} while being timed"}
+        except OSError:
+            return {**failed, "reason": "the grader could not hand the timing inputs to the process"}
+        if event is None:
+            child.kill()
+            return {**failed, "reason": f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s"}
+        if kind == "timing_start":
+            started = event["received_at"]
+        elif kind == "timing_error":
+            return {**failed, "reason": f"a timed call failed: {event.get('error')}"}
+        elif kind == "timing_end" and started is not None:
+            window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
+        elif kind == "timing_saved" and window_ms is not None:
+            problem = _timed_outputs_problem(grading, child, plan)
+            return verdict(spec, plan, window_ms, event_ms, not problem, problem)
+        elif kind in ("load_error", "finished"):
+            return {**failed, "reason": "the kernel was not timed (it did not load, or ended early)"}
+
+
+def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
+    """Why the last timed call's outputs are unacceptable ("" when they are right)."""
+    # The set the last timed call used: the parent knows the loop, the child need not say.
+    args, kwargs = plan.input_sets[(plan.reps - 1) % len(plan.input_sets)]
+    references = reference_outputs(grading.plan.spec, args, kwargs)
+    try:
+        saved = fetch(child, TIMED_OUTPUTS, args, kwargs, references)
+        outputs = tuple(saved["outputs"])
+    except Exception as error:
+        return f"the timed outputs could not be read ({type(error).__name__}: {error})"
+    problems = compare(grading.plan.spec, plan.case, outputs, references)
+    return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
+
+
+
+_timing_plans: dict = {}
+_timing_plans_lock = threading.Lock()
+
+
+def _plan_for(module: Module, spec: Spec, secret: int, on: torch.device) -> TimingPlan | None:
+    """The module's timing inputs and the reference's time, measured once per run and GPU."""
+    key = (module.id, str(on))
+    with _timing_plans_lock:
+        if key not in _timing_plans:
+            try:
+                reference = load_kernel(module, "solutions").api(spec.api)
+            except LoadError:
+                _timing_plans[key] = None
+            else:
+                _timing_plans[key] = plan(spec, reference, secret + 7919, on)
+        return _timing_plans[key]

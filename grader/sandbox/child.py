@@ -30,7 +30,9 @@ from pathlib import Path
 
 # What the child runs as, after ``python -I -B``: the repository root goes first on sys.path so
 # that the grader package is this checkout's.
-BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[1]); from grader.sandbox.child import main; sys.exit(main(sys.argv[2:]))"
+# The clock is read first so that the child can report how long its imports took (--profile).
+BOOTSTRAP = ("import sys, time; booted = time.monotonic(); sys.path.insert(0, sys.argv[1]); "
+             "from grader.sandbox.child import main; sys.exit(main(sys.argv[2:], booted))")
 
 
 def command(repo_root: str | Path) -> list[str]:
@@ -104,7 +106,36 @@ def _put_file(name: str, data: bytes) -> None:
 _WORKDIR = os.getcwd()
 
 
-def main(argv: list[str]) -> int:
+class CompileClock:
+    """Seconds Triton spent compiling, and autotuning (which includes compiling its configs),
+    from its listeners where the installed Triton has them (``triton.knobs``); for
+    ``--profile`` only, never for a grade."""
+
+    def __init__(self):
+        self.compiling = self.autotuning = 0.0
+        try:
+            from triton import knobs
+            knobs.compilation.listener = self._compiled
+            knobs.autotuning.listener = self._autotuned
+        except (ImportError, AttributeError):
+            pass
+
+    def _compiled(self, *, times=None, cache_hit=False, **_):
+        if not cache_hit and times is not None:
+            self.compiling += getattr(times, "total", 0) / 1e6  # microseconds
+
+    def _autotuned(self, *, duration=None, cache_hit=False, **_):
+        if not cache_hit and isinstance(duration, (int, float)):
+            self.autotuning += duration
+
+    def take(self) -> dict:
+        """The seconds since the last call, as the ``done`` event's fields."""
+        taken = {"compile_seconds": round(self.compiling, 4), "autotune_seconds": round(self.autotuning, 4)}
+        self.compiling = self.autotuning = 0.0
+        return taken
+
+
+def main(argv: list[str], booted: float | None = None) -> int:
     request_fd, reply_fd = int(argv[-2]), int(argv[-1])
     orders = Orders(request_fd)
     request = orders.next()
@@ -130,7 +161,8 @@ def main(argv: list[str]) -> int:
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
     module = find_module(request["module"])
     api = request["api"]
-    channel.send("started", mode=device.mode())
+    compile_clock = CompileClock()
+    channel.send("started", mode=device.mode(), imports_seconds=time.monotonic() - (booted or time.monotonic()))
 
     try:
         kernel = load_kernel(module, Path(request["kernel"]).resolve())
@@ -178,6 +210,7 @@ def main(argv: list[str]) -> int:
                 except BaseException:
                     fatal = "the CUDA context was lost (an illegal memory access, or a crashed kernel)"
             channel.send("done", trial=trial, error=error, seconds=seconds, **observed,
+                         **compile_clock.take(),
                          returned=[type(out).__name__ for out in outputs],
                          devices=[out.device.type if type(out) is tools.plain_tensor else None for out in outputs])
             del outputs, kept, args, kwargs, value

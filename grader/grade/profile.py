@@ -1,0 +1,79 @@
+"""Where the run phase's time goes, per submission of one module (``--profile``).
+
+Each grading keeps the wall seconds of its steps; the child reports three of them itself (its
+own imports, and the compiling and autotuning Triton reports to its listeners where the
+installed Triton has them), which are claims of a process that ran learner code: good enough to see where
+time goes, never used for a grade. ``table`` sums the gradings of a run per module.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+# In the order a grading meets them.
+STEPS = (
+    ("waiting", "waiting for a worker slot (a GPU, or CPU cores)"),
+    ("inputs", "building the cases' inputs in the grader"),
+    ("sandbox", "starting sandboxed processes"),
+    ("imports", "the child importing torch, Triton and the harness"),
+    ("learner import", "importing kernel.py"),
+    ("cases", "the calls of the public and hidden cases (compiling included)"),
+    ("compiling", "of which Triton compiling, where Triton reports it"),
+    ("autotuning", "of which autotuning (its configs' compiling included), where reported"),
+    ("judging", "references and comparisons in the grader"),
+    ("reference timing", "timing the reference solution (once per run and GPU)"),
+    ("learner timing", "timing the submission's kernel"),
+    ("exits", "children exiting after their last case"),
+    ("other", "the rest: records, logs, feedback to the grader's threads"),
+)
+_INSIDE = {"compiling", "autotuning"}  # part of another step, not added to the total
+
+
+@dataclass
+class Profile:
+    seconds: dict[str, float] = field(default_factory=dict)
+    total: float = 0.0
+
+    def add(self, step: str, seconds: float) -> None:
+        self.seconds[step] = self.seconds.get(step, 0.0) + max(0.0, float(seconds))
+
+    @contextmanager
+    def step(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, time.monotonic() - started)
+
+    def close(self, total: float) -> None:
+        """The grading took ``total`` seconds of wall time: what no step accounts for is "other"."""
+        self.total = total
+        counted = sum(s for name, s in self.seconds.items() if name not in _INSIDE and name != "other")
+        self.seconds["other"] = max(0.0, total - counted)
+
+    def as_dict(self) -> dict:
+        return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in self.seconds.items()}}
+
+
+def table(profiles: list[tuple[str, Profile]]) -> str:
+    """Seconds per step, summed per module (``profiles``: (module id, profile)), with the mean
+    per graded submission; the steps are those of ``STEPS``."""
+    by_module: dict[str, list[Profile]] = {}
+    for module_id, profile in profiles:
+        by_module.setdefault(module_id, []).append(profile)
+    if not by_module:
+        return "No submission was graded in this run (every record was reused), so there is nothing to profile."
+    names = [name for name, _ in STEPS]
+    width = max(len(m) for m in by_module) + 2
+    lines = ["Where the run phase's wall time went, in seconds per graded submission (mean over n):",
+             f"{'module':<{width}}{'n':>4}{'total':>8}" + "".join(f"{n[:10]:>11}" for n in names)]
+    for module_id, entries in sorted(by_module.items()):
+        n = len(entries)
+        mean = lambda step: sum(p.seconds.get(step, 0.0) for p in entries) / n
+        total = sum(p.total for p in entries) / n
+        lines.append(f"{module_id:<{width}}{n:>4}{total:>8.1f}" + "".join(f"{mean(s):>11.2f}" for s in names))
+    lines.append("Steps: " + "; ".join(f"{name}: {what}" for name, what in STEPS) + ".")
+    lines.append("Gradings run side by side, so the totals add up to more than the run's wall time.")
+    return "\n".join(lines)

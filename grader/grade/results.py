@@ -1,0 +1,107 @@
+"""The record of one graded submission of one module: what feedback, the gradebook and the
+instructors' tables read. Hidden cases appear by number, with ``judging.hidden_message``'s words."""
+
+from __future__ import annotations
+
+import datetime
+
+from grader.core import crashes, device
+from grader.core.evidence import EVIDENCE
+from grader.core.loading import todo_summary
+from grader.core.markers import open_todos
+from grader.grade.judging import INTEGRITY, Verdict, hidden_message
+from grader.grade.store import RECORD_VERSION
+
+
+def build(grading, submission_sha: str, cases_sha: str) -> dict:
+    """The record of a finished ``grader.grade.grading.Grading``: per-case rows (hidden cases by
+    number only), totals, the integrity finding, performance, and how the grading went."""
+    todos = open_todos(grading.source.decode(errors="replace"))
+    hint = todo_summary(todos)
+    rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
+    hidden_number = 0
+    for index, (case, visibility) in enumerate(grading.plan.cases):
+        verdicts = [grading.verdicts.get(t.id) for t in grading.plan.trials if t.case_index == index]
+        if any(v is None for v in verdicts):
+            verdict = Verdict(False, "load", "Not run: kernel.py could not be imported (see the message above).")
+        else:
+            failed = [v for v in verdicts if not v.passed]
+            verdict = failed[0] if failed else verdicts[0]
+            verdict = Verdict(not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts),
+                              crash=verdict.crash)
+        if visibility == "hidden":
+            hidden_number += 1
+            name = f"hidden case {hidden_number}"
+            message = hidden_message(verdict, grading.api) if not verdict.passed and verdict.kind != "load" \
+                else verdict.message
+            if not verdict.passed and todos and verdict.kind != "load":
+                message += " (TODOs are still open in kernel.py.)"
+        else:
+            name = case.name
+            message = verdict.message
+            if not verdict.passed and hint and verdict.kind != "load":
+                message += f"\n{hint}"
+        counts[visibility][0] += verdict.passed
+        counts[visibility][1] += 1
+        rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
+                     "kind": "" if verdict.passed else verdict.kind,
+                     "message": "" if verdict.passed else message, "seconds": round(verdict.seconds, 3)})
+    passed = counts["public"][0] + counts["hidden"][0]
+    total = counts["public"][1] + counts["hidden"][1]
+    integrity = next(({"violation": row["kind"], "message": INTEGRITY[row["kind"]]}
+                      for row in rows if row["kind"] in INTEGRITY), None)
+    if grading.refusal is not None:  # the reasons themselves, for feedback and the tables
+        integrity = {"violation": "policy", "message": grading.refusal}
+        summary = f"No points for this module: {grading.refusal}"
+    elif integrity is not None:
+        summary = f"No points for this module: {integrity['message']}"
+    elif grading.load_error is not None:
+        ran = "no case ran" if not grading.verdicts else f"only {len(grading.verdicts)} trial(s) ran"
+        summary = f"kernel.py could not be imported, so {ran}.\n{grading.load_error}"
+    elif passed == total:
+        summary = f"All {total} cases pass."
+    else:
+        summary = (f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
+                   f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden).") + (f"\n{hint}" if hint else "")
+    note = crash_note(grading)
+    if note and integrity is None and grading.load_error is None:
+        summary += f"\n{note}"
+    return {
+        "record_version": RECORD_VERSION,
+        "module": grading.module.id,
+        "submission_sha256": submission_sha,
+        "cases_sha256": cases_sha,
+        "device": device.describe(),
+        "graded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "summary": summary,
+        "load_error": grading.load_error,
+        "todos": [str(t) for t in todos],
+        "cases": rows,
+        "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
+                   "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
+                   "passed": passed, "total": total,
+                   "score": round(passed / total, 4) if total and integrity is None else 0.0},
+        "integrity": integrity,
+        "refusal": grading.refusal,
+        "performance": grading.performance if integrity is None or not grading.performance.get("graded") else
+        {**grading.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
+        "note": note,
+        "cpu_seconds": {"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},
+        "protections": grading.protections,
+        "evidence": EVIDENCE["interpreter"] if not device.is_cuda() else
+        EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
+        "child_processes": grading.children,
+    }
+
+
+def crash_note(grading) -> str | None:
+    """What to say of crashes that no case caused alone (each of the cases a crashed child
+    ran got its verdict in a fresh process, and none crashed there)."""
+    for ended, ran in grading.crashes:
+        verdicts = [grading.verdicts.get(t) for t in ran]
+        if all(v is not None and v.kind != "not_run" and v.crash is None for v in verdicts):
+            return (f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "
+                    "ran again alone in a fresh process without crashing, so none is blamed for it. "
+                    f"{crashes.explain(ended.returncode)}").rstrip()
+    return None
+

@@ -1,0 +1,129 @@
+"""Where the run phase's inputs and outputs live: submitted files, records, the student index.
+
+Submissions are found as ``<root>/<student>/<track>/<slug>/kernel.py`` or, as nbgrader collects
+them, ``<root>/<student>/<track>-<slug>/kernel.py``. Records live in
+``<results>/records/<track>/<slug>/<sha256>-<cases>.json``, one per (module, sha256 of the file,
+hash of the course's cases), written atomically and reused when they exist, so a re-run costs
+almost nothing and an interrupted run loses only the submissions in progress.
+``<results>/students.json`` maps each student to their records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.core import device
+from grader.core.catalog import Module
+
+RECORD_VERSION = 4
+MAX_SOURCE_BYTES = 1 << 20
+
+
+@dataclass
+class Submission:
+    student: str
+    module: Module
+    path: Path
+
+
+
+def find_submissions(root: Path, modules: list[Module]) -> list[Submission]:
+    """Every ``kernel.py`` under ``root`` in either layout, sorted by student and module."""
+    found = []
+    for student_dir in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for module in modules:
+            for candidate in (student_dir / module.track / module.slug / "kernel.py",
+                              student_dir / f"{module.track}-{module.slug}" / "kernel.py"):
+                if candidate.exists() or candidate.is_symlink():
+                    found.append(Submission(student_dir.name, module, candidate))
+                    break
+    return found
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cases_hash(module: Module) -> str:
+    """What decides a module's grade besides the submission: its public and hidden cases, the
+    device mode (which cases run), and the record format."""
+    hidden = module.solution_dir / "hidden.py"
+    parts = {"record_version": RECORD_VERSION, "mode": device.mode(),
+             "public": sha256((module.learner_dir / "test_kernel.py").read_bytes()),
+             "hidden": sha256(hidden.read_bytes()) if hidden.is_file() else ""}
+    return sha256(json.dumps(parts, sort_keys=True).encode())[:16]
+
+
+def record_path(results_dir: Path, module: Module, submission_sha: str, cases_sha: str) -> Path:
+    return Path(results_dir) / "records" / module.track / module.slug / f"{submission_sha}-{cases_sha}.json"
+
+
+def read_record(path: Path) -> dict | None:
+    """A complete record from an earlier run, or None."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("record_version") == RECORD_VERSION else None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def remove_stale_temporaries(results_dir: Path) -> None:
+    """Half-written files of a writer that was killed (``write_atomically``'s temporaries)."""
+    for path in results_dir.rglob(".*.tmp"):
+        pid = path.name.rsplit(".", 3)[-3]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+
+
+def read_source(path: Path) -> bytes:
+    """The submitted file, refusing what is not a plain file of reasonable size."""
+    if path.is_symlink() or not path.is_file():
+        raise ValueError("kernel.py must be a regular file (not a link or a folder).")
+    if path.stat().st_size > MAX_SOURCE_BYTES:
+        raise ValueError(f"kernel.py is larger than {MAX_SOURCE_BYTES // 1024} KiB.")
+    return path.read_bytes()
+
+
+
+def existing_record(module: Module, source: bytes, results_dir: Path) -> tuple[dict | None, Path]:
+    """The record of an earlier run for this file and the course's current cases, if any."""
+    submission_sha = sha256(source)
+    path = record_path(results_dir, module, submission_sha, cases_hash(module))
+    record = read_record(path)
+    return (record if record and record.get("submission_sha256") == submission_sha else None), path
+
+
+
+def update_index(results_dir: Path, graded: list) -> None:
+    """Add each graded (submissions, record, record path, error) to ``students.json``."""
+    path = results_dir / "students.json"
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    for outcome in graded:
+        for submission in outcome.submissions:
+            entry = index.setdefault(submission.student, {})
+            if outcome.record is None:
+                entry[submission.module.id] = {"error": outcome.error}
+                continue
+            totals = outcome.record["totals"]
+            entry[submission.module.id] = {"record": str(outcome.record_path.relative_to(results_dir)),
+                                           "passed": totals["passed"], "total": totals["total"]}
+    write_atomically(path, json.dumps(index, indent=1, sort_keys=True) + "\n")
