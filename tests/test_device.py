@@ -27,6 +27,31 @@ def test_autotuned_kernels_run_with_the_first_config():
     assert int(out[0]) in allowed and bool((out == out[0]).all())
 
 
+def test_the_first_config_runs_its_pre_hook_and_launch_options(monkeypatch):
+    """The grader's correctness runs on a GPU skip tuning too: the first config must launch as the
+    autotuner would launch it, its pre_hook (which may zero an output) and num_warps included."""
+    monkeypatch.setattr(triton, "autotune", triton.autotune)  # restored after the test
+    device.run_first_autotune_config()
+    hooked = []
+
+    def zero_output(named):
+        hooked.append(sorted(named))
+        named["out_ptr"].zero_()
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=2, pre_hook=zero_output),
+                              triton.Config({"BLOCK": 64}, num_warps=4)], key=["n"])
+    @triton.jit
+    def add_block(out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.load(out_ptr + offsets, mask=mask) + BLOCK, mask=mask)
+
+    out = torch.full((100,), 7, dtype=torch.int32, device=device.torch_device())
+    add_block[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](out, 100)
+    assert hooked == [["BLOCK", "n", "out_ptr"]]
+    assert bool((out == 32).all()), out  # zeroed by the hook, then BLOCK of the first config added
+
+
 def test_masked_loads_without_other_are_nan_under_the_interpreter():
     if device.is_cuda():
         pytest.skip("only the interpreter is made strict; a GPU leaves those lanes undefined")

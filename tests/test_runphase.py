@@ -537,7 +537,7 @@ def test_writing_around_changes_nothing(graded):
 
 def test_the_results_folder_holds_only_what_the_parent_wrote(graded):
     names = {p.relative_to(graded.results).parts[0] for p in graded.results.iterdir()}
-    assert names == {"records", "logs", "students.json"}
+    assert names == {"records", "logs", "students.json", "profile.jsonl"}
     records = list((graded.results / "records").rglob("*"))
     for path in (p for p in records if p.is_file()):
         record = json.loads(path.read_text())  # complete JSON, not '{"passed": true}'
@@ -712,6 +712,50 @@ def test_records_say_which_protections_were_active(graded):
     for key in ("network", "filesystem", "processes", "user", "limits"):
         assert key in protections
     assert protections["limits"]["cpu_seconds"] > 0
+
+
+def test_children_of_one_grading_share_a_folder_no_other_child_sees(tmp_path, platform_protections):
+    """Triton's cache on a GPU: what one child of a grading writes there the next one reads, and
+    a child of another grading (another slot) neither sees the folder nor can enter it."""
+    if not _protected(platform_protections, "view"):
+        pytest.skip("no private file system view on this platform")
+    write = "import os; open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin', 'w').write('compiled')"
+    read = "import os; print('cache holds', open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin').read())"
+    with Sandbox(workers=2, allow_unsafe=True) as sandbox:
+        def run(slot, script, shared):
+            child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token", shared=shared)
+            try:
+                sandbox.wait_sandbox(child)
+                with pytest.raises(ChildEnded):
+                    child.next_event(time.monotonic() + 60)
+                return child.log_tail()
+            finally:
+                child.close()
+
+        with sandbox.slot() as mine, sandbox.slot() as other:
+            shared = sandbox.new_shared(mine)
+            run(mine, write, shared)
+            assert "cache holds compiled" in run(mine, read, shared)
+            peek = f"import os; print('other sees', os.path.exists({str(shared)!r}))"
+            assert "other sees False" in run(other, peek, None)
+            sandbox.remove_shared(shared)
+            assert not shared.exists()
+
+
+def test_the_profile_accounts_for_each_graded_submission(graded):
+    """--profile: every grading of the run has a profile whose steps add up to its total, one
+    line each in profile.jsonl, and the table names each module."""
+    profiled = [o for o in graded.summary.outcomes if o.profile is not None]
+    assert len(profiled) == len(graded.summary.outcomes)
+    for outcome in profiled:
+        seconds = outcome.profile.seconds
+        assert seconds["cases"] > 0 and seconds["imports"] > 0 and outcome.profile.total > 0
+        counted = sum(v for k, v in seconds.items() if k not in ("compiling", "autotuning"))
+        assert counted == pytest.approx(outcome.profile.total, rel=1e-6, abs=1e-3)
+    lines = [json.loads(line) for line in (graded.results / "profile.jsonl").read_text().splitlines()]
+    assert len(lines) == len(profiled) and {line["module"] for line in lines} == {VECTOR_ADD.id}
+    table = graded.summary.profile_table()
+    assert VECTOR_ADD.id in table and "learner import" in table
 
 
 # --- idempotence, interruption, refusals ----------------------------------------------------

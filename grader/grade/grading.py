@@ -30,7 +30,7 @@ from grader.core.cases import Case, Spec
 from grader.core.catalog import REPO_ROOT, Module
 from grader.core.checks import build_inputs
 from grader.core.evidence import triton_kernel_names
-from grader.grade import results, timing
+from grader.grade import leases, results, timing
 from grader.grade.judging import Trial, Verdict, fetch, judge
 from grader.grade.profile import Profile
 from grader.grade.store import cases_hash, record_path, sha256, write_atomically
@@ -56,7 +56,9 @@ class Options:
     # uses a small fraction of it.
     module_seconds: float | None = None
     policy_gate: bool = True  # refuse what no exercise needs before running (off: tests of the layers behind it)
-    gpu_memory_fraction: float = 0.9
+    gpu_memory_fraction: float = 0.9  # of the GPU's memory, for a timed child; shared by the others
+    # Gradings that check correctness side by side on one GPU (timing has the GPU alone).
+    children_per_gpu: int = 4
 
 
 
@@ -94,6 +96,9 @@ class Grading:
                  options: Options, stop: threading.Event, profile: Profile | None = None):
         self.module, self.source, self.sandbox, self.slot = module, source, sandbox, slot
         self.profile = profile or Profile()
+        self.lease = leases.for_gpu(slot.gpu)
+        # On a GPU the children of this grading share Triton's cache: each kernel compiles once.
+        self.shared = sandbox.new_shared(slot) if device.is_cuda() else None
         self.step_started = 0.0  # when the child's current step (start, import) began
         self.exiting_since: float | None = None  # when the child was told its orders are done
         self.options, self.stop, self.limits = options, stop, options.limits
@@ -188,24 +193,29 @@ class Grading:
     def _run_child(self, trials: list[Trial], until: float) -> None:
         """One child: import the submission, then run ``trials`` one by one, handing each its
         inputs only when it starts."""
-        self.step_started, self.exiting_since = time.monotonic(), None
-        child = self.start_child(len(trials))
-        self.children += 1
-        self.child_cpu = 0.0
-        alone = " alone, after a crash" if trials[0].id in self.unconfirmed else ""
-        try:
-            protections = self.sandbox.wait_sandbox(child)
-            self.protections = self.protections or protections
-            self._drive(child, list(trials), until)
-        finally:
-            if self.exiting_since is not None:
-                self.profile.add("exits", time.monotonic() - self.exiting_since)
-            self.cpu_spent += self.child_cpu
-            self.log.append(f"--- child {self.children} ({len(trials)} trial(s){alone}, {self.child_cpu:.1f} "
-                            f"CPU s): output ---\n{child.log_tail()}"
-                            + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
-                               "(forged or garbled)" if child.ignored_lines else ""))
-            child.close()
+        waiting = time.monotonic()
+        with self.lease.shared():
+            waited = time.monotonic() - waiting
+            self.profile.add("waiting", waited)
+            self.wall_end += waited  # a busy GPU is no reason to stop a submission's cases
+            self.step_started, self.exiting_since = time.monotonic(), None
+            child = self.start_child(len(trials))
+            self.children += 1
+            self.child_cpu = 0.0
+            alone = " alone, after a crash" if trials[0].id in self.unconfirmed else ""
+            try:
+                protections = self.sandbox.wait_sandbox(child)
+                self.protections = self.protections or protections
+                self._drive(child, list(trials), until)
+            finally:
+                if self.exiting_since is not None:
+                    self.profile.add("exits", time.monotonic() - self.exiting_since)
+                self.cpu_spent += self.child_cpu
+                self.log.append(f"--- child {self.children} ({len(trials)} trial(s){alone}, {self.child_cpu:.1f} "
+                                f"CPU s): output ---\n{child.log_tail()}"
+                                + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
+                                   "(forged or garbled)" if child.ignored_lines else ""))
+                child.close()
 
     def _cpu(self, child) -> float:
         """The running child's CPU seconds, kept as last seen: a dead process has no /proc entry."""
@@ -217,13 +227,16 @@ class Grading:
         return Budget(lambda: self._cpu(child), seconds, self.limits.wall_factor,
                        until - self.cpu_spent - self._cpu(child), self.wall_end)
 
-    def start_child(self, n_calls: int):
-        """A sandboxed child holding only the submission; inputs come later, one call at a time."""
+    def start_child(self, n_calls: int, timed: bool = False):
+        """A sandboxed child holding only the submission; inputs come later, one call at a time.
+        Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
+        the others share the GPU's memory."""
+        share = 1 if timed else self.options.children_per_gpu
         request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
-                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
-                   "allowed_ops": sorted(self.plan.spec.allowed_ops)}
+                   "gpu_memory_fraction": self.options.gpu_memory_fraction / max(1, share),
+                   "autotune": timed, "allowed_ops": sorted(self.plan.spec.allowed_ops)}
         return self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
-                                  request, n_calls, secrets.token_hex(16))
+                                  request, n_calls, secrets.token_hex(16), shared=self.shared)
 
     def _drive(self, child, queue: list[Trial], until: float) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each
@@ -436,9 +449,13 @@ def grade_one(module: Module, source: bytes, results_dir: Path, sandbox: Sandbox
     with sandbox.slot() as slot:
         profile.add("waiting", time.monotonic() - started)
         grading = Grading(module, source, sandbox, slot, secret, options, stop, profile)
-        grading.run()
-        if device.is_cuda():
-            grading.performance = timing.measure(grading, secret)
+        try:
+            grading.run()
+            if device.is_cuda():
+                grading.performance = timing.measure(grading, secret)
+        finally:
+            if grading.shared is not None:
+                sandbox.remove_shared(grading.shared)
     record = results.build(grading, submission_sha, cases_sha)
     log = results_dir / "logs" / module.track / module.slug / f"{submission_sha}.log"
     write_atomically(log, "\n".join(grading.log) + "\n")

@@ -72,14 +72,15 @@ class RunSummary:
 
 
 
-def default_workers() -> int:
+def default_workers(options: Options | None = None) -> int:
+    """Gradings at a time: ``children_per_gpu`` per GPU on CUDA, else one per CPU core (at most 4)."""
     if device.is_cuda():
-        return max(1, torch.cuda.device_count())
+        return max(1, torch.cuda.device_count()) * max(1, (options or Options()).children_per_gpu)
     return max(1, min(4, os.cpu_count() or 1))
 
 
 def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = ()) -> Sandbox:
-    workers = options.workers or default_workers()
+    workers = options.workers or default_workers(options)
     gpus = list(range(torch.cuda.device_count())) if device.is_cuda() else None
     return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
                    hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
@@ -222,7 +223,7 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
                 outcome.error = f"{type(error).__name__}: {error}"
             return outcome
 
-        with ThreadPoolExecutor(max_workers=options.workers or default_workers()) as pool:
+        with ThreadPoolExecutor(max_workers=options.workers or default_workers(options)) as pool:
             futures = [pool.submit(work, key) for key in pending]
             try:
                 for future in as_completed(futures):

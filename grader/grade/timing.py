@@ -122,12 +122,19 @@ def measure(grading, secret: int) -> dict:
     if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
             not all(v.passed for v in grading.verdicts.values()):
         return {**base, "reason": "not timed: the kernel must pass every case first"}
+    waiting = time.monotonic()
+    with grading.lease.exclusive():
+        grading.profile.add("waiting", time.monotonic() - waiting)
+        return _timed(grading, secret)
+
+
+def _timed(grading, secret: int) -> dict:
     with grading.profile.step("reference timing"):
         plan = _plan_for(grading.module, grading.plan.spec, secret, grading.on)
     if plan is None:
         return {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
     with grading.profile.step("learner timing"):
-        child = grading.start_child(3)
+        child = grading.start_child(3, timed=True)
         grading.children += 1
         try:
             grading.sandbox.wait_sandbox(child)

@@ -157,6 +157,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
                    synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file,
                    trace=KernelTrace)
     cuda = device.is_cuda()
+    if cuda and not request.get("autotune", True):
+        device.run_first_autotune_config()  # before the learner's file applies the decorator
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
     module = find_module(request["module"])

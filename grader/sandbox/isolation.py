@@ -242,6 +242,8 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
         _mount(libc, "tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={cfg['tmp_bytes']},mode=1777")
     _bind(libc, cfg["workdir"], new_root + cfg["workdir"], read_only=False)
+    if cfg.get("shared"):  # the folder the children of one grading share (Triton's cache)
+        _bind(libc, cfg["shared"], new_root + cfg["shared"], read_only=False)
     covered = []
     for path in cfg["hide"]:  # secrets that lie inside an exposed folder get an empty cover
         target = new_root + path
@@ -632,6 +634,7 @@ class Child:
         self.order_fd: int | None = order_fd
         self.view_root = view_root
         self.reply_fd, self.log_path, self.token, self.limits = reply_fd, log_path, token, limits
+        self.shared: Path | None = None  # the grading's shared folder, watched like the workdir
         self.protections: dict = {}
         self.ignored_lines = 0
         self.processes_seen = 0
@@ -775,6 +778,9 @@ class Child:
         from grader.sandbox.files import tree_usage
 
         total, count, _stopped = tree_usage(self.workdir, 10_000)
+        if self.shared is not None:
+            more, files, _stopped = tree_usage(self.shared, 10_000)
+            total, count = total + more, count + files
         if total > self.limits.disk_bytes or count > 10_000:
             self.kill()
             raise ChildEnded(f"wrote more than {self.limits.disk_bytes // MiB} MiB or 10,000 "
@@ -900,12 +906,27 @@ class Sandbox:
         finally:
             self._slots.put(slot)
 
-    def _env(self, workdir: Path, slot: Slot) -> dict[str, str]:
+    def new_shared(self, slot: Slot) -> Path:
+        """A folder that the children of one grading share, and no other child sees: Triton's
+        cache, so that a submission's kernels compile once for all its children (one student's
+        compiled kernels are never another's). Remove it with ``remove_shared``."""
+        shared = Path(tempfile.mkdtemp(prefix="shared-", dir=self.scratch))
+        if slot.uid is not None:
+            os.chown(shared, slot.uid, slot.uid)
+        shared.chmod(0o700)
+        return shared
+
+    def remove_shared(self, shared: Path) -> None:
+        from grader.sandbox.files import remove_tree
+
+        remove_tree(shared, time_limit=self.limits.cleanup_seconds)
+
+    def _env(self, workdir: Path, slot: Slot, shared: Path | None = None) -> dict[str, str]:
         home = workdir / "home"
         env = {
             "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(home), "TMPDIR": str(home / "tmp"), "USER": "learner", "LOGNAME": "learner",
-            "LANG": "C.UTF-8", "TRITON_CACHE_DIR": str(home / "triton-cache"),
+            "LANG": "C.UTF-8", "TRITON_CACHE_DIR": str(shared or home / "triton-cache"),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
             # One CPU thread each: several children share the machine, and every thread
             # counts against the process limit.
@@ -946,11 +967,12 @@ class Sandbox:
         return limits.memory_bytes or (16 * GiB if self.cuda else 4 * GiB)
 
     def start(self, slot: Slot, files: dict[str, bytes | Path], argv_tail: list[str], request: dict,
-              n_cases: int, token: str, limits: Limits | None = None) -> Child:
+              n_cases: int, token: str, limits: Limits | None = None, shared: Path | None = None) -> Child:
         """Start ``python -c <bootstrap> <argv_tail>`` in the sandbox with ``files`` in its folder.
 
         ``request`` (JSON) goes to the child on its request pipe; the child's replies must
-        carry ``token``. The child finds the pipes' numbers at the end of its argv."""
+        carry ``token``. The child finds the pipes' numbers at the end of its argv. ``shared``: a
+        folder from ``new_shared`` for the same slot, writable in the child: its Triton cache."""
         limits = limits or self.limits
         workdir = self._new_workdir(slot, files)
         view_root = Path(tempfile.mkdtemp(prefix="view-", dir=self.scratch))
@@ -964,7 +986,7 @@ class Sandbox:
             "reply_fd": reply_w, "request_fd": request_r, "token": token, "parent_pid": os.getpid(),
             "workdir": str(workdir), "view_root": str(view_root), "argv": argv,
             "network": self.network, "hide": self.hide, "expose": self.expose,
-            "tmp_bytes": limits.tmp_bytes, "uid": slot.uid,
+            "tmp_bytes": limits.tmp_bytes, "uid": slot.uid, "shared": str(shared) if shared else None,
             "limits": {"cpu_seconds": limits.cpu_seconds(n_cases), "memory_bytes": memory,
                        "address_space_bytes": address_space, "file_bytes": limits.file_bytes,
                        "open_files": limits.open_files, "processes": limits.processes},
@@ -972,7 +994,7 @@ class Sandbox:
         boot = [sys.executable, "-I", "-S", "-B", str(Path(__file__).resolve()), "--boot", json.dumps(cfg)]
         try:
             with open(log_path, "wb") as log:
-                popen = subprocess.Popen(boot, cwd=str(workdir), env=self._env(workdir, slot),
+                popen = subprocess.Popen(boot, cwd=str(workdir), env=self._env(workdir, slot, shared),
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          pass_fds=(request_r, reply_w), start_new_session=True)
         finally:
@@ -980,6 +1002,7 @@ class Sandbox:
             os.close(reply_w)
         os.set_blocking(request_w, False)
         child = Child(self, slot, workdir, view_root, popen, reply_r, request_w, log_path, token, limits)
+        child.shared = shared
         try:
             child.order({**request, "token": token}, time.monotonic() + 10)
         except ChildEnded:
