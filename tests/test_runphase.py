@@ -749,7 +749,9 @@ def test_the_profile_accounts_for_each_graded_submission(graded):
     assert len(profiled) == len(graded.summary.outcomes)
     for outcome in profiled:
         seconds = outcome.profile.seconds
-        assert seconds["cases"] > 0 and seconds["imports"] > 0 and outcome.profile.total > 0
+        assert outcome.profile.total > 0
+        if outcome.submissions[0].student == "complete":
+            assert seconds["cases"] > 0 and seconds["imports"] > 0 and seconds["learner import"] > 0
         counted = sum(v for k, v in seconds.items() if k not in ("compiling", "autotuning"))
         assert counted == pytest.approx(outcome.profile.total, rel=1e-6, abs=1e-3)
     lines = [json.loads(line) for line in (graded.results / "profile.jsonl").read_text().splitlines()]
