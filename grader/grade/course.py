@@ -201,14 +201,44 @@ def environment(course_dir: Path) -> dict[str, str]:
     return env
 
 
+def _require_nbgrader() -> None:
+    if importlib.util.find_spec("nbgrader") is None:
+        raise NbgraderError("nbgrader is not installed in this Python environment. Install the grading "
+                            "extra (`pip install -e '.[grading]'`; `make` targets do it) and try again.")
+
+
+def shared_kernel_arguments() -> list[str]:
+    """Arguments of ``nbgrader autograde`` that run every notebook of the command in one kernel
+    (``grader.grade.autograde.SharedKernelExecute`` in place of nbgrader's ``Execute``), nbgrader's
+    other autograde steps unchanged and in their order.
+
+    nbgrader gives each notebook a kernel of its own: starting it and importing the grader cost
+    seconds per notebook, while the cells only read a record. The notebooks' outputs, the
+    gradebook and the feedback are the same either way (tests/test_record_phase.py compares them).
+    """
+    _require_nbgrader()
+    from nbgrader.converters.autograde import Autograde
+    from nbgrader.preprocessors import Execute
+
+    steps = []
+    for step in Autograde.autograde_preprocessors.default():
+        if step is Execute:
+            steps.append("grader.grade.autograde.SharedKernelExecute")
+        else:
+            steps.append(step if isinstance(step, str) else f"{step.__module__}.{step.__qualname__}")
+    if "grader.grade.autograde.SharedKernelExecute" not in steps:
+        raise NbgraderError("This nbgrader's autograde has no Execute step, which the grader replaces to "
+                            "run the notebooks in one kernel. Install the nbgrader version that the grading "
+                            "extra pins (`pip install -e '.[grading]'`) and try again.")
+    return [f"--Autograde.autograde_preprocessors={step}" for step in steps]
+
+
 def nbgrader(course_dir: Path, command: str, *args: str, check: bool = True) -> bool:
     """Run ``nbgrader <command> <args>`` in the course folder, its output appended to
     ``logs/nbgrader-<command>.log``; return whether it succeeded.
 
     With ``check``, a failure raises NbgraderError naming the log."""
-    if importlib.util.find_spec("nbgrader") is None:
-        raise NbgraderError("nbgrader is not installed in this Python environment. Install the grading "
-                            "extra (`pip install -e '.[grading]'`; `make` targets do it) and try again.")
+    _require_nbgrader()
     course_dir = Path(course_dir).resolve()
     log = course_dir / "logs" / f"nbgrader-{command}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

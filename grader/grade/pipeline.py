@@ -30,6 +30,8 @@ from grader.core.catalog import REPO_ROOT, Module
 DEFAULT_OUT = REPO_ROOT / "build" / "grades"
 EXAMPLES_DIR = REPO_ROOT / "build" / "examples"
 STAMP = "graded-from.txt"  # in submitted/ and autograded/: which record and notebook were used
+# nbgrader autograde runs all the notebooks of a command in one notebook kernel (see _record_phase).
+SHARED_KERNEL = True
 
 
 @dataclass
@@ -118,14 +120,21 @@ def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_D
     return grading
 
 
-def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], steps: _Steps) -> list[str]:
+def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], steps: _Steps,
+                  shared_kernel: bool | None = None) -> list[str]:
     """nbgrader autograde, generate_feedback and export, where anything changed; return the
-    grader errors found in the autograded notebooks."""
+    grader errors found in the autograded notebooks.
+
+    With ``shared_kernel`` (default: ``SHARED_KERNEL``), each autograde command runs all its
+    notebooks in one notebook kernel (``grader.grade.autograde``) instead of one kernel each:
+    the same outputs, grades and feedback, in a fraction of the time."""
     grader_errors: list[str] = []
     if stale:
+        shared = SHARED_KERNEL if shared_kernel is None else shared_kernel
+        arguments = course.shared_kernel_arguments() if shared else []
         with steps("autograde"):
             for target in targets:
-                course.nbgrader(course_dir, "autograde", target, check=False)
+                course.nbgrader(course_dir, "autograde", target, *arguments, check=False)
         grader_errors = _scrub_errors(course_dir, stale)
     if stale or not (out / "nbgrader-grades.csv").is_file():
         with steps("feedback"):

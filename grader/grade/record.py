@@ -56,7 +56,9 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
         text, points = (f"{part.capitalize()} part: 0 of {out_of:g} points. The grader could not grade "
                         f"this part ({type(error).__name__}{': ' + first if first else ''}). "
                         "Ask your instructor to look at the grading log.", 0.0)
-    print(text)
+    # One write: print() makes two (the text, then the newline), and a notebook kernel on a busy
+    # machine may send them as two outputs, which the feedback would show apart.
+    sys.stdout.write(text + "\n")
     return points
 
 
