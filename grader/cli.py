@@ -11,7 +11,7 @@ from grader.core import device
 from grader.learn import progress
 from grader.authoring import stubs
 from grader.core.catalog import REPO_ROOT, available_modules, find_module
-from grader.grade.commands import add_commands as add_instructor_commands
+from grader.grade.commands import add_commands as add_instructor_commands, add_ray_argument
 
 
 def _module_or_next(name: str | None):
@@ -84,6 +84,7 @@ def cmd_run(args) -> int:
     import signal
 
     from grader.grade import runphase
+    from grader.grade.cluster import ClusterError
     from grader.sandbox.isolation import GiB, Limits, SandboxError
 
     def interrupt(signum, frame):
@@ -93,13 +94,16 @@ def cmd_run(args) -> int:
     limits = Limits(case_seconds=args.case_timeout, startup_seconds=args.startup_timeout,
                     memory_bytes=int(args.memory_gib * GiB) if args.memory_gib else None)
     options = runphase.Options(workers=args.workers, limits=limits, hide=tuple(args.hide),
-                               expose=tuple(args.expose), allow_unsafe=args.allow_unsafe)
+                               expose=tuple(args.expose), allow_unsafe=args.allow_unsafe, ray=args.ray)
     modules = [find_module(name) for name in args.module] if args.module else None
     try:
         summary = runphase.run(Path(args.submissions), Path(args.results), modules, options,
                                progress=not args.quiet)
     except SandboxError as error:
         print(f"The sandbox cannot run here: {error}")
+        return 2
+    except ClusterError as error:
+        print(error)
         return 2
     except KeyboardInterrupt:
         print("Stopped. Records written so far are kept; run the same command again to continue.")
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--allow-unsafe", action="store_true",
                          help="grade even where the sandbox cannot limit processes (a machine of your own)")
     run_cmd.add_argument("--quiet", action="store_true", help="no progress output")
+    add_ray_argument(run_cmd)
     run_cmd.set_defaults(run=cmd_run)
     add_instructor_commands(commands)
 

@@ -14,6 +14,14 @@ from grader.core.catalog import REPO_ROOT
 from grader.grade.course import DEFAULT_COURSE_DIR
 
 
+def add_ray_argument(parser) -> None:
+    """``--ray [ADDRESS]``, for ``run`` and ``grade``."""
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="grade on a Ray cluster: one task per submission and module, one worker per GPU "
+                             "(needs `pip install -e '.[cluster]'`); without ADDRESS, the cluster of this "
+                             "machine (`ray start --head`), or a private one for this run")
+
+
 def _modules(names):
     from grader.core.catalog import find_module
 
@@ -56,7 +64,7 @@ def cmd_grade(args) -> int:
     # (not on a GPU, where a first call also compiles, autotuning included).
     case_seconds = args.case_timeout or (60.0 if source or device.is_cuda() else 20.0)
     options = runphase.Options(workers=args.workers, allow_unsafe=args.allow_unsafe,
-                               limits=Limits(case_seconds=case_seconds))
+                               limits=Limits(case_seconds=case_seconds), ray=args.ray)
     if source is None:
         print("No submissions given: grading the bundled examples (grader/examples and the course's own "
               "solutions and stubs).")
@@ -73,12 +81,13 @@ def cmd_grade(args) -> int:
 
 
 def _errors():
+    from grader.grade.cluster import ClusterError
     from grader.grade.collect import CollectError
     from grader.grade.course import NbgraderError
     from grader.grade.release import ReleaseError
     from grader.sandbox.isolation import SandboxError
 
-    return (CollectError, NbgraderError, ReleaseError, SandboxError)
+    return (ClusterError, CollectError, NbgraderError, ReleaseError, SandboxError)
 
 
 def _guarded(command):
@@ -118,6 +127,7 @@ def add_commands(commands) -> None:
                            help="grade even where the sandbox cannot limit processes (a machine of your own)")
     grade_cmd.add_argument("--profile", action="store_true",
                            help="print where the run phase's time went, per module and step")
+    add_ray_argument(grade_cmd)
     grade_cmd.set_defaults(run=_guarded(cmd_grade))
 
     for command in (release_cmd, collect_cmd, grade_cmd):

@@ -14,7 +14,6 @@ marked not run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import secrets
@@ -33,7 +32,7 @@ from grader.core.evidence import triton_kernel_names
 from grader.grade import leases, results, timing
 from grader.grade.judging import Trial, Verdict, fetch, judge
 from grader.grade.profile import Profile
-from grader.grade.store import cases_hash, record_path, sha256, write_atomically
+from grader.grade.store import cases_hash, sha256
 from grader.sandbox import wire
 from grader.sandbox.child import input_name, output_name
 from grader.sandbox.child import command as child_command
@@ -59,6 +58,8 @@ class Options:
     gpu_memory_fraction: float = 0.9  # of the GPU's memory, for a timed child; shared by the others
     # Gradings that check correctness side by side on one GPU (timing has the GPU alone).
     children_per_gpu: int = 4
+    # Grade on a Ray cluster (grader.grade.cluster): its address, or "" for this machine's; None: locally.
+    ray: str | None = None
 
 
 
@@ -432,20 +433,19 @@ def _number(value) -> float:
 
 @dataclass
 class Graded:
-    """What grading one file of one module produced."""
+    """What grading one file of one module produced; ``grader.grade.store.keep`` writes it."""
     record: dict
-    record_path: Path
+    log: str  # what the children printed, for instructors only
     children: int  # sandboxed processes started
     profile: Profile
+    record_path: Path | None = None  # where it was kept
 
 
-def grade_one(module: Module, source: bytes, results_dir: Path, sandbox: Sandbox, secret: int,
-              options: Options, stop: threading.Event) -> Graded:
-    """Grade one submitted file of one module, and write its record and log."""
+def grade_one(module: Module, source: bytes, sandbox: Sandbox, secret: int, options: Options,
+              stop: threading.Event) -> Graded:
+    """Grade one submitted file of one module: its record and log, not yet written anywhere."""
     started = time.monotonic()
     profile = Profile()
-    submission_sha, cases_sha = sha256(source), cases_hash(module)
-    path = record_path(results_dir, module, submission_sha, cases_sha)
     with sandbox.slot() as slot:
         profile.add("waiting", time.monotonic() - started)
         grading = Grading(module, source, sandbox, slot, secret, options, stop, profile)
@@ -456,11 +456,6 @@ def grade_one(module: Module, source: bytes, results_dir: Path, sandbox: Sandbox
         finally:
             if grading.shared is not None:
                 sandbox.remove_shared(grading.shared)
-    record = results.build(grading, submission_sha, cases_sha)
-    log = results_dir / "logs" / module.track / module.slug / f"{submission_sha}.log"
-    write_atomically(log, "\n".join(grading.log) + "\n")
-    write_atomically(path, json.dumps(record, indent=1) + "\n")
+    record = results.build(grading, sha256(source), cases_hash(module))
     profile.close(time.monotonic() - started)
-    return Graded(record, path, grading.children, profile)
-
-
+    return Graded(record, "\n".join(grading.log) + "\n", grading.children, profile)

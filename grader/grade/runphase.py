@@ -15,7 +15,7 @@ import secrets
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,7 +25,7 @@ from grader.core.catalog import Module, available_modules
 from grader.grade import profile
 from grader.grade.grading import Cancelled, Graded, Options, grade_one
 from grader.grade.profile import Profile
-from grader.grade.store import (Submission, existing_record, find_submissions, read_source,
+from grader.grade.store import (Submission, existing_record, find_submissions, keep, read_source,
                                 remove_stale_temporaries, sha256, update_index)
 from grader.sandbox.isolation import Sandbox, UnsafeSandbox
 
@@ -79,9 +79,12 @@ def default_workers(options: Options | None = None) -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = ()) -> Sandbox:
+def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = (), gpus: list[int] | None = None) -> Sandbox:
+    """The sandbox for ``options``, its children blind to ``results_dir`` and ``extra_hide``;
+    its slots spread over ``gpus`` (default: every GPU this process sees, on CUDA)."""
     workers = options.workers or default_workers(options)
-    gpus = list(range(torch.cuda.device_count())) if device.is_cuda() else None
+    if gpus is None and device.is_cuda():
+        gpus = list(range(torch.cuda.device_count()))
     return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
                    hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
                    allow_unsafe=options.allow_unsafe)
@@ -102,8 +105,8 @@ def grade_submission(module: Module, kernel_file: Path, results_dir: Path, optio
     sandbox = sandbox or make_sandbox(options, results_dir, (kernel_file.resolve().parent,))
     try:
         sandbox.probe()
-        outcome.take(grade_one(module, source, results_dir, sandbox, secrets.randbits(48), options,
-                               threading.Event()))
+        outcome.take(_keep(results_dir, module, grade_one(module, source, sandbox, secrets.randbits(48),
+                                                          options, threading.Event())))
         return outcome
     finally:
         if own:
@@ -181,6 +184,11 @@ def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None 
     return RunSummary(outcomes, results_dir, protections)
 
 
+def _keep(results_dir: Path, module: Module, graded: Graded) -> Graded:
+    graded.record_path = keep(results_dir, module, graded.record, graded.log)
+    return graded
+
+
 def _log_profile(results_dir: Path, outcome: Outcome) -> None:
     """Append the grading's profile to ``<results>/profile.jsonl`` as soon as it ends, so that an
     interrupted run keeps the measurements of what it finished (the tables of docs/instructors.md
@@ -207,6 +215,20 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
                    options: Options, progress_bar: _Progress) -> dict:
     """Grade the jobs without a record, in parallel; return the sandbox's protections."""
     secret = secrets.randbits(48)
+
+    def done(outcome: Outcome) -> None:
+        progress_bar.step(_status(outcome))
+        _log_profile(results_dir, outcome)
+
+    if options.ray is not None:
+        from grader.grade import cluster
+
+        if not cluster.available():  # the local pool instead, and how to have Ray next time
+            print(cluster.FALLBACK_NOTE, file=sys.stderr, flush=True)
+            return _grade_pending(pending, jobs, sources, results_dir, submissions_root,
+                                  replace(options, ray=None), progress_bar)
+        hidden = replace(options, hide=(*options.hide, results_dir, submissions_root))
+        return cluster.grade_pending(pending, jobs, sources, results_dir, hidden, secret, done)
     stop = threading.Event()
     sandbox = make_sandbox(options, results_dir, (submissions_root,))
     try:
@@ -215,8 +237,8 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
         def work(key):
             outcome = jobs[key]
             try:
-                outcome.take(grade_one(outcome.submissions[0].module, sources[key], results_dir, sandbox,
-                                       secret, options, stop))
+                module = outcome.submissions[0].module
+                outcome.take(_keep(results_dir, module, grade_one(module, sources[key], sandbox, secret, options, stop)))
             except (Cancelled, UnsafeSandbox):
                 raise
             except Exception as error:  # the grader's own failure: report it, write no record
@@ -227,9 +249,7 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
             futures = [pool.submit(work, key) for key in pending]
             try:
                 for future in as_completed(futures):
-                    outcome = future.result()
-                    progress_bar.step(_status(outcome))
-                    _log_profile(results_dir, outcome)
+                    done(future.result())
             except BaseException:
                 stop.set()  # workers stop their children within a second and write nothing
                 for future in futures:

@@ -860,6 +860,14 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def visible_gpu(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry that makes a child see this process's GPU ``index``:
+    where this process itself sees only some GPUs (a Ray worker, or a grader started with
+    ``CUDA_VISIBLE_DEVICES=2,3``), its index 0 is the first GPU of that list, not the machine's."""
+    mine = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
+    return mine[index] if "CUDA_VISIBLE_DEVICES" in os.environ and index < len(mine) else str(index)
+
+
 class Sandbox:
     """Starts children; holds the worker slots (uids, GPUs) and the scratch folder."""
 
@@ -933,7 +941,7 @@ class Sandbox:
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
         }
         if self.cuda:
-            env["CUDA_VISIBLE_DEVICES"] = str(slot.gpu if slot.gpu is not None else 0)
+            env["CUDA_VISIBLE_DEVICES"] = visible_gpu(slot.gpu if slot.gpu is not None else 0)
             for name in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
                 if name in os.environ:
                     env[name] = os.environ[name]

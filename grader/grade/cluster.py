@@ -1,0 +1,243 @@
+"""The run phase fanned out over a Ray cluster (``python -m grader run|grade --ray [ADDRESS]``).
+
+Every (module, submitted file) that has no record yet becomes one Ray task. The tasks run on
+*grading workers*: Ray actors, one per GPU of the cluster (each holds its GPU: ``num_gpus=1``)
+or, without CUDA, one per CPU slot. A worker keeps a sandbox, the reference's timings and its
+imports for all its tasks, and grades up to ``Options.children_per_gpu`` of them side by side on
+its GPU exactly as the local pool does (a timing has the GPU alone: ``grader.grade.leases``).
+
+The driver (this process) trusts a worker no more than it must: the sandbox runs on the worker
+as it does locally, but only the driver checks what comes back (the record belongs to the file
+and the cases the driver asked about, and has the record's shape) and writes records, logs and
+the index. A worker that dies takes its tasks with it: each is handed to a new worker once, and
+if it is lost again it becomes a grader error for the instructor (no record, so no grade and
+never a zero for the student), and the run goes on.
+
+Ray is optional (``pip install -e '.[cluster]'``); the driver and every node need the same
+checkout of the course with the grader installed (the records' case hash tells when one differs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from grader.core import device
+from grader.core.catalog import find_module
+from grader.grade.grading import Graded, Options, grade_one
+from grader.grade.profile import Profile
+from grader.grade.store import RECORD_VERSION, cases_hash, keep, sha256
+from grader.sandbox.isolation import UnsafeSandbox
+
+FALLBACK_NOTE = ("Ray is not installed in this Python environment, so this run grades on this machine "
+                 "alone. To grade on a Ray cluster, install the cluster extra (`pip install -e '.[cluster]'`) "
+                 "here and on every node.")
+ATTEMPTS = 2  # a task whose worker died is handed to a new worker once
+
+
+class ClusterError(Exception):
+    """The cluster cannot be reached, or has nothing to grade with."""
+
+
+def available() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def _ray():
+    import ray
+
+    return ray
+
+
+class GradingWorker:
+    """One process on a node of the cluster that grades tasks with its own sandbox (a Ray actor;
+    see ``_worker_class``). Its methods run in Ray's threads, ``slots`` at a time."""
+
+    def __init__(self, options: Options, secret: int, slots: int):
+        from grader.grade import runphase  # the sandbox as the local pool makes it
+
+        self.options, self.secret = options, secret
+        self.scratch = Path(tempfile.mkdtemp(prefix="grader-worker-"))
+        self.sandbox = runphase.make_sandbox(replace(options, workers=slots), self.scratch,
+                                             gpus=[0] if device.is_cuda() else None)
+        self.stop = threading.Event()
+
+    def ready(self) -> dict:
+        """The sandbox's protections on this node (raises UnsafeSandbox as the local pool would)."""
+        return {**self.sandbox.probe(), "node": os.uname().nodename}
+
+    def grade(self, module_id: str, source: bytes) -> dict:
+        self.sandbox.probe()  # a no-op after the first; a replacement worker starts here
+        graded = grade_one(find_module(module_id), source, self.sandbox, self.secret, self.options, self.stop)
+        return {"record": graded.record, "log": graded.log, "children": graded.children,
+                "profile": dict(graded.profile.seconds), "total": graded.profile.total}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _worker_class(ray, worker: type, slots: int):
+    """``worker`` as a Ray actor: it holds one GPU (or one CPU) and runs ``slots`` tasks at once."""
+    resources = {"num_gpus": 1, "num_cpus": 1} if device.is_cuda() else {"num_cpus": 1}
+    return ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=slots, **resources)(worker)
+
+
+def connect(address: str) -> bool:
+    """Connect to the cluster at ``address``; with "" to one already running on this machine
+    (``ray start --head``), else start a private one for this run. Return whether this process
+    started it (and so should stop it)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    try:
+        ray.init(address=address or "auto", **quiet)
+        return False
+    except ConnectionError as error:
+        if address:
+            raise ClusterError(f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
+                               "--head` on its head node) or check the address, and try again.") from None
+    ray.init(**quiet)
+    return True
+
+
+@dataclass
+class Task:
+    key: tuple
+    module_id: str
+    source: bytes
+    attempts: int = 0
+    worker: object = None
+
+
+@dataclass
+class Pool:
+    """The grading workers and which task each is running."""
+    ray: object
+    actor: object
+    options: Options
+    secret: int
+    slots: int
+    workers: list = field(default_factory=list)
+    running: dict = field(default_factory=dict)  # Ray reference -> Task
+
+    def start(self, count: int) -> dict:
+        self.workers = [self.actor.remote(self.options, self.secret, self.slots) for _ in range(count)]
+        try:
+            protections = self.ray.get([w.ready.remote() for w in self.workers])
+        except self.ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, UnsafeSandbox):
+                raise error.cause from None
+            raise
+        return protections[0]
+
+    def replace(self, dead) -> None:
+        if dead in self.workers:
+            self.workers.remove(dead)
+            self.ray.kill(dead, no_restart=True)
+            self.workers.append(self.actor.remote(self.options, self.secret, self.slots))
+
+    def submit(self, task: Task) -> None:
+        busy = {id(w): 0 for w in self.workers}
+        for running in self.running.values():
+            busy[id(running.worker)] = busy.get(id(running.worker), 0) + 1
+        task.worker = min(self.workers, key=lambda w: busy[id(w)])
+        task.attempts += 1
+        self.running[task.worker.grade.remote(task.module_id, task.source)] = task
+
+    def has_room(self) -> bool:
+        return len(self.running) < len(self.workers) * self.slots
+
+    def stop(self) -> None:
+        for reference in self.running:
+            self.ray.cancel(reference, force=True)
+        for worker in self.workers:
+            self.ray.kill(worker, no_restart=True)
+
+
+def accept(result, module, source: bytes) -> Graded:
+    """A worker's answer as a ``Graded``, if it is one for this file and these cases; else
+    ValueError saying what is wrong with it."""
+    if not isinstance(result, dict) or not isinstance(result.get("record"), dict) or \
+            not isinstance(result.get("log"), str) or type(result.get("children")) is not int:
+        raise ValueError("the worker's answer does not have the shape of a grading")
+    record = result["record"]
+    expected = {"record_version": RECORD_VERSION, "module": module.id, "submission_sha256": sha256(source),
+                "cases_sha256": cases_hash(module)}
+    for name, value in expected.items():
+        if record.get(name) != value:
+            raise ValueError(f"its record's {name} is {record.get(name)!r}, not {value!r} (does the node have "
+                             "another checkout of the course, or another device mode?)")
+    if not isinstance(record.get("totals"), dict) or not isinstance(record.get("cases"), list):
+        raise ValueError("its record has no totals or cases")
+    profile = Profile()
+    for step, seconds in (result.get("profile") or {}).items():
+        if isinstance(step, str) and type(seconds) in (int, float):
+            profile.add(step, seconds)
+    total = result.get("total")
+    profile.total = float(total) if type(total) in (int, float) else 0.0
+    return Graded(record, result["log"], result["children"], profile)
+
+
+def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, options: Options, secret: int,
+                  done, worker: type = GradingWorker) -> dict:
+    """Grade the jobs ``pending`` (keys of ``jobs`` and ``sources``) on the cluster that
+    ``options.ray`` names; ``done(outcome)`` is called as each ends. Return the protections of
+    the first worker's sandbox. ``worker`` is the actor's class (tests replace it)."""
+    ray = _ray()
+    started_here = connect(options.ray or "")
+    pool = None
+    try:
+        resources = ray.cluster_resources()
+        if device.is_cuda():
+            count, slots = int(resources.get("GPU", 0)), max(1, options.children_per_gpu)
+            if count == 0:
+                raise ClusterError("This Ray cluster has no GPU, and this machine grades with CUDA. Add GPU "
+                                   "nodes, or grade on this machine without --ray.")
+        else:
+            count, slots = int(resources.get("CPU", 0)), 1
+            if count == 0:
+                raise ClusterError("This Ray cluster has no CPU to grade with. Add nodes, or grade on this "
+                                   "machine without --ray.")
+        if options.workers:
+            count = max(1, min(count, options.workers))
+        pool = Pool(ray, _worker_class(ray, worker, slots), options, secret, slots)
+        protections = pool.start(min(count, len(pending)))
+        waiting = [Task(key, jobs[key].submissions[0].module.id, sources[key]) for key in pending]
+        waiting.reverse()  # pop() from the end: in the order given
+        while waiting or pool.running:
+            while waiting and pool.has_room():
+                pool.submit(waiting.pop())
+            [finished], _ = ray.wait(list(pool.running), num_returns=1)
+            task = pool.running.pop(finished)
+            outcome, module = jobs[task.key], jobs[task.key].submissions[0].module
+            try:
+                graded = accept(ray.get(finished), module, task.source)
+            except ray.exceptions.RayActorError as error:  # the worker died, and with it its tasks
+                pool.replace(task.worker)
+                if task.attempts < ATTEMPTS:
+                    waiting.append(task)
+                    continue
+                outcome.error = (f"Grader error: the grading worker died {task.attempts} times while grading this "
+                                 f"file ({type(error).__name__}); it has no grade. See the Ray logs of the node.")
+            except ray.exceptions.RayTaskError as error:
+                if isinstance(error.cause, UnsafeSandbox):
+                    raise error.cause from None
+                cause = error.cause if error.cause is not None else error
+                outcome.error = f"{type(cause).__name__}: {cause}"
+            except ValueError as error:
+                outcome.error = f"Grader error: a worker's result was refused: {error}"
+            else:
+                graded.record_path = keep(results_dir, module, graded.record, graded.log)
+                outcome.take(graded)
+            done(outcome)
+        return protections
+    finally:
+        if pool is not None:
+            pool.stop()
+        if started_here:
+            ray.shutdown()
