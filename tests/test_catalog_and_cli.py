@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatc
     assert "TODOs left: 15" in stub.stdout and "Next: complete TODO 1" in stub.stdout
     # how to run the file directly: the environment must be active for `python kernel.py`
     assert "`source .venv/bin/activate`" in stub.stdout and "`python kernel.py`" in stub.stdout
-    assert "0 of 12 output cases" in stub.stdout
+    assert re.search(r"0 of \d+ output cases", stub.stdout)  # more of them on a GPU
     solution = _grader("check", "missing-elements/01-vector-add", "--impl", "solutions")
     assert solution.returncode == 0, solution.stdout + solution.stderr
     assert "All public tests pass" in solution.stdout

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from grader.core.cases import _import_file
 from grader.core.catalog import Module
 
+# Why 16-bit rounding around tl.dot shows only in the interpreter: the GPU's fp32 tolerance is
+# looser because tl.dot computes fp32 in TF32 there.
+TF32_ROUNDING = ("On a GPU, tl.dot rounds fp32 operands to TF32 (10-bit mantissa, like fp16), so the GPU "
+                 "tolerance (5e-3) admits 16-bit rounding; the interpreter computes in fp32 and checks at 1e-4.")
+
 
 @dataclass(frozen=True)
 class Mistake:
@@ -23,6 +28,8 @@ class Mistake:
     cause: str  # regular expression the diagnosis must match (case-insensitive)
     # Why the interpreter cannot show this mistake, when only a GPU can (then only a GPU tests it).
     gpu_only: str = ""
+    # Why a GPU cannot show it, when only the interpreter can (then only the interpreter tests it).
+    interpreter_only: str = ""
 
     def apply(self, source: str) -> str:
         count = source.count(self.before)

@@ -1,14 +1,14 @@
 """Typical mistakes in matrix multiplication, planted into the reference by the course's suite."""
 
-from grader.authoring.mistakes import Mistake
+from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
 MISTAKES = [
     Mistake("fp32 operands rounded to fp16 before tl.dot",
             "acc = tl.dot(a, b, acc)", "acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)",
-            cause=r"16-bit"),
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
     Mistake("result rounded to fp16 before the store",
             "c = acc.to(c_ptr.dtype.element_ty)", "c = acc.to(tl.float16)",
-            cause=r"16-bit"),
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
     Mistake("both tile indices read from program-id axis 0",
             "pid_n = tl.program_id(axis=1)", "pid_n = tl.program_id(axis=0)",
             cause=r"program_id|grid"),

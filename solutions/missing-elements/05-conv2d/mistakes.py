@@ -1,12 +1,12 @@
 """Typical mistakes in conv2d, planted into the reference by the course's suite."""
 
-from grader.authoring.mistakes import Mistake
+from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
 MISTAKES = [
     Mistake("fp32 operands rounded to fp16 before tl.dot",
             "acc = tl.dot(x_tile, w_tile, acc)",
             "acc = tl.dot(x_tile.to(tl.float16), w_tile.to(tl.float16), acc)",
-            cause=r"16-bit"),
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
     Mistake("bias not added",
             "acc += bias[None, :].to(tl.float32)", "acc += 0.0 * bias[None, :].to(tl.float32)",
             cause=r"bias"),
@@ -20,5 +20,5 @@ MISTAKES = [
             cause=r"stride"),
     Mistake("output rounded to fp16 before the store",
             "out_tile = acc.to(out_ptr.dtype.element_ty)", "out_tile = acc.to(tl.float16)",
-            cause=r"16-bit"),
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
 ]
