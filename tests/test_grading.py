@@ -38,7 +38,7 @@ def _needs_nbgrader() -> None:
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 ASSIGNMENT = course.assignment_name(VECTOR_ADD)
 STUDENTS = ["complete", "partial", "stub", "torch-compute", "writes-files"]
-# CPU-time limits (see grader.grade.grading.Budget): far beyond what a correct call needs.
+# CPU-time limits (see grader.grade.budget.Budget): far beyond what a correct call needs.
 LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
 FULL_CORRECTNESS = course.POINTS["public"] + course.POINTS["hidden"]

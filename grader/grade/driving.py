@@ -1,0 +1,177 @@
+"""One sandboxed child of a grading, from start to exit: it holds the GPU's shared lease, imports
+the submission, gets its trials one at a time, each judged as it returns, and is stopped at its
+time limits; ``grader.grade.endings`` says what its ending means for the verdicts."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from grader.grade.budget import Budget, with_limits_hint
+from grader.grade.endings import after_exit, after_timeout
+from grader.grade.judging import Trial, Verdict, fetch, judge
+from grader.sandbox import wire
+from grader.sandbox.child import input_name, output_name
+from grader.sandbox.isolation import ChildEnded, SandboxError
+
+_EXIT_SECONDS = 30.0  # for a child to exit after its last case
+
+
+class Cancelled(Exception):
+    """The run is being stopped (Ctrl-C): leave without writing a record."""
+
+
+class ChildRun:
+    """One child of ``grading`` (a ``grader.grade.grading.Grading``) running ``trials``, while the
+    grading's CPU seconds stay below ``until``; its verdicts go to ``grading``."""
+
+    def __init__(self, grading, trials: list[Trial], until: float):
+        self.grading, self.trials, self.until = grading, trials, until
+        self.step_started = 0.0  # when the child's current step (start, import) began
+        self.exiting_since: float | None = None  # when the child was told its orders are done
+        self.child_cpu = 0.0  # the child's CPU seconds, as last seen
+
+    def run(self) -> None:
+        """Import the submission, then run the trials one by one, handing each its inputs only
+        when it starts."""
+        grading, trials = self.grading, self.trials
+        waiting = time.monotonic()
+        with grading.lease.shared():
+            waited = time.monotonic() - waiting
+            grading.profile.add("waiting", waited)
+            grading.wall_end += waited  # a busy GPU is no reason to stop a submission's cases
+            self.step_started, self.exiting_since = time.monotonic(), None
+            child = grading.start_child(len(trials))
+            grading.children += 1
+            alone = " alone, after a crash" if trials[0].id in grading.unconfirmed else ""
+            try:
+                protections = grading.sandbox.wait_sandbox(child)
+                grading.protections = grading.protections or protections
+                self._drive(child, list(trials))
+            finally:
+                if self.exiting_since is not None:
+                    grading.profile.add("exits", time.monotonic() - self.exiting_since)
+                grading.cpu_spent += self.child_cpu
+                grading.log.append(f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
+                                   f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
+                                   + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
+                                      "(forged or garbled)" if child.ignored_lines else ""))
+                child.close()
+
+    def _cpu(self, child) -> float:
+        """The running child's CPU seconds, kept as last seen: a dead process has no /proc entry."""
+        self.child_cpu = max(self.child_cpu, child.cpu_seconds())
+        return self.child_cpu
+
+    def _limit(self, child, seconds: float) -> Budget:
+        """``seconds`` of CPU time for the child's next step, or what is left of the budget."""
+        grading = self.grading
+        return Budget(lambda: self._cpu(child), seconds, grading.limits.wall_factor,
+                      self.until - grading.cpu_spent - self._cpu(child), grading.wall_end)
+
+    def _drive(self, child, queue: list[Trial]) -> None:
+        """Follow the child's events: hand over the next trial each time it is ready, judge each
+        call, stop it at the time limits, and once its orders are done, see it exit: its
+        verdicts count only if no crash follows them."""
+        grading, limits = self.grading, self.grading.limits
+        judged: dict[int, Verdict] = {}
+        phase, current, started_at = "starting", None, 0.0
+        # The import has its own limit whatever the budget: Grading.run starts a child only where
+        # the budget pays for one, and an import that cannot finish is the file's fault.
+        budget = Budget(lambda: self._cpu(child), limits.startup_seconds, limits.wall_factor)
+        while True:
+            if grading.stop.is_set():
+                raise Cancelled()
+            try:
+                event = child.next_event(time.monotonic() + 1.0)
+            except ChildEnded as ended:
+                after_exit(grading, child, phase, current, ended, judged)
+                return
+            if event is None:
+                if not budget.spent():
+                    continue
+                child.kill()
+                after_timeout(grading, child, phase, current, budget, judged)
+                return
+            kind = event.get("event")
+            if kind == "sandbox_error":  # the boot step could not start Python: our problem
+                raise SandboxError(f"{event.get('message')}\n{child.log_tail()}")
+            if kind == "started" and phase == "starting":
+                phase = "importing"
+                self._profile_started(event)
+            elif kind == "load_error":
+                grading.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
+                return
+            elif (kind == "loaded" and phase == "importing") or \
+                    (kind == "done" and current is not None and event.get("trial") == current.id):
+                if kind == "done":
+                    grading.profile.add("cases", time.monotonic() - started_at)
+                    grading.profile.add("compiling", _number(event.get("compile_seconds")))
+                    grading.profile.add("autotuning", _number(event.get("autotune_seconds")))
+                    with grading.profile.step("judging"):
+                        judged[current.id] = _judge(grading, child, current, event,
+                                                    time.monotonic() - started_at, judged)
+                else:
+                    grading.import_cpu = max(grading.import_cpu, self._cpu(child))
+                    grading.profile.add("learner import", time.monotonic() - self.step_started)
+                budget = self._limit(child, limits.case_seconds)
+                if not queue:
+                    self.exiting_since = time.monotonic()
+                    child.end_orders()
+                    phase, current = "finishing", None
+                    continue
+                current = queue.pop(0)
+                phase, started_at = "calling", time.monotonic()
+                try:
+                    args, kwargs = grading.inputs[current.id]
+                    child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
+                    child.order({"trial": current.id}, time.monotonic() + 30)
+                except ChildEnded as ended:
+                    after_exit(grading, child, phase, current, ended, judged)
+                    return
+                except OSError as error:  # e.g. a file the learner's code left under that name
+                    grading.verdicts.update(judged)
+                    grading.verdicts[current.id] = Verdict(False, "error", (
+                        f"The grader could not hand {grading.api}() its inputs ({os.strerror(error.errno or 0)}): "
+                        "kernel.py must not create files in its working folder."))
+                    return
+            elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already
+                grading.log.append(f"child restarted: {event.get('reason')}")
+                grading.verdicts.update(judged)
+                return
+            elif kind == "finished":
+                # An exit that takes longer is stopped, and counts as clean: no crash was seen.
+                phase, budget = "exiting", Budget(lambda: self._cpu(child), _EXIT_SECONDS, 1.0)
+
+    def _profile_started(self, event: dict) -> None:
+        """The child is up: its own imports (as it reports them) and the sandbox's start before."""
+        now = time.monotonic()
+        imports = min(_number(event.get("imports_seconds")), now - self.step_started)
+        self.grading.profile.add("imports", imports)
+        self.grading.profile.add("sandbox", now - self.step_started - imports)
+        self.step_started = now
+
+
+def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]) -> Verdict:
+    """The verdict on ``trial``'s call, which the child reported ``done``; ``judged``: the
+    verdicts of this child's earlier calls."""
+    case = grading.plan.cases[trial.case_index][0]
+    args, kwargs = grading.inputs[trial.id]
+    earlier = ()
+    if trial.repeat:  # the first call's outputs, from this child or an earlier one
+        first = next(t for t in grading.plan.trials if t.case_index == trial.case_index and not t.repeat)
+        found = judged.get(first.id) or grading.verdicts.get(first.id) or grading.unconfirmed.get(first.id)
+        earlier = found.outputs if found else ()
+    verdict = judge(grading.plan.spec, case, args, kwargs, done,
+                    lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
+                    grading.on, earlier, grading.own_kernels)
+    child.discard(output_name(trial.id))
+    if not verdict.seconds:  # the child's own clock, taken before the learner's import
+        verdict.seconds = wall_seconds
+    grading.traced = grading.traced or isinstance(done.get("kernels"), list)
+    return verdict
+
+
+def _number(value) -> float:
+    """A duration a child reported, or 0 for anything that is not a plain non-negative number."""
+    return float(value) if type(value) in (int, float) and 0 <= value < 1e6 else 0.0
