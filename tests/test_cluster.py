@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,22 @@ def test_the_command_grades_on_the_cluster_as_the_local_pool_does(address, examp
                     for record in mine.values())
     assert passed[0] == 0 and passed[1] > 0  # the stub and the complete submission
     assert (results / "students.json").is_file() and list((results / "logs").rglob("*.log"))
+
+
+def test_a_stopped_run_on_the_cluster_ends_like_ctrl_c(address, examples, tmp_path):
+    """SIGTERM (a scheduler's stop) ends the driver cleanly even though Ray handles signals too."""
+    results = tmp_path / "results"
+    process = subprocess.Popen([sys.executable, "-m", "grader", "run", str(examples), "--results", str(results),
+                                "--module", VECTOR_ADD.id, "--ray", address], cwd=REPO_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "run phase" in process.stderr.readline()  # the run has started
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stdout + stderr
+    assert "Stopped. Records written so far are kept" in stdout and "SIGTERM received" not in stderr
 
 
 def test_a_worker_that_dies_is_replaced_and_its_task_tried_once_more(address, examples, tmp_path):

@@ -156,6 +156,20 @@ def test_every_student_is_graded_by_nbgrader(graded):
         assert set(row.scores) == {"public", "hidden", "performance"}, row.student
 
 
+def test_the_summary_counts_what_every_phase_did(graded):
+    from grader.grade.phases import table
+
+    n = len(STUDENTS)  # five different files, of one module
+    counts = {r.name: (r.done, r.total, r.unit) for r in graded.grading.phases}
+    assert counts == {"generate assignments": (None, None, ""), "collect": (n, n, "submissions"),
+                      "run phase": (n, n, "gradings"), "place notebooks": (None, None, ""),
+                      "autograde": (n, n, "notebooks"), "feedback": (n, n, "feedback pages"),
+                      "export": (n, n, "grades")}
+    assert list(graded.grading.seconds) == list(counts)  # report.md's timings
+    assert all(r.seconds is not None and r.seconds >= 0 for r in graded.grading.phases)
+    assert f"autograde             {n}/{n} notebooks" in table(graded.grading.phases)
+
+
 def test_complete_scores_full_correctness_and_performance_is_not_graded_on_cpu(graded):
     row = graded.rows["complete"]
     assert row.scores["public"] + row.scores["hidden"] == FULL_CORRECTNESS
@@ -280,6 +294,9 @@ def test_regrading_gives_the_same_result_without_running_anything(graded, monkey
     again = grading.grade(graded.source, graded.course_dir, graded.out, [VECTOR_ADD], graded.options(),
                           progress=False)
     assert again.children_started == 0 and again.autograded == 0
+    reused = {r.name: (r.done, r.tags, r.seconds is None) for r in again.phases}
+    assert reused["run phase"] == (len(STUDENTS), {"reused": len(STUDENTS)}, False)
+    assert reused["autograde"] == reused["feedback"] == reused["export"] == (0, {}, True)  # skipped
     assert {r.student: r.scores for r in again.rows} == {r.student: r.scores for r in graded.grading.rows}
     assert autograded.stat().st_mtime_ns == mtime
 
@@ -292,6 +309,10 @@ def test_the_cli_regrades_and_prints_the_table(graded):
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "torch-compute" in result.stdout and "computed with PyTorch" in result.stdout
+    summary = result.stdout[result.stdout.index("\nphase "):]  # after the grades table
+    assert f"run phase             {len(STUDENTS)}/{len(STUDENTS)} gradings ({len(STUDENTS)} reused)" in summary
+    assert "autograde             nothing changed" in summary and "\ntotal " in summary
+    assert "\r" not in result.stderr and "run phase: " in result.stderr  # plain lines, not a bar
     assert "Nothing changed since the last run" in (graded.out / "report.md").read_text()
 
 

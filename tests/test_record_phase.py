@@ -25,6 +25,7 @@ from grader.authoring import example_submissions
 from grader.core import device
 from grader.core.catalog import find_module
 from grader.grade import collect, course, pipeline, record, report, runphase
+from grader.grade.phases import Phases
 from grader.sandbox.isolation import GiB, Limits
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
@@ -65,7 +66,7 @@ def _record_phase(course_dir: Path, rows: list, shared: bool) -> Run:
     """The pipeline's record phase on a course whose notebooks are in place, as ``grade`` runs it."""
     out = course_dir.parent / "grades"
     rows = [dataclasses.replace(row, scores={}, feedback=None) for row in rows]
-    errors = pipeline._record_phase(course_dir, out, rows, [ASSIGNMENT], pipeline._Steps(False),
+    errors = pipeline._record_phase(course_dir, out, rows, [ASSIGNMENT], Phases(enabled=False),
                                     shared_kernel=shared)
     pipeline._read_gradebook(course_dir, rows)
     grading = pipeline.Grading(rows=rows, course_dir=course_dir, out=out, protections={}, seconds={},

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import tempfile
 import threading
 from dataclasses import dataclass, field, replace
@@ -94,15 +95,23 @@ def connect(address: str) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+    # Ray's core installs its own handler of SIGTERM, which dumps a stack trace and kills the
+    # process: a scheduler's stop must still end the run as Ctrl-C does (records kept).
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        ray.init(address=address or "auto", **quiet)
-        return False
-    except ConnectionError as error:
-        if address:
-            raise ClusterError(f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
-                               "--head` on its head node) or check the address, and try again.") from None
-    ray.init(**quiet)
-    return True
+        try:
+            ray.init(address=address or "auto", **quiet)
+            return False
+        except ConnectionError as error:
+            if address:
+                raise ClusterError(f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
+                                   "--head` on its head node) or check the address, and try again.") from None
+        ray.init(**quiet)
+        return True
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(sig, handler)
 
 
 @dataclass
@@ -212,7 +221,11 @@ def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, o
         while waiting or pool.running:
             while waiting and pool.has_room():
                 pool.submit(waiting.pop())
-            [finished], _ = ray.wait(list(pool.running), num_returns=1)
+            # A bounded wait, so that Ctrl-C or a scheduler's stop is handled within a second.
+            ready, _ = ray.wait(list(pool.running), num_returns=1, timeout=1.0)
+            if not ready:
+                continue
+            finished = ready[0]
             task = pool.running.pop(finished)
             outcome, module = jobs[task.key], jobs[task.key].submissions[0].module
             try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grader.grade import course
 from grader.core.catalog import Module
+from grader.grade.phases import Bar, quiet_bar
 from grader.grade.store import MAX_SOURCE_BYTES, find_submissions
 
 KEPT = ("kernel.py", "timestamp.txt")  # and the assignment's notebook, in submitted/<student>/<assignment>/
@@ -44,14 +45,19 @@ def submitted_dir(course_dir: Path, student: str, assignment: str) -> Path:
     return Path(course_dir) / "submitted" / student / assignment
 
 
-def collect(source: Path, course_dir: Path, modules: list[Module] | None = None) -> Collected:
-    """Copy the submissions in ``source`` (a folder or a zip) into the course's submitted/."""
-    source = Path(source)
+def collect(source: Path, course_dir: Path, modules: list[Module] | None = None, bar: Bar | None = None) -> Collected:
+    """Copy the submissions in ``source`` (a folder or a zip) into the course's submitted/;
+    ``bar`` counts them (a refused one tagged as such)."""
+    source, bar = Path(source), bar or quiet_bar()
     assignments = course.modules_by_assignment(modules)
     if source.is_file() and zipfile.is_zipfile(source):
-        return _collect_zip(source, Path(course_dir), list(assignments))
+        collected = _collect_zip(source, Path(course_dir), list(assignments))
+        bar.total = len(collected.submissions) + len(collected.refused)
+        bar.advance(len(collected.submissions))
+        bar.advance(len(collected.refused), tag="refused")
+        return collected
     if source.is_dir():
-        return _collect_folder(source, Path(course_dir), list(assignments.values()))
+        return _collect_folder(source, Path(course_dir), list(assignments.values()), bar)
     raise CollectError(f"{source} is neither a folder of submissions nor a zip file. Give a folder of "
                        "<student>/<track>/<slug>/kernel.py (or <student>/<track>-<slug>/kernel.py), "
                        "or an LMS zip of <student>_<track>-<slug>_kernel.py files.")
@@ -66,13 +72,16 @@ def _refusal(path: Path) -> str | None:
     return None
 
 
-def _collect_folder(source: Path, course_dir: Path, modules: list[Module]) -> Collected:
+def _collect_folder(source: Path, course_dir: Path, modules: list[Module], bar: Bar) -> Collected:
     collected = Collected()
-    for submission in find_submissions(source, modules):
+    found = find_submissions(source, modules)
+    bar.total = len(found)
+    for submission in found:
         assignment = course.assignment_name(submission.module)
         why = _refusal(submission.path)
         if why:
             collected.refused.append((submission.student, assignment, why))
+            bar.advance(tag="refused")
             continue
         folder = submitted_dir(course_dir, submission.student, assignment)
         folder.mkdir(parents=True, exist_ok=True)
@@ -81,6 +90,7 @@ def _collect_folder(source: Path, course_dir: Path, modules: list[Module]) -> Co
             target.unlink(missing_ok=True)
             shutil.copyfile(submission.path, target)
         collected.submissions.append((submission.student, assignment))
+        bar.advance(note=f"{submission.student} {assignment}")
     _keep_only_submissions(course_dir)
     return collected
 

@@ -54,7 +54,7 @@ def cmd_collect(args) -> int:
 
 def cmd_grade(args) -> int:
     from grader.core import device
-    from grader.grade import pipeline as grading, report, runphase
+    from grader.grade import phases, pipeline as grading, report, runphase
 
     from grader.sandbox.isolation import Limits
 
@@ -71,6 +71,7 @@ def cmd_grade(args) -> int:
     result = grading.grade(source, Path(args.course), Path(args.out), _modules(args.module), options)
     print()
     print(report.table(result))
+    print(f"\n{phases.table(result.phases)}")
     print(f"\nWrote {result.out / 'grades.csv'}, {result.out / 'report.md'} and feedback under "
           f"{result.course_dir / 'feedback'}.")
     if args.profile:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from grader.core.catalog import REPO_ROOT, Module, available_modules
 from grader.core.markers import stub_for
@@ -233,21 +235,88 @@ def shared_kernel_arguments() -> list[str]:
     return [f"--Autograde.autograde_preprocessors={step}" for step in steps]
 
 
-def nbgrader(course_dir: Path, command: str, *args: str, check: bool = True) -> bool:
+# What nbgrader (0.9.6) logs as it converts each notebook of a submission, e.g. for autograde:
+#   [AutogradeApp | INFO] Autograding /course/autograded/ada/<assignment>/<assignment>.ipynb
+#   [AutogradeApp | INFO] Converting notebook /course/autograded/ada/<assignment>/<assignment>.ipynb
+#   [AutogradeApp | INFO] Writing 9965 bytes to /course/autograded/ada/<assignment>/<assignment>.ipynb
+#   [AutogradeApp | INFO] Setting destination file permissions to 444
+# (converters/autograde.py and converters/base.py): an item starts at the first line's pattern
+# and ends at the permissions line, which closes each submission. For generate_feedback an item
+# starts at "Converting notebook" (autograde logs that line twice per notebook, hence its own).
+ITEM_STARTS = {"autograde": re.compile(r"\bAutograding \S"),
+               "generate_feedback": re.compile(r"\bConverting notebook \S")}
+ITEM_ENDS = re.compile(r"\bSetting destination file permissions\b")
+
+
+class ItemLines:
+    """Counts the items (notebooks) an nbgrader command finishes, from its log lines: call it
+    with each line, then ``end()`` when the command has ended. An item that starts before the
+    last one's end line (a failed one, or a line this nbgrader words otherwise) ends the last
+    one; ``end()`` ends the one still open. Unknown lines change nothing."""
+
+    def __init__(self, command: str, on_item: Callable[[], None]):
+        self.start, self.on_item, self.open = ITEM_STARTS.get(command), on_item, False
+
+    def __call__(self, line: str) -> None:
+        if self.start is None:
+            return
+        if self.start.search(line):
+            self.end()
+            self.open = True
+        elif self.open and ITEM_ENDS.search(line):
+            self.end()
+
+    def end(self) -> None:
+        if self.open:
+            self.open = False
+            self.on_item()
+
+
+def nbgrader(course_dir: Path, command: str, *args: str, check: bool = True,
+             on_item: Callable[[], None] | None = None) -> bool:
     """Run ``nbgrader <command> <args>`` in the course folder, its output appended to
-    ``logs/nbgrader-<command>.log``; return whether it succeeded.
+    ``logs/nbgrader-<command>.log``; return whether it succeeded. ``on_item`` is called as each
+    notebook ends, as far as the log says (``ItemLines``: autograde and generate_feedback).
 
     With ``check``, a failure raises NbgraderError naming the log."""
     _require_nbgrader()
     course_dir = Path(course_dir).resolve()
     log = course_dir / "logs" / f"nbgrader-{command}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    items = ItemLines(command, on_item or (lambda: None))
     with open(log, "a") as handle:
         handle.write(f"\n$ nbgrader {command} {' '.join(args)}\n")
         handle.flush()
-        result = subprocess.run([sys.executable, "-m", "nbgrader", command, *args], cwd=course_dir,
-                                env=environment(course_dir), stdin=subprocess.DEVNULL, stdout=handle,
-                                stderr=subprocess.STDOUT)
-    if result.returncode != 0 and check:
-        raise NbgraderError(NBGRADER_FAILED.format(command=command, code=result.returncode, log=log))
-    return result.returncode == 0
+        with open(log, "rb") as reader, subprocess.Popen(
+                [sys.executable, "-m", "nbgrader", command, *args], cwd=course_dir, env=environment(course_dir),
+                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT) as process:
+            # The log is read as it grows (not a pipe, which a kernel nbgrader started could keep open).
+            reader.seek(handle.tell())
+            try:
+                _follow(process, reader, items)
+            except BaseException:
+                process.kill()
+                raise
+    items.end()
+    if process.returncode != 0 and check:
+        raise NbgraderError(NBGRADER_FAILED.format(command=command, code=process.returncode, log=log))
+    return process.returncode == 0
+
+
+def _follow(process: subprocess.Popen, reader, on_line: Callable[[str], None], poll: float = 0.2) -> None:
+    """Hand each line written to ``reader``'s file to ``on_line`` until ``process`` has ended."""
+    pending = b""
+    while True:
+        try:
+            process.wait(timeout=poll)
+            ended = True
+        except subprocess.TimeoutExpired:
+            ended = False
+        pending += reader.read()
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            on_line(line.decode("utf-8", "replace"))
+        if ended:
+            if pending:
+                on_line(pending.decode("utf-8", "replace"))
+            return

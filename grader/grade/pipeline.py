@@ -14,16 +14,16 @@ With no source, the example submissions (``grader.authoring.example_submissions`
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import json
 import shutil
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.grade import collect, course, report, runphase
+from grader.grade.phases import Phases, Result
 from grader.authoring import example_submissions
 from grader.core.catalog import REPO_ROOT, Module
 
@@ -62,22 +62,7 @@ class Grading:
     grader_errors: list[str] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)  # not collected: (student, assignment, why)
     profile: str = ""  # the run phase's --profile table
-
-
-class _Steps:
-    def __init__(self, progress: bool):
-        self.seconds: dict[str, float] = {}
-        self.progress = progress
-
-    @contextmanager
-    def __call__(self, name: str):
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 2)
-            if self.progress:
-                print(f"  {name}: {self.seconds[name]:.1f} s", flush=True)
+    phases: list[Result] = field(default_factory=list)  # what each phase did, for phases.table
 
 
 def assemble_examples(modules: list[Module] | None = None) -> Path:
@@ -92,57 +77,73 @@ def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_D
           progress: bool = True) -> Grading:
     """Grade every submission in ``source`` (default: the examples) and write the outputs."""
     course_dir, out = Path(course_dir).resolve(), Path(out).resolve()
-    steps = _Steps(progress)
+    phases = Phases(progress)
     if source is None:
-        with steps("assemble examples"):
+        with phases.phase("assemble examples"):
             source = assemble_examples(modules)
-    with steps("generate assignments"):
+    with phases.phase("generate assignments"):
         assignments = course.generate_assignments(course_dir, modules)
-    with steps("collect"):
-        collected = collect.collect(Path(source), course_dir, modules)
+    with phases.phase("collect", unit="submissions") as bar:
+        collected = collect.collect(Path(source), course_dir, modules, bar)
     options = options or runphase.Options()
     # The child must not see the course: the gradebook, the results, the other submissions.
     options = dataclasses.replace(options, hide=(*options.hide, course_dir))
     graded_modules = list(course.modules_by_assignment(modules).values())
-    with steps("run phase"):
-        summary = runphase.run(course_dir / "submitted", course.results_dir(course_dir), graded_modules,
-                               options, progress=progress)
+    summary = runphase.run(course_dir / "submitted", course.results_dir(course_dir), graded_modules,
+                           options, progress=phases)
     rows = _rows(course_dir, assignments, summary, collected)
-    with steps("place notebooks"):
+    with phases.phase("place notebooks"):
         stale = _place_notebooks(course_dir, rows)
     # One nbgrader command for the whole course; one per assignment when only some are graded.
     targets = ["*"] if modules is None else sorted({row.assignment for row in stale})
-    grader_errors = _record_phase(course_dir, out, stale, targets, steps)
+    grader_errors = _record_phase(course_dir, out, stale, targets, phases)
     _read_gradebook(course_dir, rows)
-    grading = Grading(rows, course_dir, out, summary.protections, steps.seconds, summary.children_started,
-                      len(stale), grader_errors, collected.refused, summary.profile_table())
+    grading = Grading(rows, course_dir, out, summary.protections, phases.seconds, summary.children_started,
+                      len(stale), grader_errors, collected.refused, summary.profile_table(), phases.results)
     report.write(grading)
     return grading
 
 
-def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], steps: _Steps,
+def _output(course_dir: Path, folder: str, row: Row, suffix: str) -> Path:
+    """The notebook (``.ipynb``) or page (``.html``) nbgrader writes for ``row`` in ``folder``."""
+    return course_dir / folder / row.student / row.assignment / f"{row.assignment}{suffix}"
+
+
+def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], phases: Phases,
                   shared_kernel: bool | None = None) -> list[str]:
     """nbgrader autograde, generate_feedback and export, where anything changed; return the
     grader errors found in the autograded notebooks.
 
     With ``shared_kernel`` (default: ``SHARED_KERNEL``), each autograde command runs all its
     notebooks in one notebook kernel (``grader.grade.autograde``) instead of one kernel each:
-    the same outputs, grades and feedback, in a fraction of the time."""
+    the same outputs, grades and feedback, in a fraction of the time.
+
+    Each step's bar follows nbgrader's log as it runs; its count is then what nbgrader wrote."""
     grader_errors: list[str] = []
+    export = out / "nbgrader-grades.csv"
     if stale:
         shared = SHARED_KERNEL if shared_kernel is None else shared_kernel
         arguments = course.shared_kernel_arguments() if shared else []
-        with steps("autograde"):
+        with phases.phase("autograde", len(stale), "notebooks") as bar:
             for target in targets:
-                course.nbgrader(course_dir, "autograde", target, *arguments, check=False)
+                course.nbgrader(course_dir, "autograde", target, *arguments, check=False, on_item=bar.advance)
+            bar.finish(sum(_output(course_dir, "autograded", row, ".ipynb").is_file() for row in stale))
         grader_errors = _scrub_errors(course_dir, stale)
-    if stale or not (out / "nbgrader-grades.csv").is_file():
-        with steps("feedback"):
+    else:
+        phases.skip("autograde", "notebooks", "nothing changed")
+    if stale or not export.is_file():
+        with phases.phase("feedback", len(stale), "feedback pages") as bar:
             for target in targets:
-                course.nbgrader(course_dir, "generate_feedback", target, check=False)
-        with steps("export"):
+                course.nbgrader(course_dir, "generate_feedback", target, check=False, on_item=bar.advance)
+            bar.finish(sum(_output(course_dir, "feedback", row, ".html").is_file() for row in stale))
+        with phases.phase("export", unit="grades") as bar:
             out.mkdir(parents=True, exist_ok=True)
-            course.nbgrader(course_dir, "export", f"--to={out / 'nbgrader-grades.csv'}")
+            course.nbgrader(course_dir, "export", f"--to={export}")
+            with open(export, newline="") as handle:  # a row per student and assignment, after a header
+                bar.finish(max(0, sum(1 for _ in csv.reader(handle)) - 1))
+    else:
+        phases.skip("feedback", "feedback pages", "nothing changed")
+        phases.skip("export", "grades", "nothing changed")
     return grader_errors
 
 
@@ -200,7 +201,7 @@ def _scrub_errors(course_dir: Path, rows: list[Row]) -> list[str]:
 
     found = []
     for row in rows:
-        path = course_dir / "autograded" / row.student / row.assignment / f"{row.assignment}.ipynb"
+        path = _output(course_dir, "autograded", row, ".ipynb")
         if not path.is_file():
             found.append(f"{row.student} {row.assignment}: nbgrader did not autograde it "
                          f"(see {course_dir / 'logs' / 'nbgrader-autograde.log'})")
@@ -232,5 +233,5 @@ def _read_gradebook(course_dir: Path, rows: list[Row]) -> None:
             except MissingEntry:
                 continue
             row.scores = {grade.name: float(grade.score) for grade in notebook.grades}
-            feedback = course_dir / "feedback" / row.student / row.assignment / f"{row.assignment}.html"
+            feedback = _output(course_dir, "feedback", row, ".html")
             row.feedback = feedback if feedback.is_file() else None

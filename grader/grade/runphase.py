@@ -24,6 +24,7 @@ from grader.core import device
 from grader.core.catalog import Module, available_modules
 from grader.grade import profile
 from grader.grade.grading import Cancelled, Graded, Options, grade_one
+from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
 from grader.grade.store import (Submission, existing_record, find_submissions, keep, read_source,
                                 remove_stale_temporaries, sha256, update_index)
@@ -113,34 +114,19 @@ def grade_submission(module: Module, kernel_file: Path, results_dir: Path, optio
             sandbox.close()
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, unit="submission", file=sys.stderr)
-            except ImportError:
-                pass
-
-    def step(self, text: str) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.set_postfix_str(text[:60], refresh=False)
-            self.bar.update(1)
-        elif self.enabled:
-            print(f"[{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None = None,
-        options: Options | None = None, progress: bool = True) -> RunSummary:
-    """Grade every submission under ``submissions_root``; records go to ``results_dir``."""
-    options = options or Options()
+        options: Options | None = None, progress: bool | Phases = True) -> RunSummary:
+    """Grade every submission under ``submissions_root``; records go to ``results_dir``.
+
+    ``progress``: show the run phase's bar (one grading per distinct file), or add it to these
+    ``Phases`` (``python -m grader grade`` shows them all)."""
+    phases = progress if isinstance(progress, Phases) else Phases(enabled=progress)
+    with phases.phase("run phase", unit="gradings") as bar:
+        return _run(submissions_root, results_dir, modules, options or Options(), bar)
+
+
+def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None, options: Options,
+         progress_bar: Bar) -> RunSummary:
     submissions_root, results_dir = Path(submissions_root).resolve(), Path(results_dir).resolve()
     modules = [m for m in (modules or available_modules()) if m.api]
     found = find_submissions(submissions_root, modules)
@@ -164,13 +150,13 @@ def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None 
 
     results_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(results_dir)
-    progress_bar = _Progress(len(jobs), progress)
+    progress_bar.total = len(jobs)
     pending = []
     for key, outcome in jobs.items():  # records of earlier runs: no process needed
         outcome.record, outcome.record_path = existing_record(outcome.submissions[0].module, sources[key], results_dir)
         if outcome.record is not None:
             outcome.reused = True
-            progress_bar.step(_status(outcome))
+            progress_bar.advance(note=_status(outcome), tag="reused")
         else:
             pending.append(key)
 
@@ -179,7 +165,6 @@ def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None 
         if pending:
             protections = _grade_pending(pending, jobs, sources, results_dir, submissions_root, options, progress_bar)
     finally:
-        progress_bar.close()
         update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
     return RunSummary(outcomes, results_dir, protections)
 
@@ -212,12 +197,12 @@ def _status(outcome: Outcome) -> str:
 
 
 def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, submissions_root: Path,
-                   options: Options, progress_bar: _Progress) -> dict:
+                   options: Options, progress_bar: Bar) -> dict:
     """Grade the jobs without a record, in parallel; return the sandbox's protections."""
     secret = secrets.randbits(48)
 
     def done(outcome: Outcome) -> None:
-        progress_bar.step(_status(outcome))
+        progress_bar.advance(note=_status(outcome))
         _log_profile(results_dir, outcome)
 
     if options.ray is not None:
