@@ -7,12 +7,16 @@ About a minute and a half on 2 CPU cores. Nothing here depends on how long anyth
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -64,12 +68,23 @@ def _records(results: Path) -> dict:
     return records
 
 
+@dataclasses.dataclass
+class Local:
+    results: Path
+    summary: runphase.RunSummary
+    said: str  # what the run printed on stderr
+
+
 @pytest.fixture(scope="module")
-def local(examples, tmp_path_factory) -> Path:
-    """The same submissions graded by the local pool: what the cluster must agree with."""
+def local(examples, tmp_path_factory) -> Local:
+    """The same submissions graded by the local pool, what the cluster must agree with: asked
+    for Ray where Ray is missing."""
     results = tmp_path_factory.mktemp("local") / "results"
-    runphase.run(examples, results, [VECTOR_ADD], Options(workers=2, limits=LIMITS), progress=False)
-    return results
+    said = io.StringIO()
+    with mock.patch.object(cluster, "available", lambda: False), contextlib.redirect_stderr(said):
+        summary = runphase.run(examples, results, [VECTOR_ADD], Options(workers=2, limits=LIMITS, ray=""),
+                               progress=False)
+    return Local(results, summary, said.getvalue())
 
 
 def _jobs(examples: Path) -> tuple[list, dict, dict]:
@@ -103,7 +118,7 @@ def test_the_command_grades_on_the_cluster_as_the_local_pool_does(address, examp
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 submission(s) graded" in done.stdout and "NOT GRADED" not in done.stdout
-    mine, theirs = _records(results), _records(local)
+    mine, theirs = _records(results), _records(local.results)
     assert len(mine) == 2 and mine == theirs
     passed = sorted(record["totals"]["public"]["passed"] + record["totals"]["hidden"]["passed"]
                     for record in mine.values())
@@ -200,11 +215,7 @@ def test_accept_checks_every_part_of_an_answer(spoil, words):
         cluster.accept(answer, VECTOR_ADD, source)
 
 
-def test_without_ray_the_local_pool_grades_and_says_how_to_enable_it(examples, local, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cluster, "available", lambda: False)
-    results = tmp_path / "results"
-    summary = runphase.run(examples, results, [VECTOR_ADD], Options(workers=2, limits=LIMITS, ray=""),
-                           progress=False)
-    assert not summary.errors and summary.children_started > 0
-    assert "pip install -e '.[cluster]'" in capsys.readouterr().err
-    assert _records(results) == _records(local)
+def test_without_ray_the_local_pool_grades_and_says_how_to_enable_it(local):
+    assert not local.summary.errors and local.summary.children_started > 0
+    assert "pip install -e '.[cluster]'" in local.said and "grades on this machine" in local.said.replace("\n", " ")
+    assert len(_records(local.results)) == 2
