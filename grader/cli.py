@@ -21,7 +21,7 @@ def _module_or_next(name: str | None):
     if module is None:
         print("Every available module is done. Congratulations! See `make progress`.")
         sys.exit(0)
-    print(f"(No module given: checking your next unfinished one.)\n")
+    print("(No module given: checking your next unfinished one.)\n")
     return module
 
 
