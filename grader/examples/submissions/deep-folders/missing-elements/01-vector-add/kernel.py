@@ -1,6 +1,6 @@
 """Example "deep-folders": leaves a folder chain 3000 levels deep in its working folder.
 
-Attack: the student read grader/sandbox/isolation.py and saw that the parent watches the child's working
+Attack: the student read grader/sandbox/process.py and saw that the parent watches the child's working
 folder with ``os.walk`` (a disk quota, every second) and deletes it with ``shutil.rmtree`` when
 the child is done, both in the parent process, both recursive in Python (3.11). At import time
 this file builds ``d/d/d/...`` 3000 levels deep: one ``os.mkdir`` and ``os.chdir`` per level,
