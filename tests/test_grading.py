@@ -78,7 +78,7 @@ class Graded:
         unsafe = self.protections.get("processes", "").startswith("not limited")
         # The gate would refuse writes-files before it runs; these tests are about what lies
         # behind it (the sandbox keeps the gradebook out of reach) and about the record phase.
-        return runphase.Options(workers=2, limits=LIMITS, allow_unsafe=unsafe, policy_gate=False)
+        return runphase.Options(limits=LIMITS, allow_unsafe=unsafe, policy_gate=False)
 
     def feedback(self, student: str) -> str:
         return (self.course_dir / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()

@@ -87,7 +87,7 @@ def both(tmp_path_factory) -> tuple[Run, Run]:
     assignments = course.generate_assignments(serial_course, [VECTOR_ADD])
     collected = collect.collect(tmp / "examples", serial_course, [VECTOR_ADD])
     # These three files are the course's own or harmless: no need for the sandbox's process limit.
-    options = runphase.Options(workers=2, limits=LIMITS, allow_unsafe=True, hide=(serial_course,))
+    options = runphase.Options(limits=LIMITS, allow_unsafe=True, hide=(serial_course,))
     summary = runphase.run(serial_course / "submitted", course.results_dir(serial_course), [VECTOR_ADD], options,
                            progress=False)
     rows = pipeline._rows(serial_course, assignments, summary, collected)

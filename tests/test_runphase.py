@@ -141,7 +141,8 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     _set(root / "network" / kernel, "PORT", listener.getsockname()[1])
     before = _snapshot(root)
 
-    options = runphase.Options(workers=2, limits=LIMITS, policy_gate=False,
+    # The default workers, as a class is graded: min(4, CPUs), or 4 per GPU.
+    options = runphase.Options(limits=LIMITS, policy_gate=False,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     connections = []
@@ -376,7 +377,7 @@ def crashing(tmp_path_factory, platform_protections) -> Graded:
         folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
         folder.mkdir(parents=True)
         (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
-    options = runphase.Options(workers=2, limits=LIMITS, policy_gate=False,
+    options = runphase.Options(limits=LIMITS, policy_gate=False,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
@@ -654,7 +655,7 @@ def gated(tmp_path_factory, platform_protections) -> Graded:
     names = example_submissions.assemble(root, modules=[VECTOR_ADD])
     for name in ON_THEIR_OWN:
         shutil.rmtree(root / name)
-    options = runphase.Options(workers=2, limits=LIMITS,
+    options = runphase.Options(limits=LIMITS,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     names = [n for n in names if n not in ON_THEIR_OWN]
