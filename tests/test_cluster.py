@@ -142,38 +142,26 @@ def test_a_stopped_run_on_the_cluster_ends_like_ctrl_c(address, examples, tmp_pa
     assert "Stopped. Records written so far are kept" in stdout and "SIGTERM received" not in stderr
 
 
-def test_a_worker_that_dies_is_replaced_and_its_task_tried_once_more(address, examples, tmp_path):
+def test_a_dead_workers_task_is_tried_once_more_then_is_a_grader_error(address, examples, tmp_path):
+    """The complete submission's worker dies on its first try only: graded on the second. The
+    stub's worker dies every time: a grader error after two tries, and the run goes on."""
     marker, stub = tmp_path / "died-once", _stub(examples)
 
-    class DiesOnce(cluster.GradingWorker):
+    class Dies(cluster.GradingWorker):
         def grade(self, module_id, source):
-            if source != stub and not marker.exists():  # the complete submission's first try
-                marker.touch()
+            if source == stub or not marker.exists():
+                if source != stub:
+                    marker.touch()
                 os._exit(1)
             return super().grade(module_id, source)
 
     results = tmp_path / "results"
-    outcomes = _grade_with(DiesOnce, examples, results, address)
-    assert marker.exists()
-    assert all(o.error is None and o.record is not None for o in outcomes.values()), outcomes
-    assert outcomes["complete"].record["totals"]["public"]["passed"] > 0
-    assert outcomes["complete"].record_path.is_file()
-
-
-def test_a_task_whose_worker_dies_twice_is_a_grader_error_and_the_run_goes_on(address, examples, tmp_path):
-    stub = _stub(examples)
-
-    class DiesOnTheStub(cluster.GradingWorker):
-        def grade(self, module_id, source):
-            if source == stub:
-                os._exit(1)
-            return super().grade(module_id, source)
-
-    results = tmp_path / "results"
-    outcomes = _grade_with(DiesOnTheStub, examples, results, address)
+    outcomes = _grade_with(Dies, examples, results, address)
     stub, complete = outcomes["stub"], outcomes["complete"]
+    assert marker.exists()
+    assert complete.error is None and complete.record["totals"]["public"]["passed"] > 0
+    assert complete.record_path.is_file()
     assert stub.record is None and "died 2 times" in stub.error and "no grade" in stub.error
-    assert complete.error is None and complete.record_path.is_file()
     assert len(list((results / "records").rglob("*.json"))) == 1  # nothing written for the stub
 
 
