@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,12 +57,12 @@ class GradingWorker:
     """One process on a node of the cluster that grades tasks with its own sandbox (a Ray actor;
     see ``_worker_class``). Its methods run in Ray's threads, ``slots`` at a time."""
 
-    def __init__(self, options: Options, secret: int, slots: int):
+    def __init__(self, options: Options, secret: int, slots: int, results_dir: Path):
         from grader.grade import runphase  # the sandbox as the local pool makes it
 
         self.options, self.secret = options, secret
-        self.scratch = Path(tempfile.mkdtemp(prefix="grader-worker-"))
-        self.sandbox = runphase.make_sandbox(replace(options, workers=slots), self.scratch,
+        # Children never see the driver's results, where the driver and worker share a machine.
+        self.sandbox = runphase.make_sandbox(replace(options, workers=slots), results_dir,
                                              gpus=[0] if device.is_cuda() else None)
         self.stop = threading.Event()
 
@@ -76,9 +75,6 @@ class GradingWorker:
         graded = grade_one(find_module(module_id), source, self.sandbox, self.secret, self.options, self.stop)
         return {"record": graded.record, "log": graded.log, "children": graded.children,
                 "profile": dict(graded.profile.seconds), "total": graded.profile.total}
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 def _worker_class(ray, worker: type, slots: int):
@@ -131,11 +127,15 @@ class Pool:
     options: Options
     secret: int
     slots: int
+    results_dir: Path
     workers: list = field(default_factory=list)
     running: dict = field(default_factory=dict)  # Ray reference -> Task
 
+    def _new(self):
+        return self.actor.remote(self.options, self.secret, self.slots, self.results_dir)
+
     def start(self, count: int) -> dict:
-        self.workers = [self.actor.remote(self.options, self.secret, self.slots) for _ in range(count)]
+        self.workers = [self._new() for _ in range(count)]
         try:
             protections = self.ray.get([w.ready.remote() for w in self.workers])
         except self.ray.exceptions.RayTaskError as error:
@@ -148,7 +148,7 @@ class Pool:
         if dead in self.workers:
             self.workers.remove(dead)
             self.ray.kill(dead, no_restart=True)
-            self.workers.append(self.actor.remote(self.options, self.secret, self.slots))
+            self.workers.append(self._new())
 
     def submit(self, task: Task) -> None:
         busy = {id(w): 0 for w in self.workers}
@@ -214,7 +214,7 @@ def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, o
                                    "machine without --ray.")
         if options.workers:
             count = max(1, min(count, options.workers))
-        pool = Pool(ray, _worker_class(ray, worker, slots), options, secret, slots)
+        pool = Pool(ray, _worker_class(ray, worker, slots), options, secret, slots, results_dir)
         protections = pool.start(min(count, len(pending)))
         waiting = [Task(key, jobs[key].submissions[0].module.id, sources[key]) for key in pending]
         waiting.reverse()  # pop() from the end: in the order given

@@ -212,7 +212,7 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
             print(cluster.FALLBACK_NOTE, file=sys.stderr, flush=True)
             return _grade_pending(pending, jobs, sources, results_dir, submissions_root,
                                   replace(options, ray=None), progress_bar)
-        hidden = replace(options, hide=(*options.hide, results_dir, submissions_root))
+        hidden = replace(options, hide=(*options.hide, submissions_root))
         return cluster.grade_pending(pending, jobs, sources, results_dir, hidden, secret, done)
     stop = threading.Event()
     sandbox = make_sandbox(options, results_dir, (submissions_root,))
