@@ -66,3 +66,27 @@ def test_inf_where_reference_is_finite_is_wrong():
     out = ref.clone()
     out[1] = float("inf")
     assert "1 of 3" in diagnose(out, ref, ATOL, RTOL)
+
+
+def test_the_sliced_check_on_a_device_agrees_with_the_full_diagnosis(monkeypatch):
+    # On a GPU the grader decides right/wrong where the reference lives, in slices; it must say
+    # "right" exactly when the full diagnosis finds nothing.
+    from grader.core import diagnosis
+
+    monkeypatch.setattr(diagnosis, "_CHUNK", 7)
+    generator = torch.Generator().manual_seed(3)
+    want = torch.randn(10, 9, generator=generator)
+    want[0, 0], want[1, 1], want[2, 2] = float("nan"), float("inf"), -float("inf")
+    variants = {"exact": want.clone()}
+    for index, value in {"off": 0.5, "nan": float("nan"), "inf": float("inf"), "tail": 1e-3}.items():
+        got = want.clone()
+        got.view(-1)[-1 if index == "tail" else 40] += value
+        variants[index] = got
+    lost_nan = want.clone()
+    lost_nan[0, 0] = 0.0
+    variants["lost nan"] = lost_nan
+    for name, got in variants.items():
+        expected = diagnosis.diagnose(got, want, 1e-2, 1e-2) is None
+        assert diagnosis._all_close_on(torch.device("cpu"), got, want, 1e-2, 1e-2) == expected, name
+    assert diagnosis._all_close_on(torch.device("cpu"), variants["exact"], want, 1e-2, 1e-2)
+    assert not diagnosis._all_close_on(torch.device("cpu"), variants["tail"], want, 0.0, 0.0)

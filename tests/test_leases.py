@@ -47,3 +47,54 @@ def test_children_share_the_gpu_with_each_other():
     with lease.shared(), lease.shared():  # a second holder does not wait for the first
         assert lease._sharing == 2
     assert lease._sharing == 0
+
+
+def test_a_running_child_steps_aside_for_a_waiting_timing_between_calls():
+    lease, events = GpuLease(), []
+    in_call, call_done = threading.Event(), threading.Event()
+
+    def child():
+        with lease.shared():
+            assert lease.step_aside(lambda: events.append("never"), lambda: events.append("never")) == 0.0
+            in_call.set()
+            assert call_done.wait(HANG_GUARD)  # a call in progress: the timing waits for it
+            lease.step_aside(lambda: events.append("paused"), lambda: events.append("resumed"))
+            events.append("next call")
+
+    def timing():
+        with lease.exclusive():
+            events.append("timing")
+
+    runner = threading.Thread(target=child)
+    runner.start()
+    assert in_call.wait(HANG_GUARD)
+    timer = threading.Thread(target=timing)
+    timer.start()
+    while not lease._waiting:
+        threading.Event().wait(0.01)
+    assert events == []
+    call_done.set()
+    for thread in (runner, timer):
+        thread.join(HANG_GUARD)
+        assert not thread.is_alive()
+    assert events == ["paused", "timing", "resumed", "next call"]
+
+
+def test_timed_children_started_side_by_side_take_the_gpu_in_turn():
+    # Each starts while sharing, lets go, then waits for the GPU alone: none waits for another's start.
+    lease, order, started = GpuLease(), [], threading.Barrier(3)
+
+    def timed(name):
+        with lease.shared():
+            started.wait(HANG_GUARD)  # all three hold the shared lease at once
+        with lease.exclusive():
+            order.append(name)
+            assert lease._sharing == 0
+
+    threads = [threading.Thread(target=timed, args=(n,)) for n in "abc"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG_GUARD)
+        assert not thread.is_alive()
+    assert sorted(order) == ["a", "b", "c"]

@@ -226,3 +226,4 @@ def test_the_log_is_followed_line_by_line_to_its_last_line(tmp_path):
             course._follow(process, reader, lines.append, poll=0.05)
     assert lines == ["one", "two", "last"]
     assert log.read_text() == "$ header\none\ntwo\nlast"
+

@@ -377,7 +377,9 @@ def crashing(tmp_path_factory, platform_protections) -> Graded:
         folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
         folder.mkdir(parents=True)
         (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
-    options = runphase.Options(limits=LIMITS, policy_gate=False,
+    # The public and hidden children side by side, as on a GPU (where PID namespaces allow it):
+    # the crash bookkeeping must come out the same when both run at once.
+    options = runphase.Options(limits=LIMITS, policy_gate=False, side_by_side=True,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
@@ -1015,3 +1017,44 @@ def test_the_graders_verdict_names_overflow_on_large_inputs_as_make_check_does()
                              device.torch_device())
     assert not verdict.passed and "overflowed" in verdict.message, verdict.message
     assert "never written" not in verdict.message
+
+
+def test_a_paused_child_and_what_it_started_run_nothing_until_resumed():
+    # How a timed child waits for the GPU: frozen, so that nothing of it runs during another's timing.
+    script = ("import os, time\n"
+              "if os.fork() == 0:\n"
+              "    while True: pass\n"
+              "while True: pass\n")
+    with Sandbox(allow_unsafe=True) as sandbox, sandbox.slot() as slot:
+        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
+        try:
+            sandbox.wait_sandbox(child)
+            deadline = time.monotonic() + 30
+            while child.cpu_seconds() < 0.3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            child.pause()
+            time.sleep(0.2)  # signals are delivered, running slices end
+            frozen = child.cpu_seconds()
+            time.sleep(1.0)
+            assert child.cpu_seconds() - frozen < 0.05
+            child.resume()
+            time.sleep(1.0)
+            assert child.cpu_seconds() - frozen > 0.5  # both processes run again
+        finally:
+            child.close()
+
+
+def test_the_modules_that_took_longest_before_are_graded_first(tmp_path):
+    from grader.grade import runphase
+    from grader.grade.profile import measured_seconds
+
+    lines = ['{"module": "a", "device": "this GPU", "total": 10}', '{"module": "a", "device": "this GPU", "total": 30}',
+             '{"module": "b", "device": "this GPU", "total": 50}', '{"module": "b", "device": "another", "total": 1}',
+             '{"module": "c", "device": "this GPU", "tot', "not json at all"]
+    (tmp_path / "profile.jsonl").write_text("\n".join(lines) + "\n")
+    assert measured_seconds(tmp_path, "this GPU") == {"a": 20.0, "b": 50.0}
+    assert measured_seconds(tmp_path / "nowhere", "this GPU") == {}
+    # Without measurements: later modules of the course first.
+    first, last = runphase.available_modules()[0].id, runphase.available_modules()[-1].id
+    jobs = [(first, "1"), (last, "2")]
+    assert sorted(jobs, key=runphase._longest_first(tmp_path / "nowhere"))[0][0] == last

@@ -44,8 +44,9 @@ def tensors_in(obj) -> list[torch.Tensor]:
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal shape, dtype and values (NaN equal to NaN), wherever the two tensors live."""
-    a, b = a.detach().cpu(), b.detach().cpu()
+    """Equal shape, dtype and values (NaN equal to NaN), wherever the two tensors live (compared
+    where ``a`` is: on a GPU, without copying it to the CPU)."""
+    a, b = a.detach(), b.detach().to(a.device)
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
@@ -156,7 +157,7 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
     problems, right = [], []
     largest = largest_magnitude(inputs) if inputs is not None else 0.0
     inf_seen = any(isinstance(out, torch.Tensor) and out.is_floating_point() and out.shape == ref.shape
-                   and bool((torch.isinf(out.detach().cpu()) & torch.isfinite(ref.cpu())).any())
+                   and bool((torch.isinf(out.detach().to(ref.device)) & torch.isfinite(ref)).any())
                    for out, ref in zip(outputs, references))
     for name, out, ref in zip(names, outputs, references):
         if not isinstance(out, torch.Tensor):

@@ -196,10 +196,13 @@ class KernelTrace:
         self._profile = None
 
     def __enter__(self):
+        # torch.autograd.profiler's profile, CUDA activity only: torch.profiler.profile wraps
+        # it, but its first start in a process also imports torch._inductor (to ask about CUDA
+        # graphs), about 4 s in every fresh child on an H100.
         try:
-            from torch.profiler import ProfilerActivity, profile
+            from torch.autograd.profiler import profile
 
-            self._profile = profile(activities=[ProfilerActivity.CUDA])
+            self._profile = profile(use_device="cuda", use_cpu=False, use_kineto=True)
             self._profile.__enter__()
         except Exception:
             self._profile = None
@@ -213,7 +216,7 @@ class KernelTrace:
 
             torch.cuda.synchronize()
             self._profile.__exit__(None, None, None)
-            names = [event.name for event in self._profile.events()
+            names = [event.name for event in self._profile.function_events
                      if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
             self.names = sorted(set(names))[:200]
         except Exception:

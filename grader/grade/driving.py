@@ -42,7 +42,7 @@ class ChildRun:
             grading.wall_end += waited  # a busy GPU is no reason to stop a submission's cases
             self.step_started, self.exiting_since = time.monotonic(), None
             child = grading.start_child(len(trials))
-            grading.children += 1
+            grading.child_started()
             alone = " alone, after a crash" if trials[0].id in grading.unconfirmed else ""
             try:
                 protections = grading.sandbox.wait_sandbox(child)
@@ -51,7 +51,7 @@ class ChildRun:
             finally:
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
-                grading.cpu_spent += self.child_cpu
+                grading.child_ended(self.child_cpu)
                 grading.log.append(f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
                                    f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
                                    + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
@@ -114,6 +114,10 @@ class ChildRun:
                 else:
                     grading.import_cpu = max(grading.import_cpu, self._cpu(child))
                     grading.profile.add("learner import", time.monotonic() - self.step_started)
+                if queue:  # a timing waiting for the GPU goes first, this child frozen meanwhile
+                    aside = grading.lease.step_aside(child.pause, child.resume)
+                    grading.profile.add("waiting", aside)
+                    grading.wall_end += aside
                 budget = self._limit(child, limits.case_seconds)
                 if not queue:
                     self.exiting_since = time.monotonic()

@@ -60,6 +60,8 @@ class Options:
     gpu_memory_fraction: float = 0.9  # of the GPU's memory, for a timed child; shared by the others
     # Gradings that check correctness side by side on one GPU (timing has the GPU alone).
     children_per_gpu: int = 4
+    # A grading's public and hidden children at the same time (None: on a GPU).
+    side_by_side: bool | None = None
     # Grade on a Ray cluster (grader.grade.cluster): its address, or "" for this machine's; None: locally.
     ray: str | None = None
 
@@ -106,6 +108,7 @@ class Grading:
         self.load_error: str | None = None
         self.protections: dict = {}
         self.children = 0
+        self._counting = threading.Lock()  # the public and hidden children may end at once
         # Verdicts of cases that ran in a child that crashed afterwards: the crash may be theirs,
         # or an earlier case's damage may have decided them; each runs again alone (see run()).
         self.unconfirmed: dict[int, Verdict] = {}
@@ -125,6 +128,14 @@ class Grading:
         self.own_kernels = triton_kernel_names(source.decode(errors="replace"))
         self.traced = False  # set once a child's report carries a CUDA kernel trace
 
+    def child_started(self) -> None:
+        with self._counting:
+            self.children += 1
+
+    def child_ended(self, cpu_seconds: float) -> None:
+        with self._counting:
+            self.cpu_spent += cpu_seconds
+
     @property
     def api(self) -> str:
         return self.plan.spec.api
@@ -135,7 +146,7 @@ class Grading:
                 first = self.verdicts.get(trial.id - 1)
                 if first is not None and not first.passed:
                     self.verdicts[trial.id] = Verdict(False, first.kind, first.message, crash=first.crash)
-        for trial_id in self.verdicts:
+        for trial_id in list(self.verdicts):  # a copy: the other visibility's thread may add to it
             self.unconfirmed.pop(trial_id, None)
         return [t for t in self.plan.trials if t.id not in self.verdicts and self._visibility(t) == visibility]
 
@@ -162,17 +173,51 @@ class Grading:
         self.wall_end = time.monotonic() + self.budget * self.limits.wall_factor
         public = sum(self._visibility(t) == "public" for t in self.plan.trials)
         share = self.budget * public / max(1, len(self.plan.trials))
-        for visibility, until in (("public", share), ("hidden", self.budget)):
-            while (waiting := self.pending(visibility)) and self.load_error is None:
-                if self.stop.is_set():
-                    raise Cancelled()
-                if self.cpu_spent + self.import_cpu >= until or time.monotonic() >= self.wall_end:
-                    for trial in waiting:
-                        self.verdicts[trial.id] = Verdict(False, "not_run", budget_spent(
-                            self.budget, visibility, until, trial.id in self.unconfirmed))
-                    break
-                suspects = [t for t in waiting if t.id in self.unconfirmed]
-                ChildRun(self, suspects[:1] or waiting[:self.batch], until).run()
+        if not self._side_by_side():
+            self._run_visibility("public", share)
+            self._run_visibility("hidden", self.budget)
+            return
+        # The hidden children run beside the public ones; the public ones still spend at most
+        # their share, so the hidden cases keep theirs.
+        failure: list[BaseException] = []
+
+        def hidden() -> None:
+            try:
+                self._run_visibility("hidden", self.budget)
+            except BaseException as error:  # Cancelled, SandboxError: raised again below
+                failure.append(error)
+
+        beside = threading.Thread(target=hidden, name=f"hidden cases of {self.module.id}", daemon=True)
+        beside.start()
+        try:
+            self._run_visibility("public", share)
+        finally:
+            beside.join()
+        if failure:
+            raise failure[0]
+
+    def _side_by_side(self) -> bool:
+        """Whether the public and hidden children run at the same time (``Options.side_by_side``;
+        by default on a GPU, where most of a child's time is compiling, one kernel at a time).
+        Both run under the grading's uid, so only where each has its own PID namespace: killing
+        one must not touch the other."""
+        wanted = self.options.side_by_side
+        if wanted is None:
+            wanted = device.is_cuda()
+        return bool(wanted) and bool(self.sandbox.probe().get("pid_namespace"))
+
+    def _run_visibility(self, visibility: str, until: float) -> None:
+        """Run the pending trials of one visibility, child after child, while the budget lasts."""
+        while (waiting := self.pending(visibility)) and self.load_error is None:
+            if self.stop.is_set():
+                raise Cancelled()
+            if self.cpu_spent + self.import_cpu >= until or time.monotonic() >= self.wall_end:
+                for trial in waiting:
+                    self.verdicts[trial.id] = Verdict(False, "not_run", budget_spent(
+                        self.budget, visibility, until, trial.id in self.unconfirmed))
+                break
+            suspects = [t for t in waiting if t.id in self.unconfirmed]
+            ChildRun(self, suspects[:1] or waiting[:self.batch], until).run()
 
     def start_child(self, n_calls: int, timed: bool = False):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.

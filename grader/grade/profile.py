@@ -8,9 +8,12 @@ time goes, never used for a grade. ``table`` sums the gradings of a run per modu
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # In the order a grading meets them.
 STEPS = (
@@ -23,12 +26,15 @@ STEPS = (
     ("compiling", "of which Triton compiling, where Triton reports it"),
     ("autotuning", "of which autotuning (its configs' compiling included), where reported"),
     ("judging", "references and comparisons in the grader"),
+    ("timing start", "starting the timed child, before it has the GPU alone"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),
-    ("learner timing", "timing the submission's kernel"),
+    ("learner timing", "timing the submission's kernel, with the GPU alone"),
+    ("warm-up", "of which its first calls (compiling, autotuning) before the timed loop"),
     ("exits", "children exiting after their last case"),
     ("other", "the rest: records, logs, feedback to the grader's threads"),
 )
-_INSIDE = {"compiling", "autotuning"}  # part of another step, not added to the total
+_INSIDE = {"compiling", "autotuning", "warm-up"}  # part of another step, not added to the total
+_adding = threading.Lock()
 
 
 @dataclass
@@ -37,7 +43,8 @@ class Profile:
     total: float = 0.0
 
     def add(self, step: str, seconds: float) -> None:
-        self.seconds[step] = self.seconds.get(step, 0.0) + max(0.0, float(seconds))
+        with _adding:  # a grading's public and hidden children may report at once
+            self.seconds[step] = self.seconds.get(step, 0.0) + max(0.0, float(seconds))
 
     @contextmanager
     def step(self, name: str):
@@ -77,3 +84,24 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
     lines.append("Steps: " + "; ".join(f"{name}: {what}" for name, what in STEPS) + ".")
     lines.append("Gradings run side by side, so the totals add up to more than the run's wall time.")
     return "\n".join(lines)
+
+
+def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:
+    """Mean wall seconds per grading of each module on this device, from the ``profile.jsonl``
+    lines earlier runs left in ``results_dir`` (its last ``tail_bytes``); {} when there are none."""
+    try:
+        with open(results_dir / "profile.jsonl", "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - tail_bytes))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return {}
+    sums: dict[str, list[float]] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            if entry.get("device") == device_name:
+                sums.setdefault(str(entry["module"]), []).append(float(entry["total"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a line cut by the tail, or by an interrupted run
+    return {module: sum(values) / len(values) for module, values in sums.items()}

@@ -160,6 +160,7 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
         else:
             pending.append(key)
 
+    pending.sort(key=_longest_first(results_dir))
     protections: dict = {}
     try:
         if pending:
@@ -167,6 +168,19 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
     finally:
         update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
     return RunSummary(outcomes, results_dir, protections)
+
+
+def _longest_first(results_dir: Path):
+    """A sort key that puts the modules that take longest first, so that none starts last and
+    keeps the run waiting: their mean time in earlier runs on this device, else their place in
+    the course (later modules are usually the larger ones)."""
+    measured = profile.measured_seconds(results_dir, device.describe())
+    places = {m.id: index for index, m in enumerate(available_modules())}
+
+    def key(job: tuple[str, str]) -> tuple:  # (module id, sha256 of the file)
+        return (-measured.get(job[0], 0.0), -places.get(job[0], 0))
+
+    return key
 
 
 def _keep(results_dir: Path, module: Module, graded: Graded) -> Graded:

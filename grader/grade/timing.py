@@ -37,11 +37,15 @@ _reference_lock = threading.Lock()
 
 
 @dataclass
-class TimingPlan:
+class TimingInputs:
     case: Case
     input_sets: list  # [(args, kwargs)], rotated so that repeated calls do not hit in the L2 cache
-    reps: int
-    reference_ms: float
+
+
+@dataclass
+class TimingPlan(TimingInputs):
+    reps: int = 0
+    reference_ms: float = 0.0
 
 
 def _input_sets(spec: Spec, case: Case, secret: int, on: torch.device) -> list:
@@ -65,18 +69,13 @@ def loop_ms(fn, input_sets: list, reps: int) -> float:
     return (time.perf_counter() - started) * 1e3 / reps
 
 
-def plan(spec: Spec, reference_fn, secret: int, on: torch.device) -> TimingPlan | None:
-    """Inputs, repetitions and the reference's time for this run; None if the module has no
-    benchmark case."""
-    if not spec.bench_cases:
-        return None
-    case = spec.bench_cases[0]
-    sets = _input_sets(spec, case, secret, on)
+def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> TimingPlan:
+    """The repetitions for ``inputs`` and the reference's time on them (the GPU must be idle)."""
     with _reference_lock, torch.cuda.device(on):
-        probe_ms = loop_ms(reference_fn, sets, 3)
+        probe_ms = loop_ms(reference_fn, inputs.input_sets, 3)
         reps = max(10, min(2000, math.ceil(TARGET_WINDOW_SECONDS * 1e3 / max(probe_ms, 1e-3))))
-        reference_ms = loop_ms(reference_fn, sets, reps)
-    return TimingPlan(case, sets, reps, reference_ms)
+        reference_ms = loop_ms(reference_fn, inputs.input_sets, reps)
+    return TimingPlan(inputs.case, inputs.input_sets, reps, reference_ms)
 
 
 def credit(ratio: float, threshold: float) -> float:
@@ -117,64 +116,113 @@ def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: fl
 
 def measure(grading, secret: int) -> dict:
     """The performance entry of ``grading``'s record: its kernel timed in a fresh child against
-    the reference (CUDA only, after every case has passed)."""
+    the reference (CUDA only, after every case has passed).
+
+    The child starts and imports the submission while sharing the GPU like a correctness child,
+    then is frozen (``Child.pause``) until the GPU is this grading's alone: its start-up costs
+    no exclusive GPU time, and nothing of it runs while another grading is timed."""
     base = {"graded": True, "credit": 0.0, "ratio": 0.0}
     if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
             not all(v.passed for v in grading.verdicts.values()):
         return {**base, "reason": "not timed: the kernel must pass every case first"}
-    waiting = time.monotonic()
-    with grading.lease.exclusive():
-        grading.profile.add("waiting", time.monotonic() - waiting)
-        return _timed(grading, secret)
-
-
-def _timed(grading, secret: int) -> dict:
-    with grading.profile.step("reference timing"):
-        plan = _plan_for(grading.module, grading.plan.spec, secret, grading.on)
-    if plan is None:
-        return {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
-    with grading.profile.step("learner timing"):
-        child = grading.start_child(3, timed=True)
-        grading.children += 1
-        try:
-            grading.sandbox.wait_sandbox(child)
-            return _drive_timing(grading, child, plan)
-        finally:
+    if not grading.plan.spec.bench_cases:
+        return NOT_TIMED
+    child = None
+    try:
+        waiting = time.monotonic()
+        with grading.lease.shared():
+            grading.profile.add("waiting", time.monotonic() - waiting)
+            with grading.profile.step("timing start"):
+                inputs = _inputs_for(grading.module, grading.plan.spec, secret, grading.on)
+                child = grading.start_child(3, timed=True)
+                grading.child_started()
+                grading.sandbox.wait_sandbox(child)
+                failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs)
+            if failure is not None:
+                return failure
+            child.pause()
+        waiting = time.monotonic()
+        with grading.lease.exclusive():
+            grading.profile.add("waiting", time.monotonic() - waiting)
+            with grading.profile.step("reference timing"):
+                plan = _plan_for(grading.module, grading.api, inputs, grading.on)
+            if plan is None:
+                return NOT_TIMED
+            child.resume()
+            with grading.profile.step("learner timing"):
+                return _drive_timing(grading, child, plan)
+    finally:
+        if child is not None:
             grading.log.append(f"--- timing child: output ---\n{child.log_tail()}")
             child.close()
 
 
-def _drive_timing(grading, child, plan: TimingPlan) -> dict:
-    spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
-    failed = {"graded": True, "credit": 0.0, "ratio": 0.0}
+NOT_TIMED = {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
+_FAILED = {"graded": True, "credit": 0.0, "ratio": 0.0}
+
+
+def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
+    """Give the timed child its inputs, and wait until it holds them on the GPU."""
+    try:
+        child.give(TIMING_INPUTS, wire.dump([{"args": list(args), "kwargs": kwargs}
+                                             for args, kwargs in inputs.input_sets]))
+        child.order({"timing_inputs": True}, time.monotonic() + 10)
+    except ChildEnded as ended:
+        return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+    except OSError:
+        return {**_FAILED, "reason": "the grader could not hand the timing inputs to the process"}
+    return _until_loaded(grading, child, "timing_inputs_loaded")
+
+
+def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
+    """Wait for the timed child's ``awaited`` event (the submission imported, the inputs held):
+    None once it came, else the record's performance entry saying why it could not be timed."""
     deadline = time.monotonic() + grading.limits.startup_seconds
     while True:
         try:
             event = child.next_event(deadline)
-            kind = (event or {}).get("event")
-            if kind == "loaded":
-                child.give(TIMING_INPUTS, wire.dump([{"args": list(args), "kwargs": kwargs}
-                                                     for args, kwargs in plan.input_sets]))
-                child.order({"timing": plan.reps}, time.monotonic() + 10)
-                deadline = time.monotonic() + 3 * grading.limits.case_seconds
         except ChildEnded as ended:
-            return {**failed, "reason": f"the process {ended.how} while being timed"}
-        except OSError:
-            return {**failed, "reason": "the grader could not hand the timing inputs to the process"}
+            return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+        kind = (event or {}).get("event")
         if event is None:
             child.kill()
-            return {**failed, "reason": f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s"}
+            return {**_FAILED, "reason": f"the timed process did not import kernel.py within "
+                                         f"{grading.limits.startup_seconds:g} s"}
+        if kind == awaited:
+            return None
+        if kind in ("load_error", "finished"):
+            return {**_FAILED, "reason": "the kernel was not timed (it did not load, or ended early)"}
+
+
+def _drive_timing(grading, child, plan: TimingPlan) -> dict:
+    spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
+    try:
+        child.order({"timing": plan.reps}, time.monotonic() + 10)
+    except ChildEnded as ended:
+        return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+    ordered = time.monotonic()
+    deadline = ordered + 3 * grading.limits.case_seconds
+    while True:
+        try:
+            event = child.next_event(deadline)
+        except ChildEnded as ended:
+            return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+        if event is None:
+            child.kill()
+            return {**_FAILED, "reason": f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s"}
+        kind = event.get("event")
         if kind == "timing_start":
             started = event["received_at"]
+            grading.profile.add("warm-up", started - ordered)
         elif kind == "timing_error":
-            return {**failed, "reason": f"a timed call failed: {event.get('error')}"}
+            return {**_FAILED, "reason": f"a timed call failed: {event.get('error')}"}
         elif kind == "timing_end" and started is not None:
             window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
         elif kind == "timing_saved" and window_ms is not None:
             problem = _timed_outputs_problem(grading, child, plan)
             return verdict(spec, plan, window_ms, event_ms, not problem, problem)
-        elif kind in ("load_error", "finished"):
-            return {**failed, "reason": "the kernel was not timed (it did not load, or ended early)"}
+        elif kind == "finished":
+            return {**_FAILED, "reason": "the kernel was not timed (it ended early)"}
 
 
 def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
@@ -192,19 +240,31 @@ def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
 
 
 
+_timing_inputs: dict = {}
 _timing_plans: dict = {}
 _timing_plans_lock = threading.Lock()
 
 
-def _plan_for(module: Module, spec: Spec, secret: int, on: torch.device) -> TimingPlan | None:
-    """The module's timing inputs and the reference's time, measured once per run and GPU."""
+def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> TimingInputs:
+    """The module's timing inputs for this run and GPU, built once."""
+    key = (module.id, str(on))
+    with _timing_plans_lock:
+        if key not in _timing_inputs:
+            case = spec.bench_cases[0]
+            _timing_inputs[key] = TimingInputs(case, _input_sets(spec, case, secret + 7919, on))
+        return _timing_inputs[key]
+
+
+def _plan_for(module: Module, api: str, inputs: TimingInputs, on: torch.device) -> TimingPlan | None:
+    """The reference's time on ``inputs``, measured once per run and GPU (with the GPU alone);
+    None without a reference solution in this checkout."""
     key = (module.id, str(on))
     with _timing_plans_lock:
         if key not in _timing_plans:
             try:
-                reference = load_kernel(module, "solutions").api(spec.api)
+                reference = load_kernel(module, "solutions").api(api)
             except LoadError:
                 _timing_plans[key] = None
             else:
-                _timing_plans[key] = plan(spec, reference, secret + 7919, on)
+                _timing_plans[key] = time_reference(inputs, reference, on)
         return _timing_plans[key]

@@ -180,6 +180,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
     channel.send("loaded")
 
     on = device.torch_device()
+    timing_sets = None
     while (order := orders.next()) is not None:
         if "trial" in order:
             trial = int(order["trial"])
@@ -219,10 +220,13 @@ def main(argv: list[str], booted: float | None = None) -> int:
             if fatal:  # the rest of the trials need a fresh process
                 channel.send("fatal", reason=fatal)
                 return 0
+        elif "timing_inputs" in order and cuda:  # handed over before the GPU is this child's alone
+            timing_sets = _timing_sets(tools, on)
+            channel.send("timing_inputs_loaded")
         elif "timing" in order and cuda:
             # Unwatched: the monitor's Python hooks would slow the learner's calls, not the
             # reference's. The outputs of the timed calls are still checked by the parent.
-            _timed_loop(channel, raw, int(order["timing"]), tools, on)
+            _timed_loop(channel, raw, int(order["timing"]), tools, timing_sets or _timing_sets(tools, on))
         else:
             break
     channel.send("finished")
@@ -246,7 +250,13 @@ class _Tools:
         self.__dict__.update(functions)
 
 
-def _timed_loop(channel, fn, reps: int, tools: _Tools, on) -> None:
+def _timing_sets(tools: _Tools, on) -> list:
+    """The timing inputs the parent handed over: [(args, kwargs)] on the device."""
+    sets = tools.load(tools.take(TIMING_INPUTS), 1 << 40, on)
+    return [(tuple(entry["args"]), entry["kwargs"]) for entry in sets]
+
+
+def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list) -> None:
     """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
 
     The closing message follows a device-wide synchronize taken before the learner's import, so
@@ -254,8 +264,6 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, on) -> None:
     saved after it for the parent to check. The events are only a cross-check for the parent."""
     from grader.core.checks import as_tuple, short_error
 
-    sets = tools.load(tools.take(TIMING_INPUTS), 1 << 40, on)
-    sets = [(tuple(entry["args"]), entry["kwargs"]) for entry in sets]
     try:
         for args, kwargs in sets:  # compile and warm up
             fn(*args, **kwargs)

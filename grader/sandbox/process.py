@@ -213,6 +213,28 @@ class Child:
             raise ChildEnded(f"wrote more than {self.limits.disk_bytes // MiB} MiB or 10,000 "
                              "files to its working folder", None)
 
+    def _signal_all(self, signum: int) -> None:
+        for pid in _descendants(self.popen.pid):
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(self.popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def pause(self) -> None:
+        """Freeze the child and everything it started (SIGSTOP): it holds its memory but runs
+        nothing, so it may wait for the GPU while another grading is timed."""
+        if self.popen.poll() is None:
+            self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo ``pause``."""
+        if self.popen.poll() is None:
+            self._signal_all(signal.SIGCONT)
+
     def kill(self) -> None:
         """Stop the child and everything it started."""
         if self.popen.poll() is None:
