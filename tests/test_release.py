@@ -104,6 +104,7 @@ def test_a_kernel_that_is_not_the_generated_stub_is_a_leak(bundle, tmp_path):
 
 
 def test_a_finished_kernel_in_tracks_never_reaches_the_bundle(tmp_path, monkeypatch):
+    _needs_nbgrader()  # the bundle holds the notebooks nbgrader generates
     module = MODULES[0]
     solution = (module.solution_dir / "kernel.py").read_text()
     root = tmp_path / "repo"  # a working tree whose tracks/ kernel is finished

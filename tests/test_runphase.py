@@ -486,8 +486,10 @@ def test_a_memory_hog_is_contained_and_reported(graded):
 def test_computing_with_pytorch_is_detected(graded):
     record = graded.record("torch-compute")
     assert record["totals"]["passed"] == 0
+    # On a GPU the kernel trace speaks first (PyTorch's own CUDA kernel ran); on a CPU the operator log.
+    evidence = "not your Triton kernels (void at::native::" if device.is_cuda() else "computed with PyTorch (aten.add)"
     for row in record["cases"]:
-        expected = "computed with PyTorch (aten.add)" if row["visibility"] == "public" else "computed with PyTorch"
+        expected = evidence if row["visibility"] == "public" else "computed with PyTorch"
         assert expected in row["message"], row
 
 
@@ -607,8 +609,11 @@ def test_a_fifo_in_place_of_an_output_is_refused_without_blocking(graded):
 def test_a_small_file_declaring_gigabytes_allocates_nothing(graded):
     record = graded.record("output-bomb")
     assert record["totals"]["passed"] < record["totals"]["total"]
-    # The parent (this process) never held the 2 GB the files declare.
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 2 * 1024 * 1024, "KiB"
+    assert any(row["kind"] == "unreadable" for row in record["cases"]), record["cases"]
+    if not device.is_cuda():
+        # The parent (this process) never held the 2 GB the files declare. (On a GPU it holds
+        # the large cases' own tensors, gigabytes of them, so its peak says nothing there.)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 2 * 1024 * 1024, "KiB"
 
 
 def test_nothing_is_computed_at_import_time_because_no_input_exists_yet(graded):

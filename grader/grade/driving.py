@@ -23,10 +23,11 @@ class Cancelled(Exception):
 
 class ChildRun:
     """One child of ``grading`` (a ``grader.grade.grading.Grading``) running ``trials``, while the
-    grading's CPU seconds stay below ``until``; its verdicts go to ``grading``."""
+    grading's CPU seconds spent against ``visibility`` stay below ``until``; its verdicts go to
+    ``grading``."""
 
-    def __init__(self, grading, trials: list[Trial], until: float):
-        self.grading, self.trials, self.until = grading, trials, until
+    def __init__(self, grading, trials: list[Trial], visibility: str, until: float):
+        self.grading, self.trials, self.visibility, self.until = grading, trials, visibility, until
         self.step_started = 0.0  # when the child's current step (start, import) began
         self.exiting_since: float | None = None  # when the child was told its orders are done
         self.child_cpu = 0.0  # the child's CPU seconds, as last seen
@@ -51,7 +52,7 @@ class ChildRun:
             finally:
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
-                grading.child_ended(self.child_cpu)
+                grading.child_ended(self.child_cpu, self.visibility)
                 grading.log.append(f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
                                    f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
                                    + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
@@ -67,7 +68,7 @@ class ChildRun:
         """``seconds`` of CPU time for the child's next step, or what is left of the budget."""
         grading = self.grading
         return Budget(lambda: self._cpu(child), seconds, grading.limits.wall_factor,
-                      self.until - grading.cpu_spent - self._cpu(child), grading.wall_end)
+                      self.until - grading.spent(self.visibility) - self._cpu(child), grading.wall_end)
 
     def _drive(self, child, queue: list[Trial]) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each

@@ -116,6 +116,7 @@ class Grading:
         self.batch = len(self.plan.trials)  # trials per child: halved after a crash, doubled after a clean exit
         self.budget = options.module_seconds or self.limits.startup_seconds + 4 * self.limits.case_seconds
         self.cpu_spent = 0.0  # CPU seconds of this grading's finished children
+        self.public_spent = 0.0  # of which by children that ran public cases
         self.import_cpu = 0.0  # what a child has taken to import the submission (at most)
         self.wall_end = math.inf
         self.log: list[str] = []
@@ -132,9 +133,17 @@ class Grading:
         with self._counting:
             self.children += 1
 
-    def child_ended(self, cpu_seconds: float) -> None:
+    def child_ended(self, cpu_seconds: float, visibility: str) -> None:
         with self._counting:
             self.cpu_spent += cpu_seconds
+            if visibility == "public":
+                self.public_spent += cpu_seconds
+
+    def spent(self, visibility: str) -> float:
+        """CPU seconds that count against ``visibility``'s limit: public cases have a share of
+        their own (hidden children running beside them do not eat it); hidden cases have what
+        is left of the whole budget."""
+        return self.public_spent if visibility == "public" else self.cpu_spent
 
     @property
     def api(self) -> str:
@@ -211,13 +220,13 @@ class Grading:
         while (waiting := self.pending(visibility)) and self.load_error is None:
             if self.stop.is_set():
                 raise Cancelled()
-            if self.cpu_spent + self.import_cpu >= until or time.monotonic() >= self.wall_end:
+            if self.spent(visibility) + self.import_cpu >= until or time.monotonic() >= self.wall_end:
                 for trial in waiting:
                     self.verdicts[trial.id] = Verdict(False, "not_run", budget_spent(
                         self.budget, visibility, until, trial.id in self.unconfirmed))
                 break
             suspects = [t for t in waiting if t.id in self.unconfirmed]
-            ChildRun(self, suspects[:1] or waiting[:self.batch], until).run()
+            ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
 
     def start_child(self, n_calls: int, timed: bool = False):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
