@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -854,6 +855,17 @@ def test_a_linked_kernel_file_is_refused_without_running_anything(tmp_path):
     assert summary.children_started == 0
 
 
+@contextmanager
+def _script_child(script: str, **sandbox_options):
+    """(A sandboxed child running ``python -S -c script``, the protections it got); closed afterwards."""
+    with Sandbox(allow_unsafe=True, **sandbox_options) as sandbox, sandbox.slot() as slot:
+        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
+        try:
+            yield child, sandbox.wait_sandbox(child)
+        finally:
+            child.close()
+
+
 def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protections):
     if not platform_protections.get("filesystem", "").startswith("private view"):
         pytest.skip("no private file system view on this platform")
@@ -863,16 +875,11 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
     (tmp_path / "course").chmod(0o755)  # like a course installed under /opt
     script = ("import os; course = %r; "
               "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))" % str(tmp_path / "course"))
-    with Sandbox(expose=[tmp_path / "course"], hide=[tmp_path / "course" / "solutions"],
-                 allow_unsafe=True) as sandbox, sandbox.slot() as slot:
-        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
-        try:
-            protections = sandbox.wait_sandbox(child)
-            with pytest.raises(ChildEnded):
-                child.next_event(time.monotonic() + 30)
-            output = child.log_tail()
-        finally:
-            child.close()
+    hidden = [tmp_path / "course" / "solutions"]
+    with _script_child(script, expose=[tmp_path / "course"], hide=hidden) as (child, protections):
+        with pytest.raises(ChildEnded):
+            child.next_event(time.monotonic() + 30)
+        output = child.log_tail()
     assert "['public.txt', 'solutions'] []" in output, output
     assert str(tmp_path / "course" / "solutions") in protections["hidden_paths"]
 
@@ -883,15 +890,10 @@ def test_system_calls_no_exercise_needs_are_refused(platform_protections):
     script = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
               "print('unshare', libc.unshare(0x40000000), ctypes.get_errno()); "
               "print('child', os.fork() == 0 or os.wait()[1])")
-    with Sandbox(allow_unsafe=True) as sandbox, sandbox.slot() as slot:
-        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
-        try:
-            sandbox.wait_sandbox(child)
-            with pytest.raises(ChildEnded):
-                child.next_event(time.monotonic() + 30)
-            output = child.log_tail()
-        finally:
-            child.close()
+    with _script_child(script) as (child, _):
+        with pytest.raises(ChildEnded):
+            child.next_event(time.monotonic() + 30)
+        output = child.log_tail()
     assert f"unshare -1 {errno.EPERM}" in output, output  # a new network namespace: refused
     assert "child True" in output and "child 0" in output  # ordinary calls still work
 
@@ -1030,23 +1032,18 @@ def test_a_paused_child_and_what_it_started_run_nothing_until_resumed():
               "if os.fork() == 0:\n"
               "    while True: pass\n"
               "while True: pass\n")
-    with Sandbox(allow_unsafe=True) as sandbox, sandbox.slot() as slot:
-        child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
-        try:
-            sandbox.wait_sandbox(child)
-            deadline = time.monotonic() + 30
-            while child.cpu_seconds() < 0.3 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            child.pause()
-            time.sleep(0.2)  # signals are delivered, running slices end
-            frozen = child.cpu_seconds()
-            time.sleep(1.0)
-            assert child.cpu_seconds() - frozen < 0.05
-            child.resume()
-            time.sleep(1.0)
-            assert child.cpu_seconds() - frozen > 0.5  # both processes run again
-        finally:
-            child.close()
+    with _script_child(script) as (child, _):
+        deadline = time.monotonic() + 30
+        while child.cpu_seconds() < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child.pause()
+        time.sleep(0.2)  # signals are delivered, running slices end
+        frozen = child.cpu_seconds()
+        time.sleep(1.0)
+        assert child.cpu_seconds() - frozen < 0.05
+        child.resume()
+        time.sleep(1.0)
+        assert child.cpu_seconds() - frozen > 0.5  # both processes run again
 
 
 def test_the_modules_that_took_longest_before_are_graded_first(tmp_path):
