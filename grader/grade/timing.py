@@ -121,10 +121,9 @@ def measure(grading, secret: int) -> dict:
     The child starts and imports the submission while sharing the GPU like a correctness child,
     then is frozen (``Child.pause``) until the GPU is this grading's alone: its start-up costs
     no exclusive GPU time, and nothing of it runs while another grading is timed."""
-    base = {"graded": True, "credit": 0.0, "ratio": 0.0}
     if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
             not all(v.passed for v in grading.verdicts.values()):
-        return {**base, "reason": "not timed: the kernel must pass every case first"}
+        return _failed("not timed: the kernel must pass every case first")
     if not grading.plan.spec.bench_cases:
         return NOT_TIMED
     child = None
@@ -158,7 +157,15 @@ def measure(grading, secret: int) -> dict:
 
 
 NOT_TIMED = {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
-_FAILED = {"graded": True, "credit": 0.0, "ratio": 0.0}
+
+
+def _failed(reason: str) -> dict:
+    """A performance entry with no credit, saying why."""
+    return {"graded": True, "credit": 0.0, "ratio": 0.0, "reason": reason}
+
+
+def _ended(ended: ChildEnded) -> dict:
+    return _failed(f"the process {ended.how} while being timed")
 
 
 def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
@@ -168,9 +175,9 @@ def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
                                              for args, kwargs in inputs.input_sets]))
         child.order({"timing_inputs": True}, time.monotonic() + 10)
     except ChildEnded as ended:
-        return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+        return _ended(ended)
     except OSError:
-        return {**_FAILED, "reason": "the grader could not hand the timing inputs to the process"}
+        return _failed("the grader could not hand the timing inputs to the process")
     return _until_loaded(grading, child, "timing_inputs_loaded")
 
 
@@ -182,16 +189,17 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
         try:
             event = child.next_event(deadline)
         except ChildEnded as ended:
-            return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+            return _ended(ended)
         kind = (event or {}).get("event")
         if event is None:
             child.kill()
-            return {**_FAILED, "reason": f"the timed process did not import kernel.py within "
-                                         f"{grading.limits.startup_seconds:g} s"}
+            step = "import kernel.py" if awaited == "loaded" else "load its timing inputs"
+            return _failed(f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
+                           "(time spent at import, in kernel.py's top-level code, counts here)")
         if kind == awaited:
             return None
         if kind in ("load_error", "finished"):
-            return {**_FAILED, "reason": "the kernel was not timed (it did not load, or ended early)"}
+            return _failed("the kernel was not timed (it did not load, or ended early)")
 
 
 def _drive_timing(grading, child, plan: TimingPlan) -> dict:
@@ -199,30 +207,30 @@ def _drive_timing(grading, child, plan: TimingPlan) -> dict:
     try:
         child.order({"timing": plan.reps}, time.monotonic() + 10)
     except ChildEnded as ended:
-        return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+        return _ended(ended)
     ordered = time.monotonic()
     deadline = ordered + 3 * grading.limits.case_seconds
     while True:
         try:
             event = child.next_event(deadline)
         except ChildEnded as ended:
-            return {**_FAILED, "reason": f"the process {ended.how} while being timed"}
+            return _ended(ended)
         if event is None:
             child.kill()
-            return {**_FAILED, "reason": f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s"}
+            return _failed(f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s")
         kind = event.get("event")
         if kind == "timing_start":
             started = event["received_at"]
             grading.profile.add("warm-up", started - ordered)
         elif kind == "timing_error":
-            return {**_FAILED, "reason": f"a timed call failed: {event.get('error')}"}
+            return _failed(f"a timed call failed: {event.get('error')}")
         elif kind == "timing_end" and started is not None:
             window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
         elif kind == "timing_saved" and window_ms is not None:
             problem = _timed_outputs_problem(grading, child, plan)
             return verdict(spec, plan, window_ms, event_ms, not problem, problem)
         elif kind == "finished":
-            return {**_FAILED, "reason": "the kernel was not timed (it ended early)"}
+            return _failed("the kernel was not timed (it ended early)")
 
 
 def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:

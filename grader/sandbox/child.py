@@ -226,7 +226,10 @@ def main(argv: list[str], booted: float | None = None) -> int:
         elif "timing" in order and cuda:
             # Unwatched: the monitor's Python hooks would slow the learner's calls, not the
             # reference's. The outputs of the timed calls are still checked by the parent.
-            _timed_loop(channel, raw, int(order["timing"]), tools, timing_sets or _timing_sets(tools, on))
+            if timing_sets is None:
+                channel.send("timing_error", error="the timing inputs were not handed over first")
+            else:
+                _timed_loop(channel, raw, int(order["timing"]), tools, timing_sets)
         else:
             break
     channel.send("finished")
