@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 
+from grader.core import syntax
+
 # PyTorch operators that do not compute anything from the inputs' values: allocating, filling,
 # viewing, reshaping, copying and converting tensors, reading metadata. Any other operator run
 # during the call (add, mul, mm, softmax, sum, exp, ...) means that PyTorch did the work. Reading
@@ -228,7 +230,7 @@ def triton_kernel_names(source: str) -> set[str]:
     """The names of the ``@triton.jit`` functions defined in ``source``: the only kernels the
     submission itself can launch (Triton names a compiled kernel after its function)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError):
         return set()
 

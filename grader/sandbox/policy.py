@@ -38,6 +38,8 @@ import types
 from dataclasses import dataclass, fields, replace
 from typing import Iterable
 
+from grader.core import syntax
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -934,7 +936,7 @@ def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation
     too_deep = [Violation(1, "syntax", "kernel.py is nested too deeply for the grader to check: "
                                        "split long expressions into several statements.")]
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except (SyntaxError, ValueError):  # ValueError: NUL bytes on Python < 3.12
         return []
     except (RecursionError, MemoryError):  # refuse what cannot be walked rather than wave it through
