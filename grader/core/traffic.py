@@ -1,0 +1,198 @@
+"""The memory-traffic report: what a kernel asks of global memory, counted under the interpreter.
+
+A CPU cannot time a GPU kernel, but the interpreter sees every address a kernel touches
+(``grader.core.instrument``). From those this module counts, for one call of a module's function:
+
+- **bytes** loaded and stored, against the fewest the problem needs (the module's cost model);
+- **sectors per warp-wide access**: a GPU serves a warp's 32 lanes in 32-byte sectors, so 32 lanes
+  reading 4-byte neighbours need 4 sectors (coalesced) and 32 lanes reading 4 bytes each from
+  different rows need 32;
+- **loads per output element**: how often each stored element needed an element loaded (reuse).
+
+How lanes form warps is modelled the way Triton's compiler lays a block out: lanes run along the
+block's dimension whose addresses are contiguous (the compiler's coalescing pass picks that order),
+or along the last dimension where none is; 32 consecutive lanes, one element each, make one
+warp-wide access. What the report cannot see: caches (a re-read that hits L2 still counts as
+traffic here), occupancy, latency hiding (``num_stages``, ``num_warps``), tensor cores, and how
+many bytes one lane moves per instruction. It predicts the memory side of speed, not the speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from grader.core.instrument import Access, AccessRecorder
+
+WARP = 32  # lanes per warp
+SECTOR = 32  # bytes per memory sector
+
+
+@dataclass
+class LineTraffic:
+    """The warp-wide accesses of one ``tl.load`` / ``tl.store`` line."""
+    kind: str
+    file: str
+    line: int
+    warp_accesses: int = 0
+    sectors: int = 0
+    ideal_sectors: int = 0  # what the same lanes would need if their bytes were contiguous
+    bytes: int = 0
+
+    @property
+    def sectors_per_access(self) -> float:
+        return self.sectors / self.warp_accesses if self.warp_accesses else 0.0
+
+    @property
+    def ideal_per_access(self) -> float:
+        return self.ideal_sectors / self.warp_accesses if self.warp_accesses else 0.0
+
+    @property
+    def excess(self) -> float:
+        """Sectors touched per sector needed: 1.0 is perfectly coalesced."""
+        return self.sectors / self.ideal_sectors if self.ideal_sectors else 1.0
+
+
+@dataclass
+class Traffic:
+    """Everything one call asked of global memory."""
+    lines: dict[tuple[str, str, int], LineTraffic] = field(default_factory=dict)
+    elements_loaded: int = 0
+    elements_stored: int = 0
+    minimum_bytes: int | None = None  # the problem's own minimum (read each input, write each output once)
+
+    def total(self, kind: str, what: str) -> int:
+        return sum(getattr(line, what) for line in self.lines.values() if line.kind == kind)
+
+    @property
+    def bytes_loaded(self) -> int:
+        return self.total("load", "bytes")
+
+    @property
+    def bytes_stored(self) -> int:
+        return self.total("store", "bytes") + self.total("atomic", "bytes")
+
+    def sectors_per_access(self, kind: str) -> float:
+        accesses = self.total(kind, "warp_accesses")
+        return self.total(kind, "sectors") / accesses if accesses else 0.0
+
+    def ideal_per_access(self, kind: str) -> float:
+        accesses = self.total(kind, "warp_accesses")
+        return self.total(kind, "ideal_sectors") / accesses if accesses else 0.0
+
+    def excess(self, kind: str) -> float:
+        ideal = self.total(kind, "ideal_sectors")
+        return self.total(kind, "sectors") / ideal if ideal else 1.0
+
+    @property
+    def loads_per_output(self) -> float:
+        return self.elements_loaded / self.elements_stored if self.elements_stored else 0.0
+
+    @property
+    def bytes_over_minimum(self) -> float | None:
+        if not self.minimum_bytes:
+            return None
+        return (self.bytes_loaded + self.bytes_stored) / self.minimum_bytes
+
+    def worst_line(self, kind: str) -> LineTraffic | None:
+        """The line of this kind that wastes the most sectors."""
+        candidates = [line for line in self.lines.values() if line.kind == kind and line.warp_accesses]
+        return max(candidates, key=lambda line: (line.sectors - line.ideal_sectors, line.line), default=None)
+
+    def add(self, access: Access) -> None:
+        key = (access.kind, access.file, access.line)
+        line = self.lines.get(key)
+        if line is None:
+            line = self.lines[key] = LineTraffic(access.kind, access.file, access.line)
+        warps, sectors, ideal, active = warp_sectors(access)
+        line.warp_accesses += warps
+        line.sectors += sectors
+        line.ideal_sectors += ideal
+        line.bytes += active * access.itemsize
+        if access.kind == "load":
+            self.elements_loaded += active
+        else:
+            self.elements_stored += active
+
+
+def measure(call: Callable[[], object], minimum_bytes: int | None = None) -> Traffic:
+    """Run ``call()`` (which launches kernels under the interpreter) and count its traffic."""
+    traffic = Traffic(minimum_bytes=minimum_bytes)
+    with AccessRecorder(on_access=traffic.add):
+        call()
+    return traffic
+
+
+def lane_order(addresses: np.ndarray, itemsize: int) -> int:
+    """The axis lanes run along: the one whose neighbouring elements are most often adjacent in
+    memory, or the last axis when no axis is mostly contiguous."""
+    best_axis, best_share = addresses.ndim - 1, 0.5
+    signed = addresses.astype(np.int64)
+    for axis in range(addresses.ndim):
+        if addresses.shape[axis] < 2:
+            continue
+        share = float(np.mean(np.diff(signed, axis=axis) == itemsize))
+        if share > best_share:
+            best_axis, best_share = axis, share
+    return best_axis
+
+
+def warp_sectors(access: Access) -> tuple[int, int, int, int]:
+    """(warp-wide accesses, sectors touched, sectors ideally needed, active lanes) of one access."""
+    addresses = np.atleast_1d(access.addresses)
+    active = np.broadcast_to(np.atleast_1d(access.active), addresses.shape)
+    axis = lane_order(addresses, access.itemsize)
+    lanes = np.moveaxis(addresses, axis, -1).reshape(-1)
+    on = np.moveaxis(active, axis, -1).reshape(-1)
+    padding = (-lanes.size) % WARP
+    lanes = np.concatenate([lanes, np.zeros(padding, dtype=lanes.dtype)]).reshape(-1, WARP)
+    on = np.concatenate([on, np.zeros(padding, dtype=bool)]).reshape(-1, WARP)
+    in_use = on.any(axis=1)
+    lanes, on = lanes[in_use], on[in_use]
+    if not lanes.size:
+        return 0, 0, 0, 0
+    # Sectors of the active lanes; an element may straddle two sectors only when misaligned.
+    first = lanes // SECTOR
+    last = (lanes + access.itemsize - 1) // SECTOR
+    unused = np.iinfo(np.uint64).max
+    sectors = np.concatenate([np.where(on, first, unused), np.where(on, last, unused)], axis=1)
+    sectors.sort(axis=1)
+    distinct = (np.diff(sectors, axis=1) != 0) & (sectors[:, 1:] != unused)
+    touched = int(distinct.sum() + np.count_nonzero(sectors[:, 0] != unused))
+    per_warp = on.sum(axis=1)
+    ideal = int(np.sum(-(-per_warp * access.itemsize // SECTOR)))
+    return int(lanes.shape[0]), touched, ideal, int(per_warp.sum())
+
+
+def describe(traffic: Traffic, root: Path | None = None) -> str:
+    """The report as a few lines of text for a learner."""
+    def where(line: LineTraffic) -> str:
+        path = Path(line.file)
+        shown = path.name if root is None or not path.is_relative_to(root) else path.relative_to(root)
+        return f"{shown}:{line.line}"
+
+    rows = [f"  global memory: {_size(traffic.bytes_loaded)} loaded, {_size(traffic.bytes_stored)} stored"
+            + (f" ({traffic.bytes_over_minimum:.2f} x the {_size(traffic.minimum_bytes)} the problem needs)"
+               if traffic.minimum_bytes else "")]
+    for kind in ("load", "store"):
+        if traffic.total(kind, "warp_accesses"):
+            rows.append(f"  sectors per warp-wide {kind}: {traffic.sectors_per_access(kind):.1f} "
+                        f"(coalesced: {traffic.ideal_per_access(kind):.1f})")
+            worst = traffic.worst_line(kind)
+            if worst is not None and worst.excess > 1.25:
+                rows.append(f"    most wasteful: {where(worst)}, {worst.sectors_per_access:.1f} sectors "
+                            f"per access where {worst.ideal_per_access:.1f} would do")
+    if traffic.elements_stored:
+        rows.append(f"  elements loaded per element stored: {traffic.loads_per_output:.1f}")
+    return "\n".join(rows)
+
+
+def _size(count: int | None) -> str:
+    count = count or 0
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
