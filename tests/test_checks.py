@@ -144,3 +144,32 @@ def test_own_kernel_names_come_from_the_source():
               "@triton.autotune(configs=[], key=[])\n@triton.jit(do_not_specialize=[0])\ndef c(x): pass\n"
               "def helper(): pass\n")
     assert triton_kernel_names(source) == {"a", "b", "c"}
+
+
+@triton.jit
+def _negate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, -tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+def test_a_case_of_another_function_is_checked_against_that_functions_spec():
+    from types import SimpleNamespace
+
+    from grader.core.cases import spec_for, specs_of
+    from grader.core.checks import check_case
+
+    negate = Spec(api="negate", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}),
+                  reference=lambda x: -x)
+    other = Case({"n": 10}, spec=negate)
+    assert spec_for(other, SPEC) is negate and spec_for(CASE, SPEC) is SPEC
+    assert specs_of(SPEC, [CASE, other, Case({"n": 3}, spec=negate)]) == [SPEC, negate]
+    assert other.name.startswith("negate: ") and not CASE.name.startswith("double: ")
+    def negate_with_triton(x):
+        out = torch.empty_like(x)
+        _negate_kernel[(1,)](x, out, x.numel(), BLOCK=16)
+        return out
+
+    kernel = SimpleNamespace(api={"double": double, "negate": negate_with_triton}.get, todos=[])
+    check_case(kernel, SPEC, CASE)
+    check_case(kernel, SPEC, other)  # negate() is called and compared with -x, not 2 * x
+    assert not run_case(double, SPEC, other).passed

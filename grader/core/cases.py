@@ -42,11 +42,15 @@ class Case:
     # What this case exists to catch, shown when it fails ("values near 1000: E[x^2] - mean^2
     # cancels"): the learner then knows what the case probes, even when the pattern is unclear.
     hint: str = ""
+    # The Spec of the function this case calls, in a module with several (01-tiling: transpose and
+    # matmul); None: the module's SPEC. ``spec_for`` resolves it.
+    spec: Any = None
 
     @property
     def name(self) -> str:
         values = ",".join(f"{k}={v}" for k, v in self.params.items())
-        prefix = f"{self.label}: " if self.label else ""
+        prefix = f"{self.spec.api}: " if self.spec is not None else ""
+        prefix += f"{self.label}: " if self.label else ""
         return f"{prefix}{values} {SHORT_DTYPE.get(self.dtype, str(self.dtype))}"
 
     def seed(self, secret: int = 0) -> int:
@@ -112,6 +116,20 @@ class Spec:
         if dtype in self.interpreter_tolerances and not device.is_cuda():
             return self.interpreter_tolerances[dtype]
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))
+
+
+def spec_for(case: Case, module_spec: Spec) -> Spec:
+    """The Spec that ``case`` is tested against: its own, else the module's."""
+    return case.spec if case.spec is not None else module_spec
+
+
+def specs_of(module_spec: Spec, cases: list[Case]) -> list[Spec]:
+    """The module's Spec first, then each other Spec its cases call, once each."""
+    found = [module_spec]
+    for case in cases:
+        if case.spec is not None and all(case.spec is not known for known in found):
+            found.append(case.spec)
+    return found
 
 
 def for_mode(cases: list[Case], cuda: bool) -> list[Case]:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from grader.core import device
-from grader.core.cases import Case, Rand, Spec
+from grader.core.cases import Case, Rand, Spec, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
@@ -86,6 +86,7 @@ def as_tuple(outputs) -> tuple:
 
 def build_inputs(spec: Spec, case: Case, secret: int = 0,
                  on: torch.device | None = None) -> tuple[tuple, dict]:
+    spec = spec_for(case, spec)
     return spec.make_inputs(case, Rand(case.seed(secret), on or device.torch_device()))
 
 
@@ -150,6 +151,7 @@ def largest_magnitude(inputs) -> float:
 def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=None) -> list[str]:
     """Problems found in ``outputs`` (empty when the case passes). ``inputs`` (the call's args and
     kwargs) let the diagnosis tell overflow on large inputs from unwritten elements."""
+    spec = spec_for(case, spec)
     names = spec.output_names
     if len(outputs) != len(references):
         return [f"{spec.api}() returned {len(outputs)} value(s); it should return "
@@ -188,6 +190,7 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
 def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResult:
     """Run one case in this process: the output is compared with the reference, and a call that
     went around the exercise (PyTorch compute, no Triton launch) fails with the reason."""
+    spec = spec_for(case, spec)
     args, kwargs = build_inputs(spec, case, secret)
     references = reference_outputs(spec, args, kwargs)
     monitor = shared_monitor()
@@ -205,6 +208,7 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
 
 def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
     """Assert that the loaded kernel passes ``case``; the message is the learner's diagnosis."""
+    spec = spec_for(case, spec)
     result = run_case(kernel.api(spec.api), spec, case)
     if not result.passed:
         hint = todo_summary(kernel.todos)
@@ -231,6 +235,7 @@ def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match
 
 def case_outcome(spec: Spec, case: Case, passed: bool) -> Outcome:
     """``case`` and its verdict as ``across_cases`` reads them (builds the inputs again: cheap)."""
+    spec = spec_for(case, spec)
     args, _ = build_inputs(spec, case)
     return Outcome(case, passed, non_contiguous_inputs(args, input_names(spec.reference)), spec.row_wise)
 

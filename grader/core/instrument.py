@@ -69,17 +69,6 @@ class AccessRecorder:
         return False
 
 
-def interpreter_active() -> bool:
-    """Whether kernels launched now run in Triton's interpreter (only there are accesses seen)."""
-    import triton
-    interpret = getattr(getattr(triton, "knobs", None), "runtime", None)
-    flag = getattr(interpret, "interpret", None)
-    if flag is not None:
-        return bool(flag)
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _add_listener(listener: Listener) -> None:
     global _original
     from triton.runtime import interpreter

@@ -130,14 +130,14 @@ class ChildRun:
                 try:
                     args, kwargs = grading.inputs[current.id]
                     child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
-                    child.order({"trial": current.id}, time.monotonic() + 30)
+                    child.order({"trial": current.id, "api": grading.api_of(current.id)}, time.monotonic() + 30)
                 except ChildEnded as ended:
                     after_exit(grading, child, phase, current, ended, judged)
                     return
                 except OSError as error:  # e.g. a file the learner's code left under that name
                     grading.verdicts.update(judged)
                     grading.verdicts[current.id] = Verdict(False, "error", (
-                        f"The grader could not hand {grading.api}() its inputs ({os.strerror(error.errno or 0)}): "
+                        f"The grader could not hand {grading.api_of(current.id)}() its inputs ({os.strerror(error.errno or 0)}): "
                         "kernel.py must not create files in its working folder."))
                     return
             elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already

@@ -34,11 +34,11 @@ def after_exit(grading, child, phase: str, current: Trial | None, ended: ChildEn
     # verdicts to confirm alone afterwards (one per child when every case crashes).
     grading.batch = max(1, len(ran) // 2)
     if len(ran) == 1:  # a fresh process that ran this case alone: the crash is this case's
-        grading.verdicts[ran[0]] = crash_verdict(grading.api, ended, judged.get(ran[0]))
+        grading.verdicts[ran[0]] = crash_verdict(grading.api_of(ran[0]), ended, judged.get(ran[0]))
     elif ran:  # any of them may have caused it: each runs again alone
         grading.crashes.append((ended, set(ran)))
         for trial_id in ran:
-            grading.unconfirmed[trial_id] = judged.get(trial_id) or crash_verdict(grading.api, ended, None)
+            grading.unconfirmed[trial_id] = judged.get(trial_id) or crash_verdict(grading.api_of(trial_id), ended, None)
 
 
 def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verdict:
@@ -71,5 +71,5 @@ def after_timeout(grading, child, phase: str, current: Trial | None, budget: Bud
             "they needed."), limits.case_seconds)
     elif current is not None:
         grading.verdicts[current.id] = Verdict(False, "timeout", (
-            f"{grading.api}() did not return within {limits.case_seconds:g} s of computing: an endless loop, in "
+            f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an endless loop, in "
             f"Python or in the kernel? The case was stopped.{processes}"), limits.case_seconds)

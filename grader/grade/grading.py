@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from grader.core import cases, device
-from grader.core.cases import Case, Spec
+from grader.core.cases import Case, Spec, spec_for, specs_of
 from grader.core.catalog import REPO_ROOT, Module
 from grader.core.checks import build_inputs
 from grader.core.evidence import triton_kernel_names
@@ -147,7 +147,13 @@ class Grading:
 
     @property
     def api(self) -> str:
+        """The module's main function (the one that is timed)."""
         return self.plan.spec.api
+
+    def api_of(self, trial_id: int) -> str:
+        """The function that trial ``trial_id`` calls (a module may have several)."""
+        case_index = self.plan.trials[trial_id].case_index
+        return spec_for(self.plan.cases[case_index][0], self.plan.spec).api
 
     def pending(self, visibility: str) -> list[Trial]:
         for trial in self.plan.trials:  # a case that already failed needs no repeat
@@ -233,9 +239,10 @@ class Grading:
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
         the others share the GPU's memory."""
         share = 1 if timed else self.options.children_per_gpu
-        request = {"module": self.module.id, "api": self.api, "kernel": "kernel.py",
-                   "gpu_memory_fraction": self.options.gpu_memory_fraction / max(1, share),
-                   "autotune": timed, "allowed_ops": sorted(self.plan.spec.allowed_ops)}
+        specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
+        request = {"module": self.module.id, "api": self.api, "apis": [spec.api for spec in specs],
+                   "kernel": "kernel.py", "gpu_memory_fraction": self.options.gpu_memory_fraction / max(1, share),
+                   "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs)))}
         return self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
                                   request, n_calls, secrets.token_hex(16), shared=self.shared)
 

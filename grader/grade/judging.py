@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from grader.core import crashes
-from grader.core.cases import Case, Spec
+from grader.core.cases import Case, Spec, spec_for
 from grader.core.checks import aliased_output, changed_input, compare, reference_outputs, same_values, tensors_in
 from grader.core.evidence import judge_evidence
 from grader.sandbox import wire
@@ -60,6 +60,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
     """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
     the references -> the saved outputs and inputs). ``own_kernels``: the submission's
     @triton.jit names, read against the child's CUDA kernel trace."""
+    spec = spec_for(case, spec)
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
     if done.get("error"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 
 from grader.core import crashes, device
+from grader.core.cases import spec_for
 from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
 from grader.core.markers import open_todos
@@ -32,7 +33,7 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         if visibility == "hidden":
             hidden_number += 1
             name = f"hidden case {hidden_number}"
-            message = hidden_message(verdict, grading.api) if not verdict.passed and verdict.kind != "load" \
+            message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if not verdict.passed and verdict.kind != "load" \
                 else verdict.message
             if not verdict.passed and todos and verdict.kind != "load":
                 message += " (TODOs are still open in kernel.py.)"
