@@ -2,6 +2,8 @@
 
 - ``--impl`` chooses the kernel.py under test: ``learner`` (default), ``solutions``, or a folder.
 - a test that takes ``case`` runs once per entry of its module's ``CASES`` that suits the device;
+- a test that takes ``bar`` runs once per entry of its module's ``TRAFFIC`` (memory-traffic bars),
+  under the interpreter only: on a GPU the speed itself is measured instead;
 - the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load.
 """
 
@@ -21,6 +23,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped under the interpreter)")
+    config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
 
 
 def pytest_generate_tests(metafunc):
@@ -29,11 +32,17 @@ def pytest_generate_tests(metafunc):
         cases = [pytest.param(c, id=c.name, marks=[pytest.mark.cuda] if c.cuda_only else [])
                  for c in metafunc.module.CASES]
         metafunc.parametrize("case", cases)
+    if "bar" in metafunc.fixturenames and hasattr(metafunc.module, "TRAFFIC"):
+        metafunc.parametrize("bar", [pytest.param(b, id=b.name, marks=[pytest.mark.interpreter])
+                                     for b in metafunc.module.TRAFFIC])
 
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("cuda") and not device.is_cuda():
         pytest.skip("needs a CUDA GPU; this run uses Triton's interpreter on the CPU")
+    if item.get_closest_marker("interpreter") and device.is_cuda():
+        pytest.skip("the memory-traffic report watches Triton's interpreter; on this GPU the speed "
+                    "itself is measured (set GRADER_DEVICE=cpu to see the report here)")
 
 
 _loaded = {}

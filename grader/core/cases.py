@@ -146,9 +146,32 @@ def _import_file(path: Path, name: str):
 
 def public(module: Module) -> tuple[Spec, list[Case]]:
     """The spec and public cases from the course's own copy of the module's test_kernel.py."""
-    tests = _import_file(module.learner_dir / "test_kernel.py",
-                         f"_public_cases_{module.track}_{module.slug}".replace("-", "_"))
+    tests = _import_file(module.learner_dir / "test_kernel.py", _public_name(module))
     return tests.SPEC, list(tests.CASES)
+
+
+def _public_name(module: Module) -> str:
+    return f"_public_cases_{module.track}_{module.slug}".replace("-", "_")
+
+
+def public_spec(module_id: str, api: str) -> Spec:
+    """The Spec of function ``api`` in the public tests of module ``module_id``: what hidden cases
+    of a module with several functions name as their ``spec``."""
+    from grader.core.catalog import find_module
+    spec, public_cases = public(find_module(module_id))
+    for candidate in specs_of(spec, public_cases):
+        if candidate.api == api:
+            return candidate
+    raise LookupError(f"{module_id}'s public tests have no Spec for {api}()")
+
+
+def traffic_bars(module: Module) -> list:
+    """The memory-traffic bars (``grader.core.traffic.TrafficBar``) of the module's public tests."""
+    tests = sys.modules.get(_public_name(module))
+    if tests is None:
+        public(module)
+        tests = sys.modules[_public_name(module)]
+    return list(getattr(tests, "TRAFFIC", ()))
 
 
 def hidden(module: Module) -> list[Case]:

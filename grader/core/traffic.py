@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from grader.core.cases import Case, Spec, spec_for
 from grader.core.instrument import Access, AccessRecorder
 
 WARP = 32  # lanes per warp
@@ -124,6 +125,72 @@ def measure(call: Callable[[], object], minimum_bytes: int | None = None) -> Tra
     with AccessRecorder(on_access=traffic.add):
         call()
     return traffic
+
+
+@dataclass(frozen=True)
+class TrafficBar:
+    """What a module asks of one call's memory traffic, checked under the interpreter: the kinds
+    of access that must be coalesced, and how often each output may need an element loaded."""
+    case: Case
+    lesson: str  # what fixes a miss, in a sentence: "load a 2-D tile, so that ..."
+    coalesced: tuple[str, ...] = ("load", "store")
+    max_excess: float = 1.25  # sectors touched per sector needed, per kind of access
+    max_loads_per_output: float | None = None
+    todo: str = ""  # words from the text of the TODO that fixes a miss, to name it while it is open
+
+    @property
+    def name(self) -> str:
+        return self.case.name
+
+
+def traffic_of(kernel, module_spec: Spec, case: Case) -> Traffic:
+    """The traffic of one call of the loaded ``kernel`` on ``case``'s inputs."""
+    from grader.core.checks import build_inputs
+    spec = spec_for(case, module_spec)
+    args, kwargs = build_inputs(spec, case)
+    fn = kernel.api(spec.api)
+    return measure(lambda: fn(*args, **kwargs), spec.bytes_moved(case) if spec.bytes_moved else None)
+
+
+def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
+    """Raise AssertionError with a learner-facing message when ``bar`` is missed; return the traffic."""
+    spec = spec_for(bar.case, module_spec)
+    traffic = traffic_of(kernel, module_spec, bar.case)
+    misses = []
+    for kind in bar.coalesced:
+        worst = traffic.worst_line(kind)
+        if worst is not None and traffic.excess(kind) > bar.max_excess:
+            misses.append((worst, f"{spec.api}() touches {traffic.sectors_per_access(kind):.1f} sectors per "
+                                  f"warp-wide {kind}; coalesced is {traffic.ideal_per_access(kind):.1f} "
+                                  f"(worst: line {worst.line}, {worst.sectors_per_access:.1f})."))
+    if bar.max_loads_per_output is not None and traffic.loads_per_output > bar.max_loads_per_output:
+        loads = [line for line in traffic.lines.values() if line.kind == "load"]
+        worst = max(loads, key=lambda line: line.bytes, default=None)
+        misses.append((worst, f"{spec.api}() loads {traffic.loads_per_output:.1f} elements per element it "
+                              f"stores; the bar is {bar.max_loads_per_output:g}."))
+    if not misses:
+        return traffic
+    todo = _todo_for(kernel, bar.todo, misses[0][0])
+    lines = [f"{bar.case.name}: memory traffic", *(text for _, text in misses), bar.lesson]
+    if todo is not None:
+        lines.append(f"See {todo}.")
+    raise AssertionError("\n".join(lines))
+
+
+def _todo_for(kernel, words: str, line: LineTraffic | None):
+    """The learner's open TODO whose text holds ``words``; else the one nearest above ``line``
+    in kernel.py; else the first open one (None when none is open)."""
+    todos = list(getattr(kernel, "todos", None) or [])
+    if not todos:
+        return None
+    named = [todo for todo in todos if words and words in todo.text]
+    if named:
+        return named[0]
+    if line is not None and Path(line.file) == Path(kernel.path):
+        above = [todo for todo in todos if todo.line <= line.line]
+        if above:
+            return above[-1]
+    return todos[0]
 
 
 def lane_order(addresses: np.ndarray, itemsize: int) -> int:

@@ -114,6 +114,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         progress.record(module, path, passed, len(counted))
     done = passed == len(counted) and bool(counted)
     done = done and not refused
+    if not device.is_cuda():
+        _print_traffic(module, impl, out)
     if done and device.is_cuda():
         from grader.learn.speed import report_speed
         report_speed(module, impl, out)
@@ -137,18 +139,42 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
 
 
 _CASE_TEST = "test_matches_reference"
+_TRAFFIC_TEST = "test_memory_traffic"
+
+
+def _print_traffic(module: Module, impl: str | Path, out) -> None:
+    """The memory-traffic report of each of the module's traffic bars (optimization track)."""
+    from grader.core import traffic
+    from grader.core.loading import LoadError, load_kernel
+
+    spec, bars = cases.public(module)[0], cases.traffic_bars(module)
+    if not bars:
+        return
+    try:
+        kernel = load_kernel(module, impl)
+    except LoadError:
+        return  # the tests above already said why
+    print("\nMemory traffic, as the interpreter saw it (what a GPU would be asked to move):", file=out)
+    for bar in bars:
+        try:
+            report = traffic.describe(traffic.traffic_of(kernel, spec, bar.case), REPO_ROOT)
+        except Exception as error:  # a broken kernel: the failing tests above explain it
+            report = f"  not measured: {type(error).__name__}: {short_error(error, 1)}"
+        print(f"{bar.case.name}\n{report}", file=out)
 
 
 def _breakdown(counted: list[tuple[str, str, str]]) -> str:
     """Say which passing tests are output cases and which check the launcher's input handling,
     so that an untouched stub's few passes (its validation is already written) do not mislead."""
     cases_run = [r for r in counted if r[0].startswith(f"{_CASE_TEST}[")]
-    others = [r for r in counted if r not in cases_run]
+    bars = [r for r in counted if r[0].startswith(f"{_TRAFFIC_TEST}[")]
+    others = [r for r in counted if r not in cases_run and r not in bars]
     if not cases_run or not others:
         return ""
     def n_pass(rows):
         return sum(outcome == "passed" for _, outcome, _ in rows)
-    return (f": {n_pass(cases_run)} of {len(cases_run)} output cases, and {n_pass(others)} of "
+    traffic = f", {n_pass(bars)} of {len(bars)} memory-traffic bars" if bars else ""
+    return (f": {n_pass(cases_run)} of {len(cases_run)} output cases{traffic}, and {n_pass(others)} of "
             f"{len(others)} other tests (bad inputs, edge cases), which the launcher around your "
             "TODOs may already handle")
 
