@@ -43,8 +43,9 @@ def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path, monkeypa
     planted = tmp_path / "kernel.py"
     planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
     spec, public = cases.public(module)
-    fn = load_kernel(module, planted).api(spec.api)
-    results = [run_case(fn, spec, case) for case in cases.for_mode(public, device.is_cuda())]
+    kernel = load_kernel(module, planted)
+    results = [run_case(kernel.api(cases.spec_for(case, spec).api), spec, case)
+               for case in cases.for_mode(public, device.is_cuda())]
     failing = [r for r in results if not r.passed]
     assert len(failing) >= MIN_FAILING_CASES, (
         f"{mistake.name!r} fails only {len(failing)} public case(s): "

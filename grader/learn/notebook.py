@@ -39,16 +39,22 @@ def _label(impl: str) -> str:
     return {"learner": YOURS, "solutions": "the reference solution"}.get(impl, f"the kernel in {impl}")
 
 
-def kernel_or_fallback(module_id: str) -> NotebookKernel:
-    """The module's API function from your kernel.py if it passes a quick check, else PyTorch's."""
+def kernel_or_fallback(module_id: str, api: str | None = None) -> NotebookKernel:
+    """The module's function ``api`` (default: its main one) from your kernel.py if it passes a
+    quick check, else PyTorch's."""
     module = find_module(module_id)
     impl = os.environ.get("GRADER_NOTEBOOK_IMPL", "learner")
-    spec, public_cases = cases.public(module)
+    module_spec, public_cases = cases.public(module)
+    spec = next((s for s in cases.specs_of(module_spec, public_cases) if s.api == api), None) \
+        if api else module_spec
+    if spec is None:
+        raise LookupError(f"{module_id}'s public tests have no function {api}()")
+    own_cases = [case for case in public_cases if cases.spec_for(case, module_spec) is spec]
     print(f"Kernels run on {device.describe()}.")
     try:
         loaded = load_kernel(module, impl)
         fn = loaded.api(spec.api)
-        result = run_case(fn, spec, cases.for_mode(public_cases, device.is_cuda())[-1])
+        result = run_case(fn, module_spec, cases.for_mode(own_cases, device.is_cuda())[-1])
         problem = "" if result.passed else result.message + "\n" + todo_summary(loaded.todos)
     except LoadError as error:
         problem = str(error)

@@ -1,0 +1,26 @@
+"""Typical mistakes in tiling a transpose and a matmul, planted into the reference by the course's suite.
+
+Mistakes that make the transpose store outside y (swapped masks or strides on a non-square
+matrix) are left out: under the interpreter such a store corrupts the test process's own memory.
+"""
+
+from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+
+MISTAKES = [
+    Mistake("matmul grid rounds down",
+            'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
+            'grid = (M // config["BLOCK_M"], N // config["BLOCK_N"])',
+            cause=r"triton\.cdiv"),
+    Mistake("a's row stride assumed to be K",
+            "offs_m[:, None] * stride_am", "offs_m[:, None] * K",
+            cause=r"not contiguous"),
+    Mistake("x's row stride assumed to be N",
+            "rows[:, None] * stride_xm", "rows[:, None] * N",
+            cause=r"not contiguous"),
+    Mistake("transpose grid rounds down",
+            "grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))", "grid = (M // BLOCK_M, N // BLOCK_N)",
+            cause=r"triton\.cdiv"),
+    Mistake("matmul result rounded to fp16 before the store",
+            "acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)",
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+]

@@ -1,0 +1,136 @@
+"""Public tests for 01-tiling.  Run:  pytest tracks/optimization/01-tiling
+
+SPEC and CASES describe the correctness tests as data (the grader reads them too); TRAFFIC holds
+the memory-traffic bars, which the interpreter checks on a CPU (on a GPU the speed is measured
+instead). transpose() is the module's main function; cases with spec=MATMUL call matmul().
+"""
+
+import torch
+
+from grader import device
+from grader.cases import Case, Spec
+from grader.checks import check_case, expect_error
+from grader.traffic import TrafficBar, check_bar
+
+
+def matrix(rand, rows, cols, layout, dtype, scale=1.0):
+    """A (rows, cols) matrix stored as ``layout`` says: "row-major"; "transposed" (the transpose
+    of a row-major (cols, rows) matrix); "sliced" (every other column of a wider matrix)."""
+    if layout == "transposed":
+        return rand.randn(cols, rows, dtype=dtype, scale=scale).t()
+    if layout == "sliced":
+        return rand.randn(rows, 2 * cols, dtype=dtype, scale=scale)[:, ::2]
+    return rand.randn(rows, cols, dtype=dtype, scale=scale)
+
+
+def transpose_inputs(case, rand):
+    M, N = case.params["shape"]
+    return (matrix(rand, M, N, case.params.get("layout", "row-major"), case.dtype),), {}
+
+
+def matmul_inputs(case, rand):
+    M, N, K = case.params["mnk"]
+    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
+    scale = max(K, 1) ** -0.25  # every output about 1 in size, whatever K is
+    return (matrix(rand, M, K, layout_a, case.dtype, scale), matrix(rand, K, N, layout_b, case.dtype, scale)), {}
+
+
+def transpose_bytes(case):
+    M, N = case.params["shape"]
+    return 2 * M * N * case.dtype.itemsize
+
+
+SPEC = Spec(
+    api="transpose",
+    make_inputs=transpose_inputs,
+    reference=lambda x: x.t().contiguous(),
+    bytes_moved=transpose_bytes,
+    torch_baseline=lambda x: x.t().contiguous(),
+    bench_cases=tuple(Case({"shape": (8192, 8192)}, dtype) for dtype in (torch.float32, torch.float16)),
+    ceiling="copy",
+    target=0.85,
+)
+
+MATMUL = Spec(
+    api="matmul",
+    make_inputs=matmul_inputs,
+    reference=lambda a, b: a @ b,
+    # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
+    tolerances={torch.float32: (5e-3, 5e-3)},
+    interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
+    flops=lambda case: 2 * case.params["mnk"][0] * case.params["mnk"][1] * case.params["mnk"][2],
+    bytes_moved=lambda case: (lambda m, n, k: (m * k + k * n + m * n) * case.dtype.itemsize)(*case.params["mnk"]),
+    torch_baseline=torch.matmul,
+    bench_cases=(Case({"mnk": (4096, 4096, 4096)}, torch.float16),),
+    ceiling="torch",
+    target=0.75,
+)
+
+CASES = [
+    Case({"shape": (1, 1)}, label="1 x 1"),
+    Case({"shape": (1, 70)}, label="one row"),
+    Case({"shape": (70, 1)}, label="one column"),
+    Case({"shape": (64, 64)}, label="exactly one tile"),
+    Case({"shape": (65, 63)}, label="one past and one short of a tile"),
+    Case({"shape": (200, 130)}, torch.float16, label="several tiles, tails both ways"),
+    Case({"shape": (33, 300), "layout": "transposed"}, label="x itself a transpose"),
+    Case({"shape": (90, 50), "layout": "sliced"}, torch.float16, label="sliced x"),
+    Case({"shape": (40, 70), "layout": "sliced"}, label="sliced x, wide"),
+    Case({"shape": (129, 257)}, torch.bfloat16, label="tails", cuda_only=True),
+    Case({"shape": (4099, 3001)}, label="large, odd", cuda_only=True),
+    # The starting matmul runs one program per output element, which the interpreter takes about
+    # 15 ms each to run: the CPU cases stay small so that a first check takes seconds, not minutes.
+    Case({"mnk": (1, 1, 1)}, spec=MATMUL, label="1 x 1 x 1"),
+    Case({"mnk": (16, 16, 16)}, spec=MATMUL, label="one 16 x 16 tile"),
+    Case({"mnk": (9, 20, 40)}, spec=MATMUL, label="odd sizes"),
+    Case({"mnk": (12, 20, 70)}, torch.float16, spec=MATMUL, label="K with a partial last step"),
+    Case({"mnk": (20, 15, 30), "layouts": ("transposed", "sliced")}, spec=MATMUL,
+         label="a transposed, b sliced"),
+    Case({"mnk": (12, 10, 24), "layouts": ("sliced", "row-major")}, torch.float16, spec=MATMUL,
+         label="sliced a"),
+    Case({"mnk": (10, 12, 20), "layouts": ("transposed", "transposed")}, spec=MATMUL,
+         label="both transposed"),
+    Case({"mnk": (300, 200, 150)}, torch.float16, spec=MATMUL, label="several tiles each way",
+         cuda_only=True),
+    Case({"mnk": (2048 + 5, 1024 - 3, 512 + 1)}, spec=MATMUL, label="large, odd", cuda_only=True),
+]
+
+TRAFFIC = [
+    TrafficBar(Case({"shape": (96, 160)}), coalesced=("load", "store"), todo="load the tile",
+               lesson="Read and write whole rows: give each program a 2-D tile of x, load it along x's "
+                      "rows and store it along y's rows (the tile's columns)."),
+    TrafficBar(Case({"mnk": (16, 16, 64)}, spec=MATMUL), coalesced=(), max_loads_per_output=16,
+               todo="tile of outputs",
+               lesson="Let each program compute a tile of outputs, so that every element of a and b "
+                      "it loads serves a whole row or column of the tile (a 16 x 16 tile needs 8 "
+                      "loads per output here, one element per program 128)."),
+]
+
+
+def test_matches_reference(kernel, case):
+    check_case(kernel, SPEC, case)
+
+
+def test_memory_traffic(kernel, bar):
+    check_bar(kernel, SPEC, bar)
+
+
+def test_transpose_rejects_a_vector(kernel):
+    expect_error(kernel.api("transpose"), torch.ones(5, device=device.torch_device()), match="dimensions")
+
+
+def test_transpose_rejects_integers(kernel):
+    expect_error(kernel.api("transpose"), torch.ones(3, 4, dtype=torch.int32, device=device.torch_device()),
+                 match="dtype")
+
+
+def test_matmul_rejects_mismatched_inner_dimensions(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul"), torch.ones(4, 5, device=where), torch.ones(6, 3, device=where),
+                 match="inner dimension")
+
+
+def test_matmul_rejects_mixed_dtypes(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul"), torch.ones(4, 5, device=where),
+                 torch.ones(5, 3, device=where, dtype=torch.float16), match="dtype")
