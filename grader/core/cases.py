@@ -100,6 +100,9 @@ class Spec:
     ceiling: str = "copy"  # "copy": a fraction of copy bandwidth; "torch": a ratio to torch_baseline
     target: float = 0.0  # the reference solution's target, as a fraction of the ceiling
     learner_threshold: float = 0.8  # learner's full performance credit, as a fraction of the reference
+    # No performance credit at or below this fraction of the reference (None: half the threshold).
+    # The optimization track sets it above its slow starting kernel's speed.
+    learner_floor: float | None = None
     # What this module's wrapper may do besides the course-wide allowlist (grader.sandbox.policy
     # and grader.sandbox.evidence): extra PyTorch operators at run time, and for the static gate
     # extra torch names and tensor methods. Widen deliberately (an optimizer step, autograd).
@@ -109,6 +112,10 @@ class Spec:
     allowed_ops: frozenset = frozenset()
     allowed_torch_names: frozenset = frozenset()
     allowed_tensor_methods: frozenset = frozenset()
+
+    @property
+    def floor(self) -> float:
+        return self.learner_floor if self.learner_floor is not None else 0.5 * self.learner_threshold
 
     def tolerance(self, dtype: torch.dtype, case: Case | None = None) -> tuple[float, float]:
         if case is not None and case.tolerances and dtype in case.tolerances:

@@ -7,7 +7,9 @@ A CPU cannot time a GPU kernel, but the interpreter sees every address a kernel 
 - **sectors per warp-wide access**: a GPU serves a warp's 32 lanes in 32-byte sectors, so 32 lanes
   reading 4-byte neighbours need 4 sectors (coalesced) and 32 lanes reading 4 bytes each from
   different rows need 32;
-- **loads per output element**: how often each stored element needed an element loaded (reuse).
+- **loads per output element**: how often each stored element needed an element loaded (reuse);
+- **programs** that touched memory: one program runs on one multiprocessor, so a kernel that
+  leaves the work to a handful of programs leaves most of a GPU idle.
 
 How lanes form warps is modelled the way Triton's compiler lays a block out: lanes run along the
 block's dimension whose addresses are contiguous (the compiler's coalescing pass picks that order),
@@ -64,6 +66,7 @@ class Traffic:
     elements_loaded: int = 0
     elements_stored: int = 0
     minimum_bytes: int | None = None  # the problem's own minimum (read each input, write each output once)
+    programs: set = field(default_factory=set)  # the program ids that made an access
 
     def total(self, kind: str, what: str) -> int:
         return sum(getattr(line, what) for line in self.lines.values() if line.kind == kind)
@@ -98,6 +101,14 @@ class Traffic:
             return None
         return (self.bytes_loaded + self.bytes_stored) / self.minimum_bytes
 
+    @property
+    def busiest_launch(self) -> int:
+        """The most programs any one kernel of the call ran with (programs that touched memory)."""
+        per_kernel: dict[str, int] = {}
+        for kernel, _ in self.programs:
+            per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
+        return max(per_kernel.values(), default=0)
+
     def worst_line(self, kind: str) -> LineTraffic | None:
         """The line of this kind that wastes the most sectors."""
         candidates = [line for line in self.lines.values() if line.kind == kind and line.warp_accesses]
@@ -105,6 +116,8 @@ class Traffic:
 
     def add(self, access: Access) -> None:
         key = (access.kind, access.file, access.line)
+        if access.active.any():
+            self.programs.add((access.kernel, access.program))
         line = self.lines.get(key)
         if line is None:
             line = self.lines[key] = LineTraffic(access.kind, access.file, access.line)
@@ -136,6 +149,8 @@ class TrafficBar:
     coalesced: tuple[str, ...] = ("load", "store")
     max_excess: float = 1.25  # sectors touched per sector needed, per kind of access
     max_loads_per_output: float | None = None
+    max_bytes_over_minimum: float | None = None  # bytes moved per byte the problem needs
+    min_programs: int | None = None  # programs that must share the work (per launch of the busiest kernel)
     todo: str = ""  # words from the text of the TODO that fixes a miss, to name it while it is open
 
     @property
@@ -168,6 +183,14 @@ def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
         worst = max(loads, key=lambda line: line.bytes, default=None)
         misses.append((worst, f"{spec.api}() loads {traffic.loads_per_output:.1f} elements per element it "
                               f"stores; the bar is {bar.max_loads_per_output:g}."))
+    if bar.max_bytes_over_minimum is not None and (traffic.bytes_over_minimum or 0) > bar.max_bytes_over_minimum:
+        loads = [line for line in traffic.lines.values() if line.kind == "load"]
+        worst = max(loads, key=lambda line: line.bytes, default=None)
+        misses.append((worst, f"{spec.api}() moves {traffic.bytes_over_minimum:.2f} x the bytes the problem "
+                              f"needs; the bar is {bar.max_bytes_over_minimum:g} x."))
+    if bar.min_programs is not None and traffic.busiest_launch < bar.min_programs:
+        misses.append((None, f"{spec.api}() leaves the work to {traffic.busiest_launch} program(s); the bar is "
+                             f"{bar.min_programs}: a GPU runs one program per multiprocessor at a time."))
     if not misses:
         return traffic
     todo = _todo_for(kernel, bar.todo, misses[0][0])
@@ -254,6 +277,8 @@ def describe(traffic: Traffic, root: Path | None = None) -> str:
                             f"per access where {worst.ideal_per_access:.1f} would do")
     if traffic.elements_stored:
         rows.append(f"  elements loaded per element stored: {traffic.loads_per_output:.1f}")
+    if traffic.programs:
+        rows.append(f"  programs that touched memory: {traffic.busiest_launch} in the largest launch")
     return "\n".join(rows)
 
 

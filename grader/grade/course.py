@@ -79,7 +79,6 @@ _PARTS = {
 
 def _intro(module: Module, assignment: str) -> str:
     from grader.core import cases
-    from grader.grade.timing import FLOOR_FRACTION
 
     spec, _ = cases.public(module)
     threshold = spec.learner_threshold
@@ -99,7 +98,7 @@ and the cells below read that result.
 |---|---|---|
 | public correctness | {POINTS['public']} | the share of public cases (those in `test_kernel.py`) that pass |
 | hidden correctness | {POINTS['hidden']} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
-| performance | {POINTS['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {FLOOR_FRACTION * threshold:.2f} x |
+| performance | {POINTS['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
 
 Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: it shows 0 points
 and says so, and your instructor sees it as not graded, not as failed. Each failed case comes

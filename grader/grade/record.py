@@ -151,13 +151,14 @@ def performance_credit(record: dict) -> tuple[float | None, float, float]:
     from grader.core.catalog import find_module
 
     performance = record.get("performance") or {}
-    threshold = performance.get("threshold") or cases.public(find_module(record["module"]))[0].learner_threshold
-    floor = performance.get("floor", timing.FLOOR_FRACTION * threshold)
+    spec = cases.public(find_module(record["module"]))[0]
+    threshold = performance.get("threshold") or spec.learner_threshold
+    floor = performance.get("floor", spec.floor)
     if not performance.get("graded"):
         return None, threshold, floor
     if "credit" in performance:
         return float(performance["credit"]), threshold, floor
-    return timing.credit(float(performance.get("ratio") or 0.0), threshold), threshold, floor
+    return timing.credit(float(performance.get("ratio") or 0.0), threshold, floor), threshold, floor
 
 
 def performance_status(record: dict) -> str:

@@ -29,9 +29,6 @@ from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS
 from grader.sandbox.isolation import ChildEnded
 
-# Below this fraction of the module's threshold a kernel earns no performance credit; between
-# the floor and the threshold credit grows linearly.
-FLOOR_FRACTION = 0.5
 TARGET_WINDOW_SECONDS = 0.3  # long enough that launch jitter and pipe latency do not matter
 _reference_lock = threading.Lock()
 
@@ -78,9 +75,9 @@ def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> Timi
     return TimingPlan(inputs.case, inputs.input_sets, reps, reference_ms)
 
 
-def credit(ratio: float, threshold: float) -> float:
-    """Performance credit in [0, 1] for running at ``ratio`` x the reference's speed."""
-    floor = FLOOR_FRACTION * threshold
+def credit(ratio: float, threshold: float, floor: float) -> float:
+    """Performance credit in [0, 1] for running at ``ratio`` x the reference's speed: none at or
+    below ``floor``, all from ``threshold``, linear in between (``Spec.floor``)."""
     if ratio >= threshold:
         return 1.0
     if ratio <= floor:
@@ -94,13 +91,13 @@ def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: fl
     learner_ms = window_ms / timing.reps
     base = {"case": timing.case.name, "device": device.describe(), "reps": timing.reps,
             "reference_ms": round(timing.reference_ms, 4), "threshold": spec.learner_threshold,
-            "floor": round(FLOOR_FRACTION * spec.learner_threshold, 4)}
+            "floor": round(spec.floor, 4)}
     if not outputs_ok:
         return {**base, "graded": True, "credit": 0.0, "ratio": 0.0,
                 "reason": problem or "the outputs of the timed calls were wrong"}
     ratio = timing.reference_ms / learner_ms
     entry = {**base, "graded": True, "learner_ms": round(learner_ms, 4), "ratio": round(ratio, 4),
-             "credit": credit(ratio, spec.learner_threshold),
+             "credit": credit(ratio, spec.learner_threshold, spec.floor),
              "reason": f"{ratio:.2f} x the reference's speed (full credit from {spec.learner_threshold:.2f} x)"}
     if child_event_ms is not None:
         entry["child_reported_ms"] = round(child_event_ms / timing.reps, 4)
