@@ -63,7 +63,7 @@ MODULES: list[Module] = [
         "optimization",
         ("tiling", "Tiling and coalescing", ("transpose", "matmul")),
         ("pipelining", "Software pipelining", ("matmul",)),
-        ("shared-memory", "On-chip reuse and reductions", ("softmax",)),
+        ("shared-memory", "On-chip reuse and reductions", ("softmax", "vector_sum")),
         ("warp-specialization", "Swizzling and fused epilogues", ("matmul_bias_gelu",)),
         ("advanced-optimizations", "Autotuning and persistent kernels", ("matmul",)),
     ),

@@ -1,0 +1,24 @@
+"""Typical mistakes in one-pass softmax, online softmax and a two-stage sum, planted into the
+reference by the course's suite."""
+
+from grader.authoring.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("row maximum not subtracted",
+            "numerator = tl.exp(x - tl.max(x, axis=0))", "numerator = tl.exp(x)",
+            cause=r"maximum is subtracted|overflow"),
+    Mistake("masked columns padded with 0 instead of -inf",
+            'x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=-float("inf"))',
+            "x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=mask, other=0.0)",
+            cause=r"-inf|padding|power of two|mask"),
+    Mistake("online sum not rescaled when the maximum grows",
+            "running_sum = running_sum * rescale +", "running_sum = running_sum +",
+            cause=r"rescaled"),
+    Mistake("partial sums not all added: stage 2 reads one chunk",
+            "total_kernel[(1,)](partials, out, partials.numel(), 1, BLOCK=1024)",
+            "total_kernel[(1,)](partials, out, min(partials.numel(), 1), 1, BLOCK=1024)",
+            cause=r"many chunks|sum|chunk"),
+    Mistake("grid of stage 1 rounds down",
+            "partials = torch.empty(triton.cdiv(n, CHUNK),", "partials = torch.empty(n // CHUNK,",
+            cause=r"triton\.cdiv|past a chunk|tail|chunk"),
+]
