@@ -69,6 +69,24 @@ class Rand:
         values = torch.randn(shape, generator=self.generator, device=self.device, dtype=torch.float32)
         return (values * scale).to(dtype)
 
+    def matrix(self, rows: int, cols: int, layout: str = "row-major", dtype: torch.dtype = torch.float32,
+               scale: float = 1.0) -> torch.Tensor:
+        """A (rows, cols) random matrix stored as ``layout`` says: "row-major"; "transposed" (the
+        transpose of a row-major (cols, rows) matrix); "sliced" (every other column of a matrix
+        twice as wide); "padded" (the corner of a larger matrix whose other elements are NaN, so
+        that reading past the edge shows)."""
+        if layout == "transposed":
+            return self.randn(cols, rows, dtype=dtype, scale=scale).t()
+        if layout == "sliced":
+            return self.randn(rows, 2 * cols, dtype=dtype, scale=scale)[:, ::2]
+        if layout == "padded":
+            padded = torch.full((rows + 16, cols + 16), float("nan"), dtype=dtype, device=self.device)
+            padded[:rows, :cols] = self.randn(rows, cols, dtype=dtype, scale=scale)
+            return padded[:rows, :cols]
+        if layout != "row-major":
+            raise ValueError(f"unknown matrix layout {layout!r}")
+        return self.randn(rows, cols, dtype=dtype, scale=scale)
+
     def uniform(self, *shape: int, low: float, high: float, dtype: torch.dtype = torch.float32):
         values = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
         return (low + (high - low) * values).to(dtype)

@@ -30,6 +30,7 @@ class NotebookKernel:
     fn: Callable
     label: str  # YOURS, FALLBACK, or the reference's label: for prints, titles and legends
     is_fallback: bool
+    namespace: object = None  # the loaded kernel.py (its kernels and helpers); None for the fallback
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
@@ -60,7 +61,7 @@ def kernel_or_fallback(module_id: str, api: str | None = None) -> NotebookKernel
         problem = str(error)
     if not problem:
         print(f"Using {spec.api}() from {impl if impl != 'learner' else 'your kernel.py'}: it passes a quick check.")
-        return NotebookKernel(fn, _label(impl), is_fallback=False)
+        return NotebookKernel(fn, _label(impl), is_fallback=False, namespace=loaded.namespace)
     rule = "=" * 100
     print(f"{rule}\n{FALLBACK.upper()}\nYour kernel.py is not ready yet, so this notebook uses PyTorch's "
           f"version for now.\nEvery result below that PyTorch computed is labelled \"{FALLBACK}\".\n"

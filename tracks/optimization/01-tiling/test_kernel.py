@@ -13,26 +13,16 @@ from grader.checks import check_case, expect_error
 from grader.traffic import TrafficBar, check_bar
 
 
-def matrix(rand, rows, cols, layout, dtype, scale=1.0):
-    """A (rows, cols) matrix stored as ``layout`` says: "row-major"; "transposed" (the transpose
-    of a row-major (cols, rows) matrix); "sliced" (every other column of a wider matrix)."""
-    if layout == "transposed":
-        return rand.randn(cols, rows, dtype=dtype, scale=scale).t()
-    if layout == "sliced":
-        return rand.randn(rows, 2 * cols, dtype=dtype, scale=scale)[:, ::2]
-    return rand.randn(rows, cols, dtype=dtype, scale=scale)
-
-
 def transpose_inputs(case, rand):
     M, N = case.params["shape"]
-    return (matrix(rand, M, N, case.params.get("layout", "row-major"), case.dtype),), {}
+    return (rand.matrix(M, N, case.params.get("layout", "row-major"), case.dtype),), {}
 
 
 def matmul_inputs(case, rand):
     M, N, K = case.params["mnk"]
     layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
     scale = max(K, 1) ** -0.25  # every output about 1 in size, whatever K is
-    return (matrix(rand, M, K, layout_a, case.dtype, scale), matrix(rand, K, N, layout_b, case.dtype, scale)), {}
+    return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
 
 
 def transpose_bytes(case):
