@@ -9,7 +9,10 @@ A CPU cannot time a GPU kernel, but the interpreter sees every address a kernel 
   different rows need 32;
 - **loads per output element**: how often each stored element needed an element loaded (reuse);
 - **programs** that touched memory: one program runs on one multiprocessor, so a kernel that
-  leaves the work to a handful of programs leaves most of a GPU idle.
+  leaves the work to a handful of programs leaves most of a GPU idle;
+- **bytes per wave**: a GPU runs programs roughly in the order of their ids, a wave of them at a
+  time; the distinct bytes a wave of consecutive programs loads is what competes for the L2
+  cache at once (the report counts it, it does not simulate the cache).
 
 How lanes form warps is modelled the way Triton's compiler lays a block out: lanes run along the
 block's dimension whose addresses are contiguous (the compiler's coalescing pass picks that order),
@@ -67,6 +70,8 @@ class Traffic:
     elements_stored: int = 0
     minimum_bytes: int | None = None  # the problem's own minimum (read each input, write each output once)
     programs: set = field(default_factory=set)  # the program ids that made an access
+    # (kernel, program) -> the sectors its loads touched; kept only when asked (it grows with the input)
+    footprints: dict | None = None
 
     def total(self, kind: str, what: str) -> int:
         return sum(getattr(line, what) for line in self.lines.values() if line.kind == kind)
@@ -109,6 +114,21 @@ class Traffic:
             per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
         return max(per_kernel.values(), default=0)
 
+    def wave_bytes(self, wave: int) -> float:
+        """The distinct bytes loaded by ``wave`` consecutive programs (in launch order, axis 0
+        fastest), averaged over the waves of a kernel: the data a wave asks the L2 cache to hold
+        at once. With several kernels in the call, the largest of their averages."""
+        if not self.footprints:
+            return 0.0
+        averages = []
+        for name in {kernel for kernel, _ in self.footprints}:
+            order = sorted((program for kernel, program in self.footprints if kernel == name),
+                           key=lambda p: (p[2], p[1], p[0]))
+            sizes = [np.unique(np.concatenate([self.footprints[(name, p)] for p in order[i:i + wave]])).size
+                     for i in range(0, len(order), wave)]
+            averages.append(float(np.mean(sizes)) * SECTOR)
+        return max(averages)
+
     def worst_line(self, kind: str) -> LineTraffic | None:
         """The line of this kind that wastes the most sectors."""
         candidates = [line for line in self.lines.values() if line.kind == kind and line.warp_accesses]
@@ -121,6 +141,11 @@ class Traffic:
         line = self.lines.get(key)
         if line is None:
             line = self.lines[key] = LineTraffic(access.kind, access.file, access.line)
+        if self.footprints is not None and access.kind == "load":
+            touched = np.unique(access.touched // SECTOR)
+            key_program = (access.kernel, access.program)
+            known = self.footprints.get(key_program)
+            self.footprints[key_program] = touched if known is None else np.union1d(known, touched)
         warps, sectors, ideal, active = warp_sectors(access)
         line.warp_accesses += warps
         line.sectors += sectors
@@ -132,9 +157,10 @@ class Traffic:
             self.elements_stored += active
 
 
-def measure(call: Callable[[], object], minimum_bytes: int | None = None) -> Traffic:
-    """Run ``call()`` (which launches kernels under the interpreter) and count its traffic."""
-    traffic = Traffic(minimum_bytes=minimum_bytes)
+def measure(call: Callable[[], object], minimum_bytes: int | None = None, footprints: bool = False) -> Traffic:
+    """Run ``call()`` (which launches kernels under the interpreter) and count its traffic;
+    ``footprints`` also keeps what each program loads, for ``Traffic.wave_bytes``."""
+    traffic = Traffic(minimum_bytes=minimum_bytes, footprints={} if footprints else None)
     with AccessRecorder(on_access=traffic.add):
         call()
     return traffic
@@ -151,6 +177,8 @@ class TrafficBar:
     max_loads_per_output: float | None = None
     max_bytes_over_minimum: float | None = None  # bytes moved per byte the problem needs
     min_programs: int | None = None  # programs that must share the work (per launch of the busiest kernel)
+    max_wave_bytes: int | None = None  # distinct bytes loaded by ``wave`` consecutive programs
+    wave: int = 32
     todo: str = ""  # words from the text of the TODO that fixes a miss, to name it while it is open
 
     @property
@@ -158,19 +186,19 @@ class TrafficBar:
         return self.case.name
 
 
-def traffic_of(kernel, module_spec: Spec, case: Case) -> Traffic:
+def traffic_of(kernel, module_spec: Spec, case: Case, footprints: bool = False) -> Traffic:
     """The traffic of one call of the loaded ``kernel`` on ``case``'s inputs."""
     from grader.core.checks import build_inputs
     spec = spec_for(case, module_spec)
     args, kwargs = build_inputs(spec, case)
     fn = kernel.api(spec.api)
-    return measure(lambda: fn(*args, **kwargs), spec.bytes_moved(case) if spec.bytes_moved else None)
+    return measure(lambda: fn(*args, **kwargs), spec.bytes_moved(case) if spec.bytes_moved else None, footprints)
 
 
 def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
     """Raise AssertionError with a learner-facing message when ``bar`` is missed; return the traffic."""
     spec = spec_for(bar.case, module_spec)
-    traffic = traffic_of(kernel, module_spec, bar.case)
+    traffic = traffic_of(kernel, module_spec, bar.case, footprints=bar.max_wave_bytes is not None)
     misses = []
     for kind in bar.coalesced:
         worst = traffic.worst_line(kind)
@@ -191,6 +219,10 @@ def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
     if bar.min_programs is not None and traffic.busiest_launch < bar.min_programs:
         misses.append((None, f"{spec.api}() leaves the work to {traffic.busiest_launch} program(s); the bar is "
                              f"{bar.min_programs}: a GPU runs one program per multiprocessor at a time."))
+    if bar.max_wave_bytes is not None and traffic.wave_bytes(bar.wave) > bar.max_wave_bytes:
+        misses.append((None, f"each wave of {bar.wave} consecutive programs of {spec.api}() loads "
+                             f"{_size(int(traffic.wave_bytes(bar.wave)))} of distinct data; the bar is "
+                             f"{_size(bar.max_wave_bytes)}."))
     if not misses:
         return traffic
     todo = _todo_for(kernel, bar.todo, misses[0][0])
@@ -257,7 +289,7 @@ def warp_sectors(access: Access) -> tuple[int, int, int, int]:
     return int(lanes.shape[0]), touched, ideal, int(per_warp.sum())
 
 
-def describe(traffic: Traffic, root: Path | None = None) -> str:
+def describe(traffic: Traffic, root: Path | None = None, wave: int = 32) -> str:
     """The report as a few lines of text for a learner."""
     def where(line: LineTraffic) -> str:
         path = Path(line.file)
@@ -279,6 +311,9 @@ def describe(traffic: Traffic, root: Path | None = None) -> str:
         rows.append(f"  elements loaded per element stored: {traffic.loads_per_output:.1f}")
     if traffic.programs:
         rows.append(f"  programs that touched memory: {traffic.busiest_launch} in the largest launch")
+    if traffic.footprints:
+        rows.append(f"  distinct data loaded per wave of {wave} consecutive programs: "
+                    f"{_size(int(traffic.wave_bytes(wave)))}")
     return "\n".join(rows)
 
 

@@ -157,7 +157,8 @@ def _print_traffic(module: Module, impl: str | Path, out) -> None:
     print("\nMemory traffic, as the interpreter saw it (what a GPU would be asked to move):", file=out)
     for bar in bars:
         try:
-            report = traffic.describe(traffic.traffic_of(kernel, spec, bar.case), REPO_ROOT)
+            measured = traffic.traffic_of(kernel, spec, bar.case, footprints=bar.max_wave_bytes is not None)
+            report = traffic.describe(measured, REPO_ROOT, bar.wave)
         except Exception as error:  # a broken kernel: the failing tests above explain it
             report = f"  not measured: {type(error).__name__}: {short_error(error, 1)}"
         print(f"{bar.case.name}\n{report}", file=out)

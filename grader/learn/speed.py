@@ -46,15 +46,22 @@ def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> None:
               file=out)
 
 
-def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> Path:
-    """Benchmark every bench case; print the table and write a PNG plot. Returns the plot path."""
-    spec, _ = cases.public(module)
-    impls = implementations(module, impl, spec)
+def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> list[Path]:
+    """Benchmark every bench case of every function of the module; print a table and write a PNG
+    plot per function. Returns the plot paths."""
+    module_spec, public = cases.public(module)
     copy_gbs = bench.copy_bandwidth_gbs()
-    rows = [row for case in spec.bench_cases for row in bench.measure(spec, case, impls)]
-    print(bench.format_table(spec, rows, copy_gbs), file=out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = out_dir / f"{module.track}-{module.slug}.png"
-    bench.plot(spec, rows, copy_gbs, module.title, png)
-    print(f"\nPlot written to {png}", file=out)
-    return png
+    pngs = []
+    for spec in cases.specs_of(module_spec, public):
+        if not spec.bench_cases:
+            continue
+        impls = implementations(module, impl, spec)
+        rows = [row for case in spec.bench_cases for row in bench.measure(spec, case, impls)]
+        print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)
+        suffix = "" if spec is module_spec else f"-{spec.api}"
+        png = out_dir / f"{module.track}-{module.slug}{suffix}.png"
+        bench.plot(spec, rows, copy_gbs, f"{module.title}: {spec.api}()", png)
+        print(f"Plot written to {png}", file=out)
+        pngs.append(png)
+    return pngs

@@ -1,0 +1,111 @@
+"""Public tests for 04-warp-specialization.  Run:  pytest tracks/optimization/04-warp-specialization
+
+SPEC and CASES describe the correctness tests as data (the grader reads them too); TRAFFIC holds
+the memory-traffic bars, which the interpreter checks on a CPU (on a GPU the speed is measured
+instead): one for the fused epilogue, one for the grouped program order.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from grader import device
+from grader.cases import Case, Spec
+from grader.checks import check_case, expect_error
+from grader.traffic import TrafficBar, check_bar
+
+
+def make_inputs(case, rand):
+    M, N, K = case.params["mnk"]
+    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
+    scale = max(K, 1) ** -0.25  # a @ b about 1 in size, whatever K is
+    a = rand.matrix(M, K, layout_a, case.dtype, scale)
+    b = rand.matrix(K, N, layout_b, case.dtype, scale)
+    bias = rand.randn(2 * N, dtype=case.dtype)[::2] if case.params.get("strided_bias") else rand.randn(N, dtype=case.dtype)
+    return (a, b, bias), {}
+
+
+def reference(a, b, bias):
+    return F.gelu(a @ b + bias, approximate="tanh")
+
+
+def mnk(case):
+    return case.params["mnk"]
+
+
+SPEC = Spec(
+    api="matmul_bias_gelu",
+    make_inputs=make_inputs,
+    reference=reference,
+    # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
+    tolerances={torch.float32: (5e-3, 5e-3)},
+    interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
+    flops=lambda case: 2 * mnk(case)[0] * mnk(case)[1] * mnk(case)[2],
+    bytes_moved=lambda case: (mnk(case)[0] * mnk(case)[2] + mnk(case)[2] * mnk(case)[1]
+                              + mnk(case)[0] * mnk(case)[1] + mnk(case)[1]) * case.dtype.itemsize,
+    torch_baseline=reference,  # unfused: a matmul, an add and a GELU, three kernels
+    # A wide output and a short K: the epilogue's extra trips through memory are a large share.
+    bench_cases=(Case({"mnk": (8192, 8192, 1024)}, torch.float16), Case({"mnk": (4096, 4096, 4096)}, torch.float16)),
+    ceiling="torch",
+    target=1.2,
+    learner_threshold=0.9,
+    learner_floor=0.75,
+)
+
+GROUPS = ("tiles in several rows and columns: with GROUP_M rows of tiles per group, the last group "
+          "has only the rows that are left (tl.minimum(tiles_m - first_row, GROUP_M)).")
+
+CASES = [
+    Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1"),
+    Case({"mnk": (16, 16, 16)}, label="one 16 x 16 tile"),
+    Case({"mnk": (33, 65, 17), "strided_bias": True}, label="odd sizes, strided bias"),
+    Case({"mnk": (48, 40, 100), "layouts": ("sliced", "row-major")}, torch.float16,
+         label="several k-steps, sliced a"),
+    Case({"mnk": (20, 36, 50), "layouts": ("padded", "padded")}, label="NaN past the edges"),
+    Case({"mnk": (40, 50, 70), "layouts": ("transposed", "sliced"), "strided_bias": True}, torch.float16,
+         label="strided a, b and bias"),
+    Case({"mnk": (300, 40, 24)}, label="tall: one column of tiles"),
+    Case({"mnk": (300, 300, 16)}, label="several tiles each way", hint=GROUPS),
+    Case({"mnk": (257, 520, 33), "strided_bias": True}, torch.float16, label="several tiles each way, strided bias",
+         hint=GROUPS),
+    Case({"mnk": (1100, 300, 16)}, label="more rows of tiles than a group", hint=GROUPS),
+    Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
+    Case({"mnk": (2048 + 3, 3000, 512 + 5)}, torch.float16, label="large, odd", cuda_only=True),
+]
+
+TRAFFIC = [
+    TrafficBar(Case({"mnk": (64, 64, 32)}, torch.float16), coalesced=(), max_bytes_over_minimum=1.2,
+               todo="apply the epilogue",
+               lesson="Apply the bias and GELU to the accumulator while it is in registers: then c is "
+                      "stored once and never read back."),
+    TrafficBar(Case({"mnk": (512, 4096, 32)}, torch.float16), coalesced=(), max_wave_bytes=200 << 10, wave=32,
+               todo="group of GROUP_M rows",
+               lesson="Order the programs in groups of GROUP_M rows of tiles: programs that run at the "
+                      "same time then share their slabs of a and b (here 164 KiB per wave of 32 "
+                      "instead of 272 KiB in row-major order), and fewer bytes compete for L2."),
+]
+
+
+def test_matches_reference(kernel, case):
+    check_case(kernel, SPEC, case)
+
+
+def test_memory_traffic(kernel, bar):
+    check_bar(kernel, SPEC, bar)
+
+
+def test_rejects_a_bias_of_the_wrong_length(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(5, 3, device=where),
+                 torch.ones(4, device=where), match="bias")
+
+
+def test_rejects_mismatched_inner_dimensions(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(6, 3, device=where),
+                 torch.ones(3, device=where), match="inner dimension")
+
+
+def test_rejects_mixed_dtypes(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(5, 3, device=where),
+                 torch.ones(3, device=where, dtype=torch.float16), match="dtype")
