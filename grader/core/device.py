@@ -70,11 +70,9 @@ def run_first_autotune_config() -> None:
     if getattr(triton.autotune, "_interpreter_shim", False):
         return
 
-    def autotune(configs, key=None, **_ignored):
-        first = configs[0]
-
+    def autotune(configs, key=None, prune_configs_by=None, **_ignored):
         def decorate(kernel):
-            return _FirstConfig(kernel, first)
+            return _FirstConfig(kernel, configs, key or [], prune_configs_by or {})
 
         return decorate
 
@@ -83,13 +81,16 @@ def run_first_autotune_config() -> None:
 
 
 class _FirstConfig:
-    """Stands in for triton's Autotuner under the interpreter: launches with configs[0]."""
+    """Stands in for triton's Autotuner under the interpreter: launches with configs[0]. It keeps
+    what the decorator was given (the configs, the key, the pruning), which tests can inspect."""
 
-    def __init__(self, kernel, config):
+    def __init__(self, kernel, configs, keys, prune_configs_by):
         self.fn = kernel
-        self.config = config
-        self.configs = [config]
-        self.best_config = config
+        self.config = configs[0]
+        self.best_config = configs[0]
+        self.configs = list(configs)
+        self.keys = list(keys)
+        self.prune_configs_by = dict(prune_configs_by)
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):

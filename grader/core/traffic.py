@@ -177,6 +177,7 @@ class TrafficBar:
     max_loads_per_output: float | None = None
     max_bytes_over_minimum: float | None = None  # bytes moved per byte the problem needs
     min_programs: int | None = None  # programs that must share the work (per launch of the busiest kernel)
+    max_programs: int | None = None  # at most this many (a persistent kernel: one per multiprocessor)
     max_wave_bytes: int | None = None  # distinct bytes loaded by ``wave`` consecutive programs
     wave: int = 32
     todo: str = ""  # words from the text of the TODO that fixes a miss, to name it while it is open
@@ -219,6 +220,9 @@ def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
     if bar.min_programs is not None and traffic.busiest_launch < bar.min_programs:
         misses.append((None, f"{spec.api}() leaves the work to {traffic.busiest_launch} program(s); the bar is "
                              f"{bar.min_programs}: a GPU runs one program per multiprocessor at a time."))
+    if bar.max_programs is not None and traffic.busiest_launch > bar.max_programs:
+        misses.append((None, f"{spec.api}() launches {traffic.busiest_launch} programs; the bar is "
+                             f"{bar.max_programs}, one per multiprocessor, each looping over tiles."))
     if bar.max_wave_bytes is not None and traffic.wave_bytes(bar.wave) > bar.max_wave_bytes:
         misses.append((None, f"each wave of {bar.wave} consecutive programs of {spec.api}() loads "
                              f"{_size(int(traffic.wave_bytes(bar.wave)))} of distinct data; the bar is "

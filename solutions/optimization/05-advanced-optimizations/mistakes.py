@@ -1,0 +1,25 @@
+"""Typical mistakes in a persistent, autotuned matmul, planted into the reference by the course's
+suite. (A key that misses a dimension, or an unpruned space, is slow or fails on some GPUs, not
+wrong here: the autotuning tests catch those.)"""
+
+from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+
+MISTAKES = [
+    Mistake("persistent loop stops after one round of programs",
+            "for tile in tl.range(tl.program_id(axis=0), tiles, NUM_SMS):",
+            "for tile in tl.range(tl.program_id(axis=0), NUM_SMS, NUM_SMS):",
+            cause=r"every NUM_SMS-th tile"),
+    Mistake("last group assumed full",
+            "rows_in_group = tl.minimum(tiles_m - first_row, GROUP_M)", "rows_in_group = GROUP_M",
+            cause=r"last group"),
+    Mistake("tile count rounds down in the launcher",
+            'tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])',
+            'tiles = (M // meta["BLOCK_M"]) * (N // meta["BLOCK_N"])',
+            cause=r"triton\.cdiv"),
+    Mistake("a's row stride assumed to be K",
+            "offs_m[:, None] * stride_am", "offs_m[:, None] * K",
+            cause=r"not contiguous"),
+    Mistake("result rounded to fp16 before the store",
+            "acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)",
+            cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+]

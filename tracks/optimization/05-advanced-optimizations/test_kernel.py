@@ -1,0 +1,134 @@
+"""Public tests for 05-advanced-optimizations.  Run:  pytest tracks/optimization/05-advanced-optimizations
+
+SPEC and CASES describe the correctness tests as data (the grader reads them too); TRAFFIC holds
+the memory-traffic bar (a persistent kernel runs one program per multiprocessor). The autotuning
+tests check the search space, the key and the pruning on any machine; the tuning itself happens
+on a GPU.
+"""
+
+import pytest
+import torch
+
+from grader import device
+from grader.cases import Case, Spec
+from grader.checks import check_case, expect_error
+from grader.traffic import TrafficBar, check_bar
+
+
+def make_inputs(case, rand):
+    M, N, K = case.params["mnk"]
+    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
+    scale = max(K, 1) ** -0.25  # every output about 1 in size, whatever K is
+    return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
+
+
+def mnk(case):
+    return case.params["mnk"]
+
+
+SPEC = Spec(
+    api="matmul",
+    make_inputs=make_inputs,
+    reference=lambda a, b: a @ b,
+    # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
+    tolerances={torch.float32: (5e-3, 5e-3)},
+    interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
+    flops=lambda case: 2 * mnk(case)[0] * mnk(case)[1] * mnk(case)[2],
+    bytes_moved=lambda case: (mnk(case)[0] * mnk(case)[2] + mnk(case)[2] * mnk(case)[1]
+                              + mnk(case)[0] * mnk(case)[1]) * case.dtype.itemsize,
+    torch_baseline=torch.matmul,
+    bench_cases=tuple(Case({"mnk": (n, n, n)}, dtype) for n in (4096, 8192) for dtype in (torch.float16, torch.bfloat16)),
+    ceiling="torch",
+    target=0.95,
+    # The starting file: one small untuned config, one program per tile.
+    learner_threshold=0.9,
+    learner_floor=0.6,
+)
+
+LOOPING = ("more tiles than programs: each program computes every NUM_SMS-th tile from its own id on, "
+           "and the tiles are taken in groups of GROUP_M rows (the last group is shorter).")
+
+CASES = [
+    Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1"),
+    Case({"mnk": (16, 16, 16)}, label="one 16 x 16 tile"),
+    Case({"mnk": (33, 65, 17)}, label="odd sizes"),
+    Case({"mnk": (48, 40, 200)}, torch.float16, label="several k-steps, a partial last one"),
+    Case({"mnk": (70, 90, 130), "layouts": ("padded", "padded")}, torch.float16, label="NaN past the edges"),
+    Case({"mnk": (40, 50, 70), "layouts": ("transposed", "sliced")}, label="a transposed, b sliced"),
+    Case({"mnk": (20, 30, 40), "layouts": ("sliced", "transposed")}, torch.float16, label="a sliced, b transposed"),
+    Case({"mnk": (300, 600, 24)}, label="more tiles than programs", hint=LOOPING),
+    Case({"mnk": (700, 260, 40)}, torch.float16, label="more tiles than programs, a partial last group",
+         hint=LOOPING),
+    Case({"mnk": (257, 520, 33), "layouts": ("sliced", "row-major")}, label="more tiles than programs, sliced a",
+         hint=LOOPING),
+    Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
+    Case({"mnk": (3000, 5000, 700), "layouts": ("row-major", "transposed")}, torch.float16,
+         label="large, b transposed", cuda_only=True),
+    Case({"mnk": (8192, 8192, 8192)}, torch.bfloat16, label="benchmark size", cuda_only=True),
+]
+
+TRAFFIC = [
+    TrafficBar(Case({"mnk": (512, 512, 64)}, torch.float16), coalesced=(), max_programs=4,
+               todo="loop over the tiles",
+               lesson="A persistent kernel launches one program per multiprocessor (4 under the "
+                      "interpreter) and loops over the tiles; here 8 tiles need only 4 programs."),
+]
+
+
+def _autotuned(kernel):
+    """The kernel's autotuner (triton's on a GPU, the course's stand-in under the interpreter)."""
+    tuned = kernel.namespace.matmul_kernel
+    if not hasattr(tuned, "configs") or not hasattr(tuned, "keys"):
+        pytest.fail("matmul_kernel is not decorated with @triton.autotune (the TODO on the key).")
+    return tuned
+
+
+def test_the_search_space_offers_several_tiles_stages_and_warps(kernel):
+    configs = kernel.namespace.matmul_configs()
+    tiles = {(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in configs}
+    assert len(configs) >= 4 and len(tiles) >= 3, (
+        f"The search space has {len(configs)} config(s) with {len(tiles)} tile shape(s): the autotuner "
+        "has nothing to choose from. Offer 4 to 8 configs with at least 3 tile shapes (the TODO on configs).")
+    assert len({c.num_stages for c in configs}) >= 2 or len({c.num_warps for c in configs}) >= 2, (
+        "Every config has the same num_stages and num_warps: vary them too (module 02's sweep).")
+
+
+def test_the_autotuner_searches_again_for_every_shape(kernel):
+    keys = set(_autotuned(kernel).keys)
+    assert {"M", "N", "K"} <= keys, (
+        f"The autotuner's key is {sorted(keys)}: it then tunes once, for the first shape it sees, and "
+        "reuses that config for every other shape. Key on M, N and K (the TODO on the key).")
+
+
+@pytest.mark.parametrize("gpu, shared_memory", [("H100", 227 * 1024), ("A100", 163 * 1024), ("RTX 4090", 99 * 1024)])
+def test_pruning_keeps_only_the_configs_that_fit(kernel, gpu, shared_memory):
+    module = kernel.namespace
+    configs = module.matmul_configs()
+    kept = module.configs_that_fit(configs, 2, shared_memory)
+    too_big = [c for c in kept if module.config_shared_memory(c, 2) > shared_memory - module.COMPILER_RESERVE]
+    assert not too_big, (
+        f"On a {gpu} ({shared_memory // 1024} KiB of shared memory) pruning keeps {len(too_big)} config(s) "
+        f"that cannot launch there (the largest needs {max(module.config_shared_memory(c, 2) for c in too_big) // 1024} "
+        "KiB): drop them before they are compiled (the TODO on pruning).")
+    fitting = [c for c in configs if module.config_shared_memory(c, 2) <= shared_memory - module.COMPILER_RESERVE]
+    assert len(kept) == len(fitting), f"Pruning drops configs that fit a {gpu}: keep every one that fits."
+
+
+def test_matches_reference(kernel, case):
+    check_case(kernel, SPEC, case)
+
+
+def test_memory_traffic(kernel, bar):
+    check_bar(kernel, SPEC, bar)
+
+
+def test_rejects_mismatched_inner_dimensions(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul"), torch.ones(4, 5, device=where), torch.ones(6, 3, device=where),
+                 match="inner dimension")
+
+
+def test_rejects_mixed_dtypes(kernel):
+    where = device.torch_device()
+    expect_error(kernel.api("matmul"), torch.ones(4, 5, device=where),
+                 torch.ones(5, 3, device=where, dtype=torch.float16), match="dtype")
