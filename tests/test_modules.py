@@ -18,6 +18,19 @@ def test_track_one_is_complete():
         "01-vector-add", "02-matrix-mul", "03-softmax", "04-layer-norm", "05-conv2d"}
 
 
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_committed_stub_is_in_sync(module):
+    committed = (module.learner_dir / "kernel.py").read_text()
+    assert committed == stub_for(module), f"{module.id}: run `make stubs` and commit the result"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_stub_has_the_promised_todos(module):
+    todos = open_todos((module.learner_dir / "kernel.py").read_text())
+    assert len(todos) >= max(module.missing, 1)
+    assert [t.number for t in todos] == list(range(1, len(todos) + 1))
+
+
 STARTS_CORRECT = [m for m in MODULES if m.track == "optimization"]  # correct but slow
 
 
