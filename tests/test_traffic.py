@@ -147,3 +147,23 @@ def test_loads_per_output_measure_reuse():
     torch.testing.assert_close(c, a @ b)
     assert naive.loads_per_output == 2 * K
     assert naive.elements_stored == M * N
+
+
+@triton.jit
+def _rows_in_order(x_ptr, out_ptr, ROW: tl.constexpr, GROUPED: tl.constexpr):
+    """Program p reads one 32-float row of a 4 x 8 grid of rows; in grouped order the first 4
+    programs read rows of one column, in row-major order four different columns."""
+    pid = tl.program_id(0)
+    row = (pid % 4) * 8 + pid // 4 if GROUPED else pid
+    values = tl.load(x_ptr + (row % 8) * ROW + tl.arange(0, ROW))  # only the column picks the data
+    tl.store(out_ptr + pid * ROW + tl.arange(0, ROW), values)
+
+
+def test_wave_bytes_count_what_consecutive_programs_load_together():
+    x, out = torch.randn(8 * 32), torch.empty(32 * 32)
+    row_major = traffic.measure(lambda: _rows_in_order[(32,)](x, out, ROW=32, GROUPED=False), footprints=True)
+    grouped = traffic.measure(lambda: _rows_in_order[(32,)](x, out, ROW=32, GROUPED=True), footprints=True)
+    assert row_major.busiest_launch == grouped.busiest_launch == 32
+    assert row_major.wave_bytes(4) == 4 * 128  # four programs, four different 128-byte rows
+    assert grouped.wave_bytes(4) == 128  # four programs, one row between them
+    assert traffic.measure(lambda: _rows_in_order[(32,)](x, out, ROW=32, GROUPED=True)).wave_bytes(4) == 0.0
