@@ -143,6 +143,27 @@ class Spec:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))
 
 
+def matmul_inputs(case: Case, rand: Rand) -> Inputs:
+    """``(a, b)`` for a matmul case: ``params["mnk"] = (M, N, K)``, optional ``params["layouts"]``
+    (of a and of b, see ``Rand.matrix``). Entries of size K ** -0.25 make every element of a @ b
+    about 1 in size whatever K is, so one set of tolerances fits every shape."""
+    M, N, K = case.params["mnk"]
+    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
+    scale = max(K, 1) ** -0.25
+    return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
+
+
+def matmul_flops(case: Case) -> int:
+    M, N, K = case.params["mnk"]
+    return 2 * M * N * K
+
+
+def matmul_bytes(case: Case) -> int:
+    """Read a and b once, write c once."""
+    M, N, K = case.params["mnk"]
+    return (M * K + K * N + M * N) * case.dtype.itemsize
+
+
 def spec_for(case: Case, module_spec: Spec) -> Spec:
     """The Spec that ``case`` is tested against: its own, else the module's."""
     return case.spec if case.spec is not None else module_spec

@@ -8,7 +8,7 @@ instead). transpose() is the module's main function; cases with spec=MATMUL call
 import torch
 
 from grader import device
-from grader.cases import Case, Spec
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
 from grader.checks import check_case, expect_error
 from grader.traffic import TrafficBar, check_bar
 
@@ -16,13 +16,6 @@ from grader.traffic import TrafficBar, check_bar
 def transpose_inputs(case, rand):
     M, N = case.params["shape"]
     return (rand.matrix(M, N, case.params.get("layout", "row-major"), case.dtype),), {}
-
-
-def matmul_inputs(case, rand):
-    M, N, K = case.params["mnk"]
-    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
-    scale = max(K, 1) ** -0.25  # every output about 1 in size, whatever K is
-    return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
 
 
 def transpose_bytes(case):
@@ -48,8 +41,8 @@ MATMUL = Spec(
     # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
     tolerances={torch.float32: (5e-3, 5e-3)},
     interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
-    flops=lambda case: 2 * case.params["mnk"][0] * case.params["mnk"][1] * case.params["mnk"][2],
-    bytes_moved=lambda case: (lambda m, n, k: (m * k + k * n + m * n) * case.dtype.itemsize)(*case.params["mnk"]),
+    flops=matmul_flops,
+    bytes_moved=matmul_bytes,
     torch_baseline=torch.matmul,
     bench_cases=(Case({"mnk": (4096, 4096, 4096)}, torch.float16),),
     ceiling="torch",

@@ -10,32 +10,20 @@ import pytest
 import torch
 
 from grader import device
-from grader.cases import Case, Spec
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
 from grader.checks import check_case, expect_error
 from grader.traffic import TrafficBar, check_bar
 
 
-def make_inputs(case, rand):
-    M, N, K = case.params["mnk"]
-    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
-    scale = max(K, 1) ** -0.25  # every output about 1 in size, whatever K is
-    return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
-
-
-def mnk(case):
-    return case.params["mnk"]
-
-
 SPEC = Spec(
     api="matmul",
-    make_inputs=make_inputs,
+    make_inputs=matmul_inputs,
     reference=lambda a, b: a @ b,
     # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
     tolerances={torch.float32: (5e-3, 5e-3)},
     interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
-    flops=lambda case: 2 * mnk(case)[0] * mnk(case)[1] * mnk(case)[2],
-    bytes_moved=lambda case: (mnk(case)[0] * mnk(case)[2] + mnk(case)[2] * mnk(case)[1]
-                              + mnk(case)[0] * mnk(case)[1]) * case.dtype.itemsize,
+    flops=matmul_flops,
+    bytes_moved=matmul_bytes,
     torch_baseline=torch.matmul,
     bench_cases=(Case({"mnk": (4096, 4096, 4096)}, torch.float16), Case({"mnk": (4096, 4096, 4096)}, torch.bfloat16)),
     ceiling="torch",

@@ -9,27 +9,20 @@ import torch
 import torch.nn.functional as F
 
 from grader import device
-from grader.cases import Case, Spec
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
 from grader.checks import check_case, expect_error
 from grader.traffic import TrafficBar, check_bar
 
 
 def make_inputs(case, rand):
-    M, N, K = case.params["mnk"]
-    layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
-    scale = max(K, 1) ** -0.25  # a @ b about 1 in size, whatever K is
-    a = rand.matrix(M, K, layout_a, case.dtype, scale)
-    b = rand.matrix(K, N, layout_b, case.dtype, scale)
+    (a, b), _ = matmul_inputs(case, rand)
+    N = case.params["mnk"][1]
     bias = rand.randn(2 * N, dtype=case.dtype)[::2] if case.params.get("strided_bias") else rand.randn(N, dtype=case.dtype)
     return (a, b, bias), {}
 
 
 def reference(a, b, bias):
     return F.gelu(a @ b + bias, approximate="tanh")
-
-
-def mnk(case):
-    return case.params["mnk"]
 
 
 SPEC = Spec(
@@ -39,9 +32,8 @@ SPEC = Spec(
     # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
     tolerances={torch.float32: (5e-3, 5e-3)},
     interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
-    flops=lambda case: 2 * mnk(case)[0] * mnk(case)[1] * mnk(case)[2],
-    bytes_moved=lambda case: (mnk(case)[0] * mnk(case)[2] + mnk(case)[2] * mnk(case)[1]
-                              + mnk(case)[0] * mnk(case)[1] + mnk(case)[1]) * case.dtype.itemsize,
+    flops=matmul_flops,
+    bytes_moved=lambda case: matmul_bytes(case) + case.params["mnk"][1] * case.dtype.itemsize,  # and the bias
     torch_baseline=reference,  # unfused: a matmul, an add and a GELU, three kernels
     # A wide output and a short K: the epilogue's extra trips through memory are a large share.
     bench_cases=(Case({"mnk": (8192, 8192, 1024)}, torch.float16), Case({"mnk": (4096, 4096, 4096)}, torch.float16)),
