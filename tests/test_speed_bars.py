@@ -33,3 +33,24 @@ def test_starting_kernel_earns_nothing_and_the_reference_everything(module):
     assert credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
         f"{module.id}: the reference timed twice gives {reference_ratio:.2f}, below the threshold of "
         f"{spec.learner_threshold:.2f}: timing noise alone would cost a finished kernel credit.")
+
+
+def test_make_check_reports_every_benchmark_case_against_the_bar(monkeypatch):
+    """The words of the GPU speed report, with the timings faked (they need a GPU)."""
+    import io
+
+    from grader.core.catalog import find_module
+    from grader.learn import speed
+
+    module = find_module("optimization/03-shared-memory")
+    spec, _ = cases.public(module)
+    timed = {"yours": 2.0, "reference": 1.0, "pytorch": 3.0}
+    monkeypatch.setattr(bench, "copy_bandwidth_gbs", lambda: 3000.0)
+    monkeypatch.setattr(bench, "measure", lambda spec, case, impls: [
+        bench.Measurement(case, name, timed[name], 1000.0, None) for name in impls])
+    out = io.StringIO()
+    speed.report_speed(module, "learner", out)
+    text = out.getvalue()
+    assert text.count("Speed on ") == len(spec.bench_cases) == 2
+    assert "runs at 0.50 x the reference speed (1.50 x PyTorch's): it is below the course's bar of 0.90 x " \
+           "(no performance credit at or below 0.60 x)" in text
