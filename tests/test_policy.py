@@ -27,7 +27,26 @@ def test_course_files_are_found():
 
 @pytest.mark.parametrize("path", COURSE_FILES, ids=rel)
 def test_reference_solutions_and_stubs_pass(path):
-    assert check_source(path.read_text()) == []
+    from grader.core import cases
+    from grader.core.catalog import find_module
+
+    assert check_source(path.read_text(), policy_for(cases.public(find_module(str(path.parent)))[0])) == []
+
+
+def test_a_hook_is_refused_unless_the_module_allows_it():
+    source = textwrap.dedent("""
+        import triton
+
+        @triton.autotune(configs=[], key=["n"], prune_configs_by={"early_config_prune": lambda c, a, **k: c})
+        @triton.jit
+        def kernel(x_ptr, n):
+            pass
+    """)
+    assert [v.rule for v in check_source(source)] == ["hook"]
+    allowing = type("Spec", (), {"allowed_hooks": frozenset({"prune_configs_by"})})()
+    assert check_source(source, policy_for(allowing)) == []
+    assert [v.rule for v in check_source(source.replace("prune_configs_by", "pre_hook"), policy_for(allowing))] \
+        == ["hook"]
 
 
 # Example students whose files use nothing the gate refuses: their misbehaviour (a wrong grid,

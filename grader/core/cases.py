@@ -130,6 +130,8 @@ class Spec:
     allowed_ops: frozenset = frozenset()
     allowed_torch_names: frozenset = frozenset()
     allowed_tensor_methods: frozenset = frozenset()
+    # Python hooks of Triton's launch the module may install (the static gate refuses them otherwise).
+    allowed_hooks: frozenset = frozenset()
 
     @property
     def floor(self) -> float:

@@ -81,8 +81,9 @@ def run_first_autotune_config() -> None:
 
 
 class _FirstConfig:
-    """Stands in for triton's Autotuner under the interpreter: launches with configs[0]. It keeps
-    what the decorator was given (the configs, the key, the pruning), which tests can inspect."""
+    """Stands in for triton's Autotuner under the interpreter: launches with the first config that
+    the kernel's own ``early_config_prune`` keeps (configs[0] without one), the config a GPU could
+    launch. It keeps what the decorator was given (configs, key, pruning) for tests to inspect."""
 
     def __init__(self, kernel, configs, keys, prune_configs_by):
         self.fn = kernel
@@ -94,12 +95,16 @@ class _FirstConfig:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            meta = {**self.config.kwargs, **kwargs}
-            if getattr(self.config, "pre_hook", None):  # e.g. zeroing an output that atomics add to
-                self.config.pre_hook({**dict(zip(self.fn.arg_names, args)), **meta})
+            named = {**dict(zip(self.fn.arg_names, args)), **kwargs}
+            prune = self.prune_configs_by.get("early_config_prune")
+            config = (list(prune(self.configs, named)) or self.configs)[0] if prune else self.config
+            self.best_config = config
+            meta = {**config.kwargs, **kwargs}
+            if getattr(config, "pre_hook", None):  # e.g. zeroing an output that atomics add to
+                config.pre_hook({**named, **meta})
             for option in ("num_warps", "num_stages"):
-                if getattr(self.config, option, None) is not None and option not in meta:
-                    meta[option] = getattr(self.config, option)
+                if getattr(config, option, None) is not None and option not in meta:
+                    meta[option] = getattr(config, option)
             launch_grid = grid(meta) if callable(grid) else grid
             return self.fn[launch_grid](*args, **meta)
 

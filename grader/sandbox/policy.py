@@ -68,6 +68,9 @@ class Policy:
                      (typing, sys, warnings, the grader's helpers).
     open_modules:    modules whose public members are all allowed (triton.language, math), except
                      other modules and functions they merely re-export from elsewhere.
+    hooks:           the Python hooks Triton runs during a launch that a module may install
+                     (none by default; module 05 teaches ``prune_configs_by``). The call monitor
+                     still watches what a hook does, since it runs inside the call.
     """
 
     imports: frozenset[str]
@@ -77,6 +80,7 @@ class Policy:
     tensor_methods: frozenset[str]
     module_members: frozenset[str]
     open_modules: frozenset[str]
+    hooks: frozenset[str] = frozenset()
 
     def widen(self, **extra: Iterable[str]) -> Policy:
         """A copy with ``extra`` names added, field by field (e.g. ``torch_names={"autograd"}``)."""
@@ -650,7 +654,7 @@ class _Checker(ast.NodeVisitor):
                         "only the values you are given.")
             return
         kernel = self.kernel
-        if kernel is None and name in _HOOKS:
+        if kernel is None and name in _HOOKS and name not in self.policy.hooks:
             self.report(node, "hook",
                         f"`.{name}` installs or reaches a Python hook that Triton runs during the launch, "
                         "which kernel.py may not use: put the work in your @triton.jit kernel.")
@@ -828,7 +832,7 @@ class _Checker(ast.NodeVisitor):
             if "__" in kw.arg:
                 self.report(kw, "private",
                             f"the keyword `{kw.arg}` names a Python internal, which kernel.py may not use.")
-            elif kw.arg in _HOOKS:
+            elif kw.arg in _HOOKS and kw.arg not in self.policy.hooks:
                 self.report(kw, "hook",
                             f"`{kw.arg}=` installs a Python hook that Triton runs on the kernel's tensors "
                             "during the launch, which kernel.py may not use: put the work in your "
@@ -921,10 +925,12 @@ class _Checker(ast.NodeVisitor):
 
 def policy_for(spec: object) -> Policy:
     """The policy for one module: the default, widened by what its ``Spec`` allows
-    (``allowed_torch_names``, dotted below torch like "autograd.Function", and
-    ``allowed_tensor_methods``). Duck-typed so that this module needs no grader import."""
+    (``allowed_torch_names``, dotted below torch like "autograd.Function",
+    ``allowed_tensor_methods`` and ``allowed_hooks``). Duck-typed so that this module needs no
+    grader import."""
     return DEFAULT_POLICY.widen(torch_names=getattr(spec, "allowed_torch_names", ()),
-                                tensor_methods=getattr(spec, "allowed_tensor_methods", ()))
+                                tensor_methods=getattr(spec, "allowed_tensor_methods", ()),
+                                hooks=getattr(spec, "allowed_hooks", ()))
 
 
 def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation]:

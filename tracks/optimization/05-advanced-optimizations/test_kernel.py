@@ -31,6 +31,8 @@ SPEC = Spec(
     # The starting file: one small untuned config, one program per tile.
     learner_threshold=0.9,
     learner_floor=0.6,
+    # The autotuner's early_config_prune is the lesson; the call monitor still watches it.
+    allowed_hooks=frozenset({"prune_configs_by"}),
 )
 
 LOOPING = ("more tiles than programs: each program computes every NUM_SMS-th tile from its own id on, "
