@@ -233,6 +233,15 @@ def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match
                          "Validate the inputs before launching the kernel.")
 
 
+def expect_matmul_input_errors(fn: Callable) -> None:
+    """Assert that a matmul ``fn(a, b)`` rejects operands whose inner dimensions differ and
+    operands of two dtypes, each with a message that names the problem."""
+    where = device.torch_device()
+    expect_error(fn, torch.ones(4, 5, device=where), torch.ones(6, 3, device=where), match="inner dimension")
+    expect_error(fn, torch.ones(4, 5, device=where), torch.ones(5, 3, device=where, dtype=torch.float16),
+                 match="dtype")
+
+
 def case_outcome(spec: Spec, case: Case, passed: bool) -> Outcome:
     """``case`` and its verdict as ``across_cases`` reads them (builds the inputs again: cheap)."""
     spec = spec_for(case, spec)
