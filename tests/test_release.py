@@ -54,7 +54,7 @@ def test_every_assignment_is_released_by_nbgrader(bundle):
         notebook = json.loads((folder / f"{name}.ipynb").read_text())
         grade_cells = [c["metadata"]["nbgrader"] for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
         assert [(c["grade_id"], c["points"], c["locked"]) for c in grade_cells] == \
-            [(part, points, True) for part, points in course.POINTS.items()]
+            [(part, points, True) for part, points in course.points(module).items()]
 
 
 def test_no_solution_or_hidden_case_text_is_in_the_bundle(bundle):
@@ -158,3 +158,16 @@ def test_readme_markers():
         release.bundle_readme("a\n<!-- not in the learners' bundle -->\nb\n")
     with pytest.raises(release.ReleaseError, match="not where it belongs"):
         release.bundle_readme("a\n<!-- end -->\n")
+
+
+def test_speed_carries_most_points_where_the_starting_kernel_is_already_correct():
+    from grader.core.catalog import find_module
+
+    tiling, vector_add = find_module("optimization/01-tiling"), find_module("missing-elements/01-vector-add")
+    assert course.points(tiling) == {"public": 2, "hidden": 2, "performance": 6}
+    assert course.points(vector_add) == course.POINTS == {"public": 4, "hidden": 4, "performance": 2}
+    assert sum(course.points(tiling).values()) == sum(course.POINTS.values())  # every assignment out of 10
+    cells = [c for c in json.loads(course.notebook_text(tiling))["cells"] if c["metadata"]["nbgrader"].get("grade")]
+    assert [(c["metadata"]["nbgrader"]["grade_id"], c["metadata"]["nbgrader"]["points"]) for c in cells] == \
+        [("public", 2), ("hidden", 2), ("performance", 6)]
+    assert "out_of=6" in "".join(cells[-1]["source"])

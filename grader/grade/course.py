@@ -33,8 +33,15 @@ from grader.core.markers import stub_for
 COURSE_ID = "triton-kernels"
 DEFAULT_COURSE_DIR = REPO_ROOT / "build" / "course"
 RESULTS_ENV = "GRADER_RESULTS"  # where grader.grade.record finds the run phase's records
-# Points per part of every assignment: correctness on public and hidden cases, then speed.
+# Points per part of an assignment: correctness on public and hidden cases, then speed. In the
+# optimization track the starting kernel is already correct, so speed carries most of the points.
 POINTS = {"public": 4, "hidden": 4, "performance": 2}
+TRACK_POINTS = {"optimization": {"public": 2, "hidden": 2, "performance": 6}}
+
+
+def points(module: Module) -> dict[str, int]:
+    """The points of each part of ``module``'s assignment (every assignment is out of the same total)."""
+    return TRACK_POINTS.get(module.track, POINTS)
 # Seconds per notebook cell. A cell normally only reads a record (under a second); when the run
 # phase did not produce it, the cell grades kernel.py itself: two time-outs of 60 s and a 90 s
 # start-up fit.
@@ -82,7 +89,8 @@ def _intro(module: Module, assignment: str) -> str:
 
     spec, _ = cases.public(module)
     threshold = spec.learner_threshold
-    total = sum(POINTS.values())
+    parts = points(module)
+    total = sum(parts.values())
     return f"""# {module.title}: graded assignment `{assignment}`
 
 Your work is **`kernel.py`** in this folder: complete its TODOs (`make check M={module.id}`
@@ -96,9 +104,9 @@ and the cells below read that result.
 
 | part | points | how it is scored |
 |---|---|---|
-| public correctness | {POINTS['public']} | the share of public cases (those in `test_kernel.py`) that pass |
-| hidden correctness | {POINTS['hidden']} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
-| performance | {POINTS['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
+| public correctness | {parts['public']} | the share of public cases (those in `test_kernel.py`) that pass |
+| hidden correctness | {parts['hidden']} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
+| performance | {parts['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
 
 Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: it shows 0 points
 and says so, and your instructor sees it as not graded, not as failed. Each failed case comes
@@ -109,12 +117,13 @@ with the same diagnosis `make check` gives (for hidden cases, only the kind of f
 def _grade_cell(module: Module, part: str) -> dict:
     import nbformat
 
-    source = (f"# {_PARTS[part]} ({POINTS[part]} points)\n"
+    out_of = points(module)[part]
+    source = (f"# {_PARTS[part]} ({out_of} points)\n"
               "from grader.grade.record import score\n"
-              f"score({module.id!r}, {part!r}, out_of={POINTS[part]})")
+              f"score({module.id!r}, {part!r}, out_of={out_of})")
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "task": False,
-                                 "points": POINTS[part], "grade_id": part, "schema_version": 3}
+                                 "points": out_of, "grade_id": part, "schema_version": 3}
     cell.metadata["deletable"] = False
     cell.metadata["editable"] = False
     return cell
@@ -127,7 +136,7 @@ def notebook_text(module: Module) -> str:
     intro = nbformat.v4.new_markdown_cell(_intro(module, assignment))
     intro.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": True, "task": False,
                                   "grade_id": "intro", "schema_version": 3}
-    notebook = nbformat.v4.new_notebook(cells=[intro, *(_grade_cell(module, part) for part in POINTS)])
+    notebook = nbformat.v4.new_notebook(cells=[intro, *(_grade_cell(module, part) for part in points(module))])
     notebook.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     for index, cell in enumerate(notebook.cells):  # stable ids: rebuilding changes nothing
         cell["id"] = f"{assignment}-{index}"

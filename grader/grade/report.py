@@ -13,7 +13,7 @@ import os
 import resource
 from pathlib import Path
 
-from grader.grade.course import POINTS
+from grader.grade.course import POINTS, TRACK_POINTS, points
 from grader.grade.record import performance_status
 
 MAX_POINTS = sum(POINTS.values())
@@ -79,7 +79,8 @@ def table(grading) -> str:
         text += ["", "Not collected (an earlier submission, if any, was graded instead):"]
         text += [f"  {student} {assignment}: {why}" for student, assignment, why in grading.refused]
     if any(performance(row) == "not graded" for row in grading.rows):
-        text += ["", f"Performance ({POINTS['performance']} of {MAX_POINTS} points per module) is NOT GRADED "
+        shares = " or ".join(str(n) for n in sorted({points(row.module)["performance"] for row in grading.rows}))
+        text += ["", f"Performance ({shares} of {MAX_POINTS} points per module) is NOT GRADED "
                      "here (no CUDA GPU): it counts as 0, and grades.csv says \"not graded\"."]
     return "\n".join(text)
 
@@ -114,12 +115,13 @@ def plot(grading, path: Path) -> bool:
             by_module.setdefault(row.module.id, []).append(row.total)
     # Without a GPU nobody can earn the performance points: the axis ends where scores can.
     timed = any(row.record and performance_status(row.record) != "not graded" for row in grading.rows)
-    reachable = MAX_POINTS if timed else MAX_POINTS - POINTS["performance"]
+    performance_points = min((points(row.module)["performance"] for row in grading.rows), default=0)
+    reachable = MAX_POINTS if timed else MAX_POINTS - performance_points
     fig, ax = plt.subplots(figsize=(7, 3.5))
     bins = [x / 2 for x in range(0, 2 * reachable + 2)]
     ax.hist(list(by_module.values()), bins=bins, stacked=True, label=list(by_module), edgecolor="white")
     ax.set_xlabel(f"points per submission (out of {reachable}"
-                  + ("" if timed else f"; the {POINTS['performance']} performance points need a GPU") + ")")
+                  + ("" if timed else "; the performance points need a GPU") + ")")
     ax.set_ylabel("submissions")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Score distribution")
@@ -152,7 +154,9 @@ def write(grading) -> None:
     seconds = grading.seconds
     lines = ["# Grades", "",
              f"{len(graded)} submission(s) graded, {len(grading.rows) - len(graded)} without a grade. "
-             f"Points per module: {', '.join(f'{k} {v}' for k, v in POINTS.items())} (out of {MAX_POINTS}).",
+             f"Points per module: {', '.join(f'{k} {v}' for k, v in POINTS.items())} (out of {MAX_POINTS}); "
+             "in the optimization track "
+             f"{', '.join(f'{k} {v}' for k, v in TRACK_POINTS['optimization'].items())}.",
              "Points come from nbgrader's gradebook (`nbgrader-grades.csv` is its own export).", ""]
     lines += _markdown_table(grading)
     if plotted:
