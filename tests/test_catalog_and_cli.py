@@ -41,6 +41,24 @@ def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatc
     assert "Next: the study notebook notebooks/missing-elements-01-vector-add.ipynb" in solution.stdout
 
 
+def test_check_of_a_slow_starting_kernel_shows_the_traffic_and_points_at_the_todo_behind_it():
+    import io
+
+    from grader.core import device
+    from grader.core.catalog import find_module
+    from grader.learn.check import check
+
+    if device.is_cuda():
+        pytest.skip("the memory-traffic report watches the interpreter (a CPU run)")
+    out = io.StringIO()
+    assert not check(find_module("optimization/05-advanced-optimizations"), "learner", out)
+    text = out.getvalue()
+    assert re.search(r"\d+ of \d+ output cases, 0 of 1 memory-traffic bars", text)
+    assert "Memory traffic, as the interpreter saw it" in text and "programs that touched memory: 64" in text
+    # TODO 1 is the search space; the failing traffic bar names TODO 4, the persistent loop.
+    assert "Next: complete TODO 4 (line" in text
+
+
 def test_progress_lists_all_modules():
     result = _grader("progress")
     assert result.returncode == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,7 +129,11 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
                   file=out)
         print(_next_steps(module), file=out)
     elif todos:
-        print(f"Next: complete {todos[0]}, then run the check again.", file=out)
+        # A failing test that names the TODO behind it (the traffic bars do) beats file order.
+        named = [int(m.group(1)) for _, outcome, message in results if outcome == "failed"
+                 for m in [re.search(r"See TODO (\d+) \(line", message)] if m]
+        first = next((todo for todo in todos if named and todo.number == named[0]), todos[0])
+        print(f"Next: complete {first}, then run the check again.", file=out)
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
     if not done:
