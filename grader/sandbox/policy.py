@@ -116,6 +116,9 @@ DEFAULT_POLICY = Policy(
     imports=frozenset({
         "torch", "triton", "triton.language", "math", "typing", "__future__",
         "grader.validation", "grader.check",
+        # A tensor descriptor only describes a tensor (base, shape, strides, block) for TMA loads
+        # and stores; it reaches no memory a kernel's own pointers could not.
+        "triton.tools.tensor_descriptor",
         # print(..., file=sys.stderr) and warnings.warn(...) are how learners debug (see the
         # "noisy" example); only those members are allowed.
         "sys", "warnings",
@@ -159,6 +162,7 @@ DEFAULT_POLICY = Policy(
         "warnings.warn",
         "grader.validation.check_tensors",
         "grader.check.self_check",
+        "triton.tools.tensor_descriptor.TensorDescriptor",
         # typing: annotations only. Not get_type_hints (it evals strings) nor ForwardRef.
         *(f"typing.{n}" for n in (
             "Any", "Callable", "Dict", "Final", "Iterable", "Iterator", "List", "Literal",

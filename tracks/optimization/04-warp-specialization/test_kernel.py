@@ -35,12 +35,16 @@ SPEC = Spec(
     flops=matmul_flops,
     bytes_moved=lambda case: matmul_bytes(case) + case.params["mnk"][1] * case.dtype.itemsize,  # and the bias
     torch_baseline=reference,  # unfused: a matmul, an add and a GELU, three kernels
-    # A wide output and a short K: the epilogue's extra trips through memory are a large share.
-    bench_cases=(Case({"mnk": (8192, 8192, 1024)}, torch.float16), Case({"mnk": (4096, 4096, 4096)}, torch.float16)),
+    # First (the graded one), a wide output and a short K: the epilogue's extra trips through memory
+    # are a large share. Then 8192^3, whose operands overflow L2, where the program order shows.
+    bench_cases=(Case({"mnk": (8192, 8192, 512)}, torch.float16), Case({"mnk": (8192, 8192, 8192)}, torch.float16),
+                 Case({"mnk": (4096, 4096, 4096)}, torch.float16)),
     ceiling="torch",
     target=1.2,
     learner_threshold=0.9,
-    learner_floor=0.75,
+    # Measured on an H100 (Triton 3.6): the starting kernel runs at 0.71 x the reference on the
+    # graded case.
+    learner_floor=0.78,
 )
 
 GROUPS = ("tiles in several rows and columns: with GROUP_M rows of tiles per group, the last group "
