@@ -51,6 +51,9 @@ CASES = [
     Case({"mnk": (257, 520, 33), "layouts": ("sliced", "row-major")}, label="more tiles than programs, sliced a",
          hint=LOOPING),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
+    # A GPU has about a hundred multiprocessors: these tiles outnumber them whatever the config.
+    Case({"mnk": (2048, 4096, 64)}, torch.float16, label="more tiles than a GPU has multiprocessors",
+         hint=LOOPING, cuda_only=True),
     Case({"mnk": (3000, 5000, 700), "layouts": ("row-major", "transposed")}, torch.float16,
          label="large, b transposed", cuda_only=True),
     Case({"mnk": (8192, 8192, 8192)}, torch.bfloat16, label="benchmark size", cuda_only=True),
