@@ -262,7 +262,8 @@ def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     crasher = tmp / "submissions" / "crashes-every-call" / VECTOR_ADD.track / VECTOR_ADD.slug
     crasher.mkdir(parents=True)
     (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
-    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET,
+    # Public and hidden children side by side, as on a GPU: together they must stay in the budget.
+    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET, side_by_side=True,
                                allow_unsafe=not _protected(platform_protections, "processes"))
     started = time.monotonic()
     summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)

@@ -117,6 +117,8 @@ class Grading:
         self.budget = options.module_seconds or self.limits.startup_seconds + 4 * self.limits.case_seconds
         self.cpu_spent = 0.0  # CPU seconds of this grading's finished children
         self.public_spent = 0.0  # of which by children that ran public cases
+        self.public_share = 0.0  # what the public cases may spend (set by run())
+        self.public_done = False  # no public child will start any more
         self.import_cpu = 0.0  # what a child has taken to import the submission (at most)
         self.wall_end = math.inf
         self.log: list[str] = []
@@ -142,8 +144,13 @@ class Grading:
     def spent(self, visibility: str) -> float:
         """CPU seconds that count against ``visibility``'s limit: public cases have a share of
         their own (hidden children running beside them do not eat it); hidden cases have what
-        is left of the whole budget."""
-        return self.public_spent if visibility == "public" else self.cpu_spent
+        is left of the whole budget, less what public children beside them may still spend (a
+        hidden step's limit is fixed when it starts, and both must fit in the budget)."""
+        if visibility == "public":
+            return self.public_spent
+        with self._counting:
+            reserved = 0.0 if self.public_done else max(0.0, self.public_share - self.public_spent)
+            return self.cpu_spent + reserved
 
     @property
     def api(self) -> str:
@@ -187,9 +194,9 @@ class Grading:
             return
         self.wall_end = time.monotonic() + self.budget * self.limits.wall_factor
         public = sum(self._visibility(t) == "public" for t in self.plan.trials)
-        share = self.budget * public / max(1, len(self.plan.trials))
+        share = self.public_share = self.budget * public / max(1, len(self.plan.trials))
         if not self._side_by_side():
-            self._run_visibility("public", share)
+            self._run_public(share)
             self._run_visibility("hidden", self.budget)
             return
         # The hidden children run beside the public ones; the public ones still spend at most
@@ -205,11 +212,18 @@ class Grading:
         beside = threading.Thread(target=hidden, name=f"hidden cases of {self.module.id}", daemon=True)
         beside.start()
         try:
-            self._run_visibility("public", share)
+            self._run_public(share)
         finally:
             beside.join()
         if failure:
             raise failure[0]
+
+    def _run_public(self, share: float) -> None:
+        try:
+            self._run_visibility("public", share)
+        finally:
+            with self._counting:
+                self.public_done = True
 
     def _side_by_side(self) -> bool:
         """Whether the public and hidden children run at the same time (``Options.side_by_side``;
