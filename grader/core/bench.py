@@ -13,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from grader.core import device
+from grader.core import device, protocols
 from grader.core.cases import Case, Spec
-from grader.core.checks import build_inputs, compare, reference_outputs, as_tuple
+from grader.core.checks import build_inputs, compare, reference_outputs, returned_values, with_mutated
 
 
 def time_ms(fn: Callable[[], object]) -> float:
@@ -49,10 +49,14 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurem
     references = reference_outputs(spec, args, kwargs)
     rows = []
     for name, fn in impls.items():
-        problems = compare(spec, case, as_tuple(fn(*args, **kwargs)), references)
+        # fresh inputs for each: an in-place API changes its arguments (the seed repeats the values)
+        args, kwargs = build_inputs(spec, case)
+        returned = returned_values(protocols.calling(spec.protocol, fn, spec.api)(*args, **kwargs), spec.mutates)
+        problems = compare(spec, case, with_mutated(spec, returned, args), references, (args, kwargs))
         if problems:
             raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
-        ms = time_ms(lambda: fn(*args, **kwargs))
+        once = protocols.timed(spec.protocol, fn, spec.api)
+        ms = time_ms(lambda: once(*args, **kwargs))
         gbs = spec.bytes_moved(case) / ms / 1e6 if spec.bytes_moved else None
         tflops = spec.flops(case) / ms / 1e9 if spec.flops else None
         rows.append(Measurement(case, name, ms, gbs, tflops))

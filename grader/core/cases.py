@@ -19,6 +19,7 @@ import torch
 
 from grader.core import device
 from grader.core.catalog import Module
+from grader.core.protocols import Backward, Steps  # noqa: F401  (course files import them from here)
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -132,14 +133,27 @@ class Spec:
     allowed_tensor_methods: frozenset = frozenset()
     # Python hooks of Triton's launch the module may install (the static gate refuses them otherwise).
     allowed_hooks: frozenset = frozenset()
+    # Training APIs (grader.core.protocols): the positions of the arguments the API updates in
+    # place (compared after the returned outputs, named after the reference's parameters), and how
+    # a case calls it: None (once), Backward (forward, then gradients) or Steps (an optimizer).
+    mutates: tuple[int, ...] = ()
+    protocol: Backward | Steps | None = None
+    # judge(outputs, references, args, kwargs, case) -> problems: replaces the element-wise
+    # comparison where the right answer is a distribution (dropout), not values.
+    judge: Callable[..., list[str]] | None = None
+    # Output name (a mutated list's name without its [k]) -> {dtype: (atol, rtol)}.
+    output_tolerances: dict[str, dict] = field(default_factory=dict)
 
     @property
     def floor(self) -> float:
         return self.learner_floor if self.learner_floor is not None else 0.5 * self.learner_threshold
 
-    def tolerance(self, dtype: torch.dtype, case: Case | None = None) -> tuple[float, float]:
+    def tolerance(self, dtype: torch.dtype, case: Case | None = None, output: str = "") -> tuple[float, float]:
         if case is not None and case.tolerances and dtype in case.tolerances:
             return case.tolerances[dtype]
+        per_output = self.output_tolerances.get(output.split("[")[0], {})
+        if dtype in per_output:
+            return per_output[dtype]
         if dtype in self.interpreter_tolerances and not device.is_cuda():
             return self.interpreter_tolerances[dtype]
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, (1e-5, 1e-4)))

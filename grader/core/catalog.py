@@ -76,10 +76,12 @@ MODULES: list[Module] = [
     ),
     *_track(
         "mastery",
-        ("custom-kernels", "Custom element-wise kernels", ()),
-        ("fused-operations", "Fused operations", ()),
+        ("custom-kernels", "Custom element-wise kernels", ("silu", "poly_act", "glu", "complex_mul")),
+        ("fused-operations", "Fused operations", ("layer_norm_act", "linear_bias_act", "layer_norm_linear")),
         ("attention-kernels", "FlashAttention", ()),
-        ("training-kernels", "Training kernels", ()),
+        ("training-kernels", "Training kernels",
+         ("rms_norm", "layer_norm", "swiglu", "silu_and_mul", "relu", "dropout", "dropout_with_mask",
+          "adamw", "sgd", "unscale_grads", "selective_scan")),
         ("production-ready", "Production-ready operators", ()),
     ),
 ]

@@ -14,11 +14,12 @@ from typing import Any, Callable
 
 import torch
 
-from grader.core import device
+from grader.core import device, protocols
 from grader.core.cases import Case, Rand, Spec, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
+from grader.core.protocols import autograd_reference  # noqa: F401  (Backward specs' references)
 
 
 class KernelCallError(Exception):
@@ -90,9 +91,33 @@ def build_inputs(spec: Spec, case: Case, secret: int = 0,
     return spec.make_inputs(case, Rand(case.seed(secret), on or device.torch_device()))
 
 
+def returned_values(result, mutates: tuple[int, ...]) -> tuple:
+    """A call's result as a tuple; an in-place API that returns None returned nothing."""
+    return () if result is None and mutates else as_tuple(result)
+
+
+def with_mutated(spec: Spec, outputs: tuple, args: tuple) -> tuple:
+    """What a case compares: the returned outputs, then the tensors the API updates in place."""
+    return tuple(outputs) + tuple(protocols.mutated(args, spec.mutates))
+
+
 def reference_outputs(spec: Spec, args: tuple, kwargs: dict) -> tuple[torch.Tensor, ...]:
+    """The expected values, computed from float64 copies of the inputs (an in-place reference
+    updates its copies, which are then read like the API's own arguments)."""
+    copies, kwarg_copies = _upcast(args), _upcast(kwargs)
     with torch.no_grad():
-        return as_tuple(spec.reference(*_upcast(args), **_upcast(kwargs)))
+        result = spec.reference(*copies, **kwarg_copies)
+    return with_mutated(spec, returned_values(result, spec.mutates), copies)
+
+
+def output_names(spec: Spec, count: int, inputs=None) -> list[str]:
+    """A name for each of ``count`` compared values: the spec's output names, then the mutated
+    arguments' (``exp_avg[2]``)."""
+    names = list(spec.output_names)
+    if spec.mutates and inputs is not None:
+        extra = protocols.mutated_names(input_names(spec.reference), inputs[0], spec.mutates)
+        names = names[:max(count - len(extra), 0)] + extra
+    return names[:count] + [f"output #{i + 1}" for i in range(len(names), count)]
 
 
 @contextmanager
@@ -119,23 +144,29 @@ def short_error(error: BaseException, max_lines: int = 8) -> str:
     return shown + ("\n..." if len(lines) > max_lines else "")
 
 
-def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function") -> tuple:
-    """Call ``fn`` with poisoned allocations and return its outputs after a device sync.
+def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
+             mutates: tuple[int, ...] = ()) -> tuple:
+    """Call ``fn`` (the API, or its protocol from ``grader.core.protocols.calling``, watched as a
+    whole) with poisoned allocations, and return its outputs after a device sync (not the
+    arguments it updates in place).
 
-    Raises KernelCallError if the call raises, changes an input, or returns an input tensor.
+    Raises KernelCallError if the call raises, changes an input it must not (all but those at
+    ``mutates``), or returns an input tensor.
     """
-    inputs = tensors_in((args, kwargs))
+    inputs = protocols.frozen_inputs(args, kwargs, mutates)
     snapshots = [t.detach().clone() for t in inputs]
     try:
         with poisoned_memory():
-            outputs = as_tuple(fn(*args, **kwargs))
+            outputs = returned_values(fn(*args, **kwargs), mutates)
             device.synchronize()
+    except protocols.ProtocolError as error:
+        raise KernelCallError(str(error)) from None
     except Exception as error:  # the learner's code can raise anything
         message = f"{api}() raised {type(error).__name__}: {short_error(error)}"
         if "ellipsis" in str(error):
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
         raise KernelCallError(message) from None
-    problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, inputs, api)
+    problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, tensors_in((args, kwargs)), api)
     if problem:
         raise KernelCallError(problem)
     return outputs
@@ -152,10 +183,11 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
     """Problems found in ``outputs`` (empty when the case passes). ``inputs`` (the call's args and
     kwargs) let the diagnosis tell overflow on large inputs from unwritten elements."""
     spec = spec_for(case, spec)
-    names = spec.output_names
+    names = output_names(spec, len(references), inputs)
     if len(outputs) != len(references):
-        return [f"{spec.api}() returned {len(outputs)} value(s); it should return "
-                f"{len(references)}: {', '.join(names)}."]
+        in_place = len(protocols.mutated(inputs[0], spec.mutates)) if inputs is not None else 0
+        return [f"{spec.api}() returned {len(outputs) - in_place} value(s); it should return "
+                f"{len(references) - in_place}: {', '.join(names[:len(references) - in_place])}."]
     problems, right = [], []
     largest = largest_magnitude(inputs) if inputs is not None else 0.0
     inf_seen = any(isinstance(out, torch.Tensor) and out.is_floating_point() and out.shape == ref.shape
@@ -170,7 +202,10 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
             problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype} (the input's "
                             "dtype): allocate the output with dtype=x.dtype.")
             continue
-        atol, rtol = spec.tolerance(out.dtype, case)
+        if spec.judge is not None:
+            right.append(name)
+            continue
+        atol, rtol = spec.tolerance(out.dtype, case, name)
         problem = diagnose(out, ref, atol, rtol, name=name, largest_input=largest, inf_elsewhere=inf_seen)
         if problem:
             problems.append(problem)
@@ -182,6 +217,9 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
         problems.append(f"{' and '.join(right)} {'is' if len(right) == 1 else 'are'} right, so look at "
                         f"what only {' and '.join(wrong)} depend{'s' if len(wrong) == 1 else ''} on"
                         + (f": {only}." if only else "."))
+    if not problems and spec.judge is not None:
+        args, kwargs = inputs if inputs is not None else ((), {})
+        problems = list(spec.judge(outputs, references, args, kwargs, case))
     if problems and case.hint:
         problems.append(f"What this case checks: {case.hint}")
     return problems
@@ -195,9 +233,12 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     references = reference_outputs(spec, args, kwargs)
     monitor = shared_monitor()
     try:
-        outputs = call_api(monitor.watching(fn, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api)
+        called = protocols.calling(spec.protocol, fn, spec.api)
+        outputs = call_api(monitor.watching(called, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api,
+                           spec.mutates)
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
+    outputs = with_mutated(spec, outputs, args)
     problems = compare(spec, case, outputs, references, (args, kwargs))
     if not problems:
         found = judge_evidence(spec.api, monitor.report(),

@@ -32,6 +32,7 @@ import numpy as np
 
 from grader.core.cases import Case, Spec, spec_for
 from grader.core.instrument import Access, AccessRecorder
+from grader.core.protocols import timed
 
 WARP = 32  # lanes per warp
 SECTOR = 32  # bytes per memory sector
@@ -192,7 +193,7 @@ def traffic_of(kernel, module_spec: Spec, case: Case, footprints: bool = False) 
     from grader.core.checks import build_inputs
     spec = spec_for(case, module_spec)
     args, kwargs = build_inputs(spec, case)
-    fn = kernel.api(spec.api)
+    fn = timed(spec.protocol, kernel.api(spec.api), spec.api)
     return measure(lambda: fn(*args, **kwargs), spec.bytes_moved(case) if spec.bytes_moved else None, footprints)
 
 

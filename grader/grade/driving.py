@@ -130,7 +130,8 @@ class ChildRun:
                 try:
                     args, kwargs = grading.inputs[current.id]
                     child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
-                    child.order({"trial": current.id, "api": grading.api_of(current.id)}, time.monotonic() + 30)
+                    child.order({"trial": current.id, "api": grading.api_of(current.id),
+                                 "call": grading.call_of(current.id)}, time.monotonic() + 30)
                 except ChildEnded as ended:
                     after_exit(grading, child, phase, current, ended, judged)
                     return

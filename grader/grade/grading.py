@@ -31,6 +31,7 @@ from grader.core.cases import Case, Spec, spec_for, specs_of
 from grader.core.catalog import REPO_ROOT, Module
 from grader.core.checks import build_inputs
 from grader.core.evidence import triton_kernel_names
+from grader.core.protocols import order_of
 from grader.grade import leases, results, timing
 from grader.grade.budget import budget_spent
 from grader.grade.driving import Cancelled, ChildRun
@@ -159,8 +160,16 @@ class Grading:
 
     def api_of(self, trial_id: int) -> str:
         """The function that trial ``trial_id`` calls (a module may have several)."""
+        return self.spec_of(trial_id).api
+
+    def spec_of(self, trial_id: int) -> Spec:
         case_index = self.plan.trials[trial_id].case_index
-        return spec_for(self.plan.cases[case_index][0], self.plan.spec).api
+        return spec_for(self.plan.cases[case_index][0], self.plan.spec)
+
+    def call_of(self, trial_id: int) -> dict:
+        """How the child calls the API for trial ``trial_id`` (``grader.core.protocols``)."""
+        spec = self.spec_of(trial_id)
+        return order_of(spec.protocol, spec.mutates)
 
     def pending(self, visibility: str) -> list[Trial]:
         for trial in self.plan.trials:  # a case that already failed needs no repeat

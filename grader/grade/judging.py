@@ -11,7 +11,9 @@ import torch
 
 from grader.core import crashes
 from grader.core.cases import Case, Spec, spec_for
-from grader.core.checks import aliased_output, changed_input, compare, reference_outputs, same_values, tensors_in
+from grader.core.checks import (aliased_output, changed_input, compare, reference_outputs, same_values, tensors_in,
+                                 with_mutated)
+from grader.core.protocols import frozen_inputs
 from grader.core.evidence import judge_evidence
 from grader.sandbox import wire
 from grader.sandbox.isolation import ChildEnded
@@ -89,15 +91,18 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
             return Verdict(False, "device", f"{name} is on {where}, but the inputs are on {expected_device}: "
                            "allocate the output on the inputs' device.", seconds)
     # The child checked these too, but code that patched torch could have fooled it.
-    inputs_before, inputs_after = tensors_in((args, kwargs)), tensors_in((args_after, kwargs_after))
-    if len(inputs_before) != len(inputs_after):
+    if not isinstance(args_after, list) or not isinstance(kwargs_after, dict) or \
+            len(tensors_in((args, kwargs))) != len(tensors_in((args_after, kwargs_after))):
         return Verdict(False, "unreadable", f"The grader could not read the inputs after {api}().", seconds)
-    problem = changed_input(inputs_before, inputs_after, api)
+    args_after = tuple(args_after)
+    problem = changed_input(frozen_inputs(args, kwargs, spec.mutates),
+                            frozen_inputs(args_after, kwargs_after, spec.mutates), api)
     if problem:
         return Verdict(False, "mutation", problem, seconds)
-    problem = aliased_output(outputs, inputs_after, api)
+    problem = aliased_output(outputs, tensors_in((args_after, kwargs_after)), api)
     if problem:
         return Verdict(False, "alias", problem, seconds)
+    outputs = with_mutated(spec, outputs, args_after)
 
     try:
         problems = compare(spec, case, outputs, references, (args, kwargs))

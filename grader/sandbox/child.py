@@ -147,6 +147,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
     from grader.core.catalog import find_module
     from grader.core.checks import KernelCallError, call_api, short_error
     from grader.core.loading import LoadError, load_kernel
+    from grader.core.protocols import calling, from_order, timed
     from grader.sandbox import wire
     from grader.core.evidence import ALLOWED_OPS, KernelTrace, shared_monitor
 
@@ -176,9 +177,9 @@ def main(argv: list[str], booted: float | None = None) -> int:
                                            f"{short_error(error, 3)}")
         return 0
     raw = getattr(kernel.namespace, api)  # the module's main function, the one that is timed
-    # Every function the module's cases call; the parent names one per call.
-    watched = {name: monitor.watching(getattr(kernel.namespace, name), allowed_ops)
-               for name in {api, *(request.get("apis") or ())}}
+    # Every function the module's cases call; the parent names one per call, and how the case
+    # calls it (grader.core.protocols), watched as a whole so that a backward pass is watched too.
+    functions = {name: getattr(kernel.namespace, name) for name in {api, *(request.get("apis") or ())}}
     channel.send("loaded")
 
     on = device.torch_device()
@@ -186,15 +187,17 @@ def main(argv: list[str], booted: float | None = None) -> int:
     while (order := orders.next()) is not None:
         if "trial" in order:
             trial = int(order["trial"])
-            called = order["api"] if order.get("api") in watched else api
+            called = order["api"] if order.get("api") in functions else api
+            protocol, mutates = from_order(order.get("call"))
+            watched = monitor.watching(calling(protocol, functions[called], called), allowed_ops)
             value = tools.load(tools.take(input_name(trial)), 1 << 40, on)
             args, kwargs = tuple(value["args"]), value["kwargs"]
             started = tools.clock()
             error, outputs = None, ()
             trace = tools.trace() if cuda else None
             try:
-                target = watched[called] if trace is None else _traced(watched[called], trace)
-                outputs = call_api(target, args, kwargs, called)
+                target = watched if trace is None else _traced(watched, trace)
+                outputs = call_api(target, args, kwargs, called, mutates)
             except KernelCallError as failure:
                 error = str(failure)
             except BaseException as failure:  # sys.exit() inside the call, and the like
@@ -233,7 +236,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
             if timing_sets is None:
                 channel.send("timing_error", error="the timing inputs were not handed over first")
             else:
-                _timed_loop(channel, raw, int(order["timing"]), tools, timing_sets)
+                _timed_loop(channel, timed(from_order(order.get("call"))[0], raw, api), int(order["timing"]),
+                            tools, timing_sets)
         else:
             break
     channel.send("finished")

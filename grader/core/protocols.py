@@ -1,0 +1,197 @@
+"""How a case calls a module's API when one plain call is not the whole story.
+
+Most APIs are pure functions: ``outputs = api(*args, **kwargs)``. Training code is not: an
+autograd Function is judged by the gradients it gives back, and an optimizer step by how it
+updates its arguments in place, over several steps. A ``Spec`` says which with two fields, read
+here and nowhere else, so that the learner's check, the test suite, the grader's sandboxed child
+and its timing all call the API the same way:
+
+- ``mutates``: the positions of the arguments the API updates in place; their tensors are
+  compared after the returned outputs, and are not reported as input mutation;
+- ``protocol``: ``Backward`` (forward, then backpropagate given upstream gradients) or ``Steps``
+  (call once per entry of a per-step argument, e.g. each step's gradients).
+
+The child receives the protocol as plain data (``order_of``/``from_order``): it never imports a
+module's tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The API is differentiable. Its last ``upstream`` positional arguments are upstream
+    gradients, one per forward output; the inputs at positions ``wrt`` become leaves that require
+    grad. Compared: the forward outputs, then the gradient of each ``wrt`` input, in order."""
+    wrt: tuple[int, ...]
+    upstream: int = 1
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The API is one step of a stateful update (an optimizer). ``args[per_step]`` is a list with
+    one entry per step; step t calls the API with entry t in its place and, when ``counter`` is
+    set, that keyword equal to t + 1. Compared: what the last call returned, then the ``mutates``
+    arguments."""
+    per_step: int
+    counter: str | None = None
+
+
+class ProtocolError(Exception):
+    """The call did not give what the protocol needs (no gradient, a non-differentiable output)."""
+
+
+def order_of(protocol, mutates: tuple[int, ...] = ()) -> dict:
+    """``protocol`` and ``mutates`` as JSON-able data for the grader's child."""
+    order: dict[str, Any] = {"mutates": list(mutates)}
+    if isinstance(protocol, Backward):
+        order.update(kind="backward", wrt=list(protocol.wrt), upstream=protocol.upstream)
+    elif isinstance(protocol, Steps):
+        order.update(kind="steps", per_step=protocol.per_step, counter=protocol.counter)
+    else:
+        order["kind"] = "call"
+    return order
+
+
+def from_order(order: dict | None):
+    """(protocol, mutates) from ``order_of``'s data; anything malformed means a plain call."""
+    order = order if isinstance(order, dict) else {}
+    mutates = tuple(int(i) for i in order.get("mutates") or () if isinstance(i, int))
+    kind = order.get("kind")
+    if kind == "backward":
+        return Backward(tuple(int(i) for i in order.get("wrt") or ()), int(order.get("upstream") or 1)), mutates
+    if kind == "steps":
+        counter = order.get("counter")
+        return Steps(int(order.get("per_step") or 0), counter if isinstance(counter, str) else None), mutates
+    return None, mutates
+
+
+def calling(protocol, fn: Callable, api: str = "the function") -> Callable:
+    """A function of the case's (args, kwargs) that runs ``fn`` as ``protocol`` says and returns
+    what is compared before the mutated arguments (a tuple, or None for nothing)."""
+    if isinstance(protocol, Backward):
+        return _backward(fn, protocol, api)
+    if isinstance(protocol, Steps):
+        return _steps(fn, protocol, every=True)
+    return fn
+
+
+def timed(protocol, fn: Callable, api: str = "the function") -> Callable:
+    """What one timed repetition calls: the whole protocol, except a ``Steps`` API, which is timed
+    one step at a time (the first entry, as step 1)."""
+    if isinstance(protocol, Steps):
+        return _steps(fn, protocol, every=False)
+    return calling(protocol, fn, api)
+
+
+def _steps(fn: Callable, protocol: Steps, every: bool) -> Callable:
+    def call(*args, **kwargs):
+        entries = args[protocol.per_step]
+        result = None
+        for step, entry in enumerate(entries if every else list(entries)[:1]):
+            step_args = list(args)
+            step_args[protocol.per_step] = entry
+            step_kwargs = dict(kwargs)
+            if protocol.counter:
+                step_kwargs[protocol.counter] = step + 1
+            result = fn(*step_args, **step_kwargs)
+        return result
+
+    return call
+
+
+def _backward(fn: Callable, protocol: Backward, api: str) -> Callable:
+    def call(*args, **kwargs):
+        split = len(args) - protocol.upstream
+        forward_args, upstream = list(args[:split]), args[split:]
+        leaves = []
+        for position in protocol.wrt:
+            leaf = forward_args[position].detach().requires_grad_(True)
+            forward_args[position] = leaf
+            leaves.append(leaf)
+        with torch.enable_grad():
+            result = fn(*forward_args, **kwargs)
+            outputs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            pairs = [(out, grad) for out, grad in zip(outputs, upstream)
+                     if isinstance(out, torch.Tensor) and out.requires_grad]
+            if not pairs:
+                raise ProtocolError(
+                    f"{api}() returned no output that requires grad, so no gradient can flow back: "
+                    "return the result of your torch.autograd.Function's apply(), not of the kernel.")
+            grads = torch.autograd.grad([out for out, _ in pairs], leaves, [grad for _, grad in pairs],
+                                        allow_unused=True)
+        for position, grad in zip(protocol.wrt, grads):
+            if grad is None:
+                raise ProtocolError(
+                    f"{api}()'s backward gave no gradient for its input #{position + 1}: return one "
+                    "gradient per input of forward() from backward() (None only for non-tensors).")
+        detached = tuple(out.detach() if isinstance(out, torch.Tensor) else out for out in outputs)
+        return detached + tuple(grads)
+
+    return call
+
+
+def mutated(args: tuple, mutates: tuple[int, ...]) -> list[torch.Tensor]:
+    """The tensors of the arguments at ``mutates`` (every tensor of a list argument), in order."""
+    found = []
+    for position in mutates:
+        if position < len(args):
+            value = args[position]
+            found.extend(t for t in (value if isinstance(value, (list, tuple)) else [value])
+                         if isinstance(t, torch.Tensor))
+    return found
+
+
+def mutated_names(arg_names: list[str], args: tuple, mutates: tuple[int, ...]) -> list[str]:
+    """Names for ``mutated``'s tensors: the argument's name, indexed for a list argument."""
+    names = []
+    for position in mutates:
+        if position >= len(args):
+            continue
+        name = arg_names[position] if position < len(arg_names) else f"input #{position + 1}"
+        value = args[position]
+        if isinstance(value, (list, tuple)):
+            names.extend(f"{name}[{k}]" for k, t in enumerate(value) if isinstance(t, torch.Tensor))
+        elif isinstance(value, torch.Tensor):
+            names.append(name)
+    return names
+
+
+def frozen_inputs(args: tuple, kwargs: dict, mutates: tuple[int, ...]) -> list[torch.Tensor]:
+    """The input tensors a call must leave as they were: all but the ``mutates`` arguments'."""
+    kept = [value for position, value in enumerate(args) if position not in mutates]
+    return _tensors_in([kept, kwargs])
+
+
+def _tensors_in(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for item in obj for t in _tensors_in(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _tensors_in(item)]
+    return []
+
+
+def autograd_reference(forward: Callable, wrt: tuple[int, ...], upstream: int = 1) -> Callable:
+    """A ``Backward`` spec's reference from a plain PyTorch ``forward``: called with the case's
+    float64 inputs (forward arguments, then the upstream gradients), it returns the forward
+    outputs, then the gradient of each ``wrt`` input."""
+    def reference(*args, **kwargs):
+        return _backward(forward, Backward(tuple(wrt), upstream), "the reference")(*args, **kwargs)
+
+    reference.__signature__ = _signature_of(forward)
+    return reference
+
+
+def _signature_of(fn: Callable):
+    import inspect
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
