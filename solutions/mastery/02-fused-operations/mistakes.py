@@ -1,0 +1,30 @@
+"""Typical mistakes in fused kernels, planted into the reference by the course's suite."""
+
+from grader.authoring.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("gelu computed with the tanh approximation",
+            "x = x * gaussian_cdf(x)",
+            "x = x * sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))",
+            cause=r"\berf\b"),
+    Mistake("activation applied before the weight and bias",
+            "y = activate(x_hat * weight + bias, ACTIVATION)",
+            "y = activate(x_hat, ACTIVATION) * weight + bias",
+            cause=r"after the weight and bias|act\(bias\)"),
+    Mistake("padding lanes not zeroed after centring",
+            "centred = tl.where(mask, shifted - shifted_mean, 0.0)",
+            "centred = shifted - shifted_mean",
+            cause=r"padding lanes|power of two"),
+    Mistake("epilogue adds the bias after the activation",
+            "acc = activate(acc + bias[None, :], ACTIVATION)",
+            "acc = activate(acc, ACTIVATION) + bias[None, :]",
+            cause=r"adds the bias to the accumulator, then"),
+    Mistake("prologue does not subtract the row's mean",
+            "a_hat = (a.to(tl.float32) - mean[:, None]) * rstd[:, None]",
+            "a_hat = a.to(tl.float32) * rstd[:, None]",
+            cause=r"x - mean"),
+    Mistake("prologue leaves out ln_weight",
+            "a = a_hat * gamma[None, :] + beta[None, :]",
+            "a = a_hat + beta[None, :]",
+            cause=r"scaled by ln_weight"),
+]
