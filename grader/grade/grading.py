@@ -126,7 +126,7 @@ class Grading:
         self.performance = PERFORMANCE_NOT_GRADED
         # The static gate, before anything of the submission runs (Options.policy_gate turns it
         # off only to test the layers behind it on their own).
-        violations = check_source(source.decode(errors="replace"), policy_for(self.plan.spec)) \
+        violations = check_source(source.decode(errors="replace"), policy_for(*specs_of(self.plan.spec, [case for case, _ in self.plan.cases]))) \
             if options.policy_gate else []
         self.refusal = explain(violations) if violations else None
         self.own_kernels = triton_kernel_names(source.decode(errors="replace"))

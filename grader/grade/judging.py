@@ -91,7 +91,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
             return Verdict(False, "device", f"{name} is on {where}, but the inputs are on {expected_device}: "
                            "allocate the output on the inputs' device.", seconds)
     # The child checked these too, but code that patched torch could have fooled it.
-    if not isinstance(args_after, list) or not isinstance(kwargs_after, dict) or \
+    if not isinstance(args_after, (list, tuple)) or not isinstance(kwargs_after, dict) or \
             len(tensors_in((args, kwargs))) != len(tensors_in((args_after, kwargs_after))):
         return Verdict(False, "unreadable", f"The grader could not read the inputs after {api}().", seconds)
     args_after = tuple(args_after)

@@ -73,7 +73,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         for todo in todos:
             print(f"  {todo}", file=out)
         print(file=out)
-    refused = check_source(source, policy_for(cases.public(module)[0]))
+    refused = check_source(source, policy_for(*cases.specs_of(*cases.public(module))))
     if refused:  # say it now, not when the grade comes back as zero
         print(f"{explain(refused)}\nThe tests below still run, but a graded submission like this scores 0.\n",
               file=out)

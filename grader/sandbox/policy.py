@@ -927,14 +927,16 @@ class _Checker(ast.NodeVisitor):
             self.report(node, "kernel-body", self._kernel_message("nonlocal"))
 
 
-def policy_for(spec: object) -> Policy:
-    """The policy for one module: the default, widened by what its ``Spec`` allows
+def policy_for(*specs: object) -> Policy:
+    """The policy for one module: the default, widened by what its ``Spec`` s allow together
     (``allowed_torch_names``, dotted below torch like "autograd.Function",
-    ``allowed_tensor_methods`` and ``allowed_hooks``). Duck-typed so that this module needs no
-    grader import."""
-    return DEFAULT_POLICY.widen(torch_names=getattr(spec, "allowed_torch_names", ()),
-                                tensor_methods=getattr(spec, "allowed_tensor_methods", ()),
-                                hooks=getattr(spec, "allowed_hooks", ()))
+    ``allowed_tensor_methods`` and ``allowed_hooks``): one file serves all of a module's
+    functions. Duck-typed so that this module needs no grader import."""
+    def union(field: str) -> set:
+        return set().union(*(getattr(spec, field, ()) for spec in specs))
+
+    return DEFAULT_POLICY.widen(torch_names=union("allowed_torch_names"),
+                                tensor_methods=union("allowed_tensor_methods"), hooks=union("allowed_hooks"))
 
 
 def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation]:

@@ -3,22 +3,13 @@ tests do not show, forward and backward."""
 
 import torch
 
-from grader.cases import Case, public, specs_of
-from grader.core.catalog import find_module
+from grader.cases import Case, public_spec
 
-
-def _spec(api: str, backward: bool = False):
-    """The public Spec of ``api``: its forward one, or the one with protocol=Backward (the module
-    has two Specs per function, so grader.cases.public_spec, which finds one by name, cannot tell)."""
-    module_spec, public_cases = public(find_module("mastery/01-custom-kernels"))
-    return next(spec for spec in specs_of(module_spec, public_cases)
-                if spec.api == api and (spec.protocol is not None) == backward)
-
-
-SILU_BACKWARD = _spec("silu", backward=True)
-POLY_ACT, POLY_ACT_BACKWARD = _spec("poly_act"), _spec("poly_act", backward=True)
-GLU, GLU_BACKWARD = _spec("glu"), _spec("glu", backward=True)
-COMPLEX_MUL, COMPLEX_MUL_BACKWARD = _spec("complex_mul"), _spec("complex_mul", backward=True)
+MODULE = "mastery/01-custom-kernels"
+SILU_BACKWARD = public_spec(MODULE, "SILU_BACKWARD")
+POLY_ACT, POLY_ACT_BACKWARD = public_spec(MODULE, "POLY_ACT"), public_spec(MODULE, "POLY_ACT_BACKWARD")
+GLU, GLU_BACKWARD = public_spec(MODULE, "GLU"), public_spec(MODULE, "GLU_BACKWARD")
+COMPLEX_MUL, COMPLEX_MUL_BACKWARD = public_spec(MODULE, "COMPLEX_MUL"), public_spec(MODULE, "COMPLEX_MUL_BACKWARD")
 CUBIC = (0.5, -1.0, 0.25, 0.1)
 
 CASES = [
