@@ -126,7 +126,7 @@ def test_a_judge_replaces_the_elementwise_comparison():
         return [] if 0.4 < kept < 0.6 else [f"kept {kept:.2f} of the elements, expected about half"]
 
     spec = Spec(api="drop", make_inputs=make_inputs, reference=lambda x: x, judge=judge)
-    half = lambda x: torch.where(torch.arange(x.numel()) % 2 == 0, x, 0.0)  # noqa: E731
+    half = lambda x: torch.where(torch.arange(x.numel(), device=x.device) % 2 == 0, x, 0.0)  # noqa: E731
     assert _run(spec, half) == []
     assert "kept 1.00" in _run(spec, lambda x: x.clone())[0]
 

@@ -3,6 +3,8 @@ the memory/compute ceiling, all measured in the same run."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sys
 from pathlib import Path
 from typing import Callable
@@ -64,10 +66,17 @@ def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -
         if not spec.bench_cases:
             continue
         impls = implementations(module, impl, spec)
-        rows = [row for case in spec.bench_cases for row in bench.measure(spec, case, impls)]
+        # a bench case belongs to the Spec that lists it (its inputs may depend on which one)
+        bound = [case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
+                 for case in spec.bench_cases]
+        rows = [row for case in bound for row in bench.measure(spec, case, impls)]
         print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)
         suffix = "" if spec is module_spec else f"-{spec.api}"
         png = out_dir / f"{module.track}-{module.slug}{suffix}.png"
+        for n in range(2, 100):  # two Specs of one function (fp32 lists and large tensors)
+            if png not in pngs:
+                break
+            png = out_dir / f"{module.track}-{module.slug}{suffix}-{n}.png"
         bench.plot(spec, rows, copy_gbs, f"{module.title}: {spec.api}()", png)
         print(f"Plot written to {png}", file=out)
         pngs.append(png)
