@@ -135,3 +135,33 @@ def test_protocols_travel_to_the_child_as_plain_data():
     for protocol, mutates in ((Backward((0, 2), 2), ()), (Steps(1, "step"), (0, 2, 3)), (None, ())):
         assert protocols.from_order(protocols.order_of(protocol, mutates)) == (protocol, mutates)
     assert protocols.from_order({"kind": "unknown", "mutates": ["x"]}) == (None, ())
+
+
+def test_a_pytorch_adamw_behind_a_triton_launch_fails_with_the_reason():
+    """The training module's optimizer: PyTorch doing the update, with a Triton launch as cover,
+    gets the right numbers but fails on the evidence, by name."""
+    from grader.core import cases
+    from grader.core.catalog import find_module
+    from grader.core.checks import run_case
+    from grader.core.loading import load_kernel
+
+    module = find_module("mastery/04-training-kernels")
+    case = next(c for c in cases.public(module)[1] if c.spec is not None and c.spec.api == "adamw"
+                and not c.cuda_only)
+    adamw_spec = case.spec
+    reference = load_kernel(module, "solutions")
+    cover = reference.api("relu")
+
+    def pytorch_adamw(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1, beta2, eps, weight_decay):
+        cover(torch.ones(4))
+        with torch.no_grad():
+            for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+                p.mul_(1 - lr * weight_decay)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+
+    assert run_case(reference.api("adamw"), adamw_spec, case).passed
+    result = run_case(pytorch_adamw, adamw_spec, case)
+    assert not result.passed and "computed with PyTorch" in result.message, result.message

@@ -881,6 +881,9 @@ FIRST_STEP = ("the buffers hold garbage before the first step: PyTorch sets buff
 OPTIMIZER_CASES = [
     Case({"sizes": SMALL, "steps": 1}, spec=ADAMW, label="one step from zero state", hint=BIAS_CORRECTION),
     Case({"sizes": SMALL, "steps": 4}, spec=ADAMW, label="four steps", hint=BIAS_CORRECTION),
+    Case({"sizes": SMALL, "steps": 12, "weight_decay": 0.05}, spec=ADAMW, label="twelve steps",
+         hint="twelve steps in a row: an error in the moments or the bias correction that one step hides "
+              "grows with every step."),
     Case({"sizes": [(3, 5), (2000,), (1,)], "steps": 3, "lr": 1e-3}, torch.bfloat16, spec=ADAMW,
          label="bf16 parameters, fp32 state", hint=BIAS_CORRECTION),
     Case({"sizes": [(40, 50), (9,)], "steps": 2, "param_scale": 20.0, "weight_decay": 0.1}, spec=ADAMW,
@@ -901,6 +904,8 @@ OPTIMIZER_CASES = [
          cuda_only=True),
     Case({"sizes": SMALL, "steps": 3}, spec=SGD, label="no momentum"),
     Case({"sizes": SMALL, "steps": 4, "momentum": 0.9}, spec=SGD, label="momentum", hint=FIRST_STEP),
+    Case({"sizes": SMALL, "steps": 10, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}, spec=SGD,
+         label="ten steps, Nesterov", hint=NESTEROV),
     Case({"sizes": SMALL, "steps": 3, "momentum": 0.9, "dampening": 0.5}, spec=SGD, label="dampening",
          hint=FIRST_STEP),
     Case({"sizes": [(50,), (3, 3)], "steps": 2, "momentum": 0.5, "dampening": 0.3}, torch.bfloat16, spec=SGD,
