@@ -153,7 +153,7 @@ def test_a_pytorch_adamw_behind_a_triton_launch_fails_with_the_reason():
     cover = reference.api("relu")
 
     def pytorch_adamw(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1, beta2, eps, weight_decay):
-        cover(torch.ones(4))
+        cover(torch.ones(4, device=params[0].device))
         with torch.no_grad():
             for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
                 p.mul_(1 - lr * weight_decay)

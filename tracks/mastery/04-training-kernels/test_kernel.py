@@ -118,9 +118,11 @@ def norm_bytes(n_params):
 
 
 # dweight (and dbias) add up M products in float32: the rounding error of such a sum grows like
-# sqrt(M) x 1e-7 x the terms' size, about 6e-5 at M = 32768 rows, while the sum itself can be
-# small (the products cancel). The default float32 tolerance (1e-5 absolute) is for one rounding.
-SUM_OVER_ROWS = {torch.float32: (2e-4, 1e-4)}
+# sqrt(M) x 1e-7 x the terms' size (about 6e-5 at M = 32768 rows, more in an unlucky order), while
+# the sum itself can be small (the products cancel). PyTorch's own LayerNorm backward was 3.8e-4
+# off at 32768 x 4096 on an H100. The default float32 tolerance (1e-5 absolute) is for one rounding;
+# the mistakes these outputs catch (a lost or overwritten partial sum) are off by whole terms.
+SUM_OVER_ROWS = {torch.float32: (1e-3, 1e-4)}
 
 
 def norm_bench_cases():
