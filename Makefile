@@ -53,11 +53,13 @@ bench: $(ENV)
 stubs: $(ENV)
 	@$(PYTHON) -m grader stubs $(if $(FORCE),--force)
 
+# Two workers, a test file each at a time: a file's expensive fixtures (a graded class, a Ray
+# cluster, an nbgrader course) are built once, and the interpreter-bound tests use both cores.
 test: $(ENV)
 	@if [ ! -d solutions ]; then \
 		echo "The course's own test suite needs the instructor's solutions/, which this copy does not have."; \
 		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
-	$(PYTHON) -m pytest --impl=solutions
+	$(PYTHON) -m pytest --impl=solutions -n 2 --dist loadfile
 
 verify-gpu: $(ENV)
 	$(PYTHON) -m pytest --impl=solutions
