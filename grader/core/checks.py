@@ -20,6 +20,7 @@ from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, 
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
 from grader.core.protocols import autograd_reference  # noqa: F401  (Backward specs' references)
+from grader.core.protocols import tensors_in  # noqa: F401  (the grader imports it from here)
 
 
 class KernelCallError(Exception):
@@ -31,17 +32,6 @@ class CaseResult:
     case: Case
     passed: bool
     message: str = ""
-
-
-def tensors_in(obj) -> list[torch.Tensor]:
-    """Every tensor in a nest of tuples, lists and dicts, in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for item in obj for t in tensors_in(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in tensors_in(item)]
-    return []
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -165,16 +165,17 @@ def mutated_names(arg_names: list[str], args: tuple, mutates: tuple[int, ...]) -
 def frozen_inputs(args: tuple, kwargs: dict, mutates: tuple[int, ...]) -> list[torch.Tensor]:
     """The input tensors a call must leave as they were: all but the ``mutates`` arguments'."""
     kept = [value for position, value in enumerate(args) if position not in mutates]
-    return _tensors_in([kept, kwargs])
+    return tensors_in([kept, kwargs])
 
 
-def _tensors_in(obj) -> list[torch.Tensor]:
+def tensors_in(obj) -> list[torch.Tensor]:
+    """Every tensor in a nest of tuples, lists and dicts, in order."""
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (tuple, list)):
-        return [t for item in obj for t in _tensors_in(item)]
+        return [t for item in obj for t in tensors_in(item)]
     if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensors_in(item)]
+        return [t for item in obj.values() for t in tensors_in(item)]
     return []
 
 
