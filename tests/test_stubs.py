@@ -1,6 +1,7 @@
 import pytest
 
-from grader.core.markers import MarkerError, generate_stub, open_todos
+from grader.authoring.mistakes import Mistake
+from grader.core.markers import MarkerError, generate_stub, open_todos, planted_bugs
 
 SOLUTION = '''\
 def f(x):
@@ -72,3 +73,22 @@ def test_make_stubs_keeps_a_learners_kernel(monkeypatch, tmp_path):
     assert (learner / "kernel.py").read_text() == "# my finished kernel\n"
     changed, kept = stubs.write_all([module], force=True)
     assert changed == [learner / "kernel.py"] and (learner / "kernel.py").read_text() == stubs.stub_for(module)
+
+
+def test_each_bug_region_is_a_planted_bug_with_its_symptom():
+    source = SOLUTION.replace("    # BUG: off by one\n", "    # BUG: off by one\n    # SYMPTOM: one too large\n")
+    assert generate_stub(source) == generate_stub(SOLUTION)  # the symptom is not shown
+    (bug,) = planted_bugs(source)
+    assert (bug.text, bug.correct, bug.buggy, bug.symptom, bug.line) == (
+        "off by one", "    z = y", "    z = y + 1", "one too large", 7)
+    planted = Mistake(bug.text, bug.correct, bug.buggy, bug.symptom).apply(source)
+    assert "\n    z = y + 1\n" in planted and "\n    z = y\n" not in planted
+
+
+@pytest.mark.parametrize("broken", [
+    SOLUTION,  # a BUG region must say what the tests report
+    SOLUTION.replace("    # HINT: multiply\n", "    # SYMPTOM: x\n"),  # a symptom outside a BUG region
+])
+def test_bug_regions_need_a_symptom_and_todo_regions_refuse_one(broken):
+    with pytest.raises(MarkerError):
+        planted_bugs(broken)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from grader.core.cases import _import_file
 from grader.core.catalog import Module
+from grader.core.markers import planted_bugs
 
 # Why 16-bit rounding around tl.dot shows only in the interpreter: the GPU's fp32 tolerance is
 # looser because tl.dot computes fp32 in TF32 there.
@@ -43,9 +44,14 @@ class Mistake:
 
 
 def for_module(module: Module) -> list[Mistake]:
-    """The module's typical mistakes; empty where the checkout has no solutions/."""
+    """The module's typical mistakes, then its planted bugs (the debugging track's BUG regions,
+    each planted alone); empty where the checkout has no solutions/."""
     path = module.solution_dir / "mistakes.py"
     if not path.is_file():
         return []
     name = f"_mistakes_{module.track}_{module.slug}".replace("-", "_")
-    return list(_import_file(path, name).MISTAKES)
+    listed = list(_import_file(path, name).MISTAKES)
+    solution = module.solution_dir / "kernel.py"
+    bugs = planted_bugs(solution.read_text(), str(solution))
+    return listed + [Mistake(f"planted bug (line {bug.line}): {bug.text}", bug.correct, bug.buggy,
+                             cause=bug.symptom) for bug in bugs]

@@ -11,7 +11,17 @@ A solution marks each piece the learner must write as a region::
 
 In the stub the region becomes a numbered ``# TODO n:`` comment, its hints, and the ``STUB``
 lines (nothing if there are none). A ``# BUG: <what is wrong>`` ... ``# END BUG`` region gives
-the learner its STUB lines with no comment at all: the planted bug of the debugging track.
+the learner its STUB lines with no comment at all: the planted bug of the debugging track. A BUG
+region also says what the public tests report when that bug alone is planted::
+
+    # BUG: the mask lets the last program store one element too many
+    # SYMPTOM: out of bounds|past the end
+    mask = offsets < n
+    # STUB: mask = offsets <= n
+    # END BUG
+
+The course's suite plants each bug on its own into the reference and checks that the public
+tests fail with a message matching SYMPTOM (a regular expression): the symptom, not the fix.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from grader.core.catalog import MODULES, Module
 _OPEN = re.compile(r"^(?P<indent>\s*)# (?P<kind>TODO|BUG): (?P<text>.+?)\s*$")
 _HINT = re.compile(r"^\s*# HINT: (?P<text>.+?)\s*$")
 _STUB = re.compile(r"^\s*# STUB:(?: (?P<code>.*))?$")
+_SYMPTOM = re.compile(r"^\s*# SYMPTOM: (?P<text>.+?)\s*$")
 _CLOSE = re.compile(r"^\s*# END (?P<kind>TODO|BUG)\s*$")
 # What a generated stub contains for an open TODO; the learner deletes it when done.
 _LEARNER_TODO = re.compile(r"^\s*# TODO (?P<number>\d+): (?P<text>.+?)\s*$")
@@ -45,7 +56,7 @@ class Todo:
 
 def is_marker(line: str) -> bool:
     """True for the marker lines of a solution (TODO/BUG openers, HINT, STUB, END)."""
-    return any(pattern.match(line) for pattern in (_OPEN, _HINT, _STUB, _CLOSE))
+    return any(pattern.match(line) for pattern in (_OPEN, _HINT, _STUB, _SYMPTOM, _CLOSE))
 
 
 def generate_stub(solution_source: str, origin: str = "solution") -> str:
@@ -58,7 +69,7 @@ def generate_stub(solution_source: str, origin: str = "solution") -> str:
             opened = _OPEN.match(line)
             if opened:
                 region = (opened["kind"], opened["indent"], opened["text"], [], [], number)
-            elif _CLOSE.match(line) or _HINT.match(line) or _STUB.match(line):
+            elif _CLOSE.match(line) or _HINT.match(line) or _STUB.match(line) or _SYMPTOM.match(line):
                 raise MarkerError(f"{origin}:{number}: marker outside a TODO/BUG region")
             else:
                 out.append(line)
@@ -80,9 +91,50 @@ def generate_stub(solution_source: str, origin: str = "solution") -> str:
             hints.append(hint["text"])
         elif stub := _STUB.match(line):
             stub_lines.append(stub["code"] or "")
+        elif _SYMPTOM.match(line):
+            if kind != "BUG":
+                raise MarkerError(f"{origin}:{number}: SYMPTOM belongs in a BUG region, not a {kind} region")
     if region is not None:
         raise MarkerError(f"{origin}: region opened at line {region[5]} is never closed")
     return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    """One BUG region of a solution: its correct code, the buggy code the learner gets instead,
+    and the symptom (a regular expression) the public tests must report for it."""
+    text: str
+    correct: str
+    buggy: str
+    symptom: str
+    line: int
+
+
+def planted_bugs(solution_source: str, origin: str = "solution") -> list[PlantedBug]:
+    """The BUG regions of a solution, in file order (the markers must be well formed)."""
+    generate_stub(solution_source, origin)  # raises MarkerError on broken markers
+    bugs: list[PlantedBug] = []
+    region = None  # (indent, text, code, stub, symptom, opened_at)
+    for number, line in enumerate(solution_source.splitlines(), start=1):
+        opened = _OPEN.match(line)
+        if opened and opened["kind"] == "BUG":
+            region = (opened["indent"], opened["text"], [], [], [], number)
+        elif region is None:
+            continue
+        elif _CLOSE.match(line):
+            indent, text, code, stub, symptom, opened_at = region
+            if not symptom:
+                raise MarkerError(f"{origin}:{opened_at}: BUG region without a `# SYMPTOM:` line")
+            bugs.append(PlantedBug(text, "\n".join(code), "\n".join(indent + c if c else "" for c in stub),
+                                   "|".join(symptom), opened_at))
+            region = None
+        elif stub := _STUB.match(line):
+            region[3].append(stub["code"] or "")
+        elif symptom := _SYMPTOM.match(line):
+            region[4].append(symptom["text"])
+        elif not _HINT.match(line):
+            region[2].append(line)
+    return bugs
 
 
 def open_todos(source: str) -> list[Todo]:
