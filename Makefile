@@ -2,7 +2,7 @@
 # a .venv with PyTorch (the CPU build where there is no NVIDIA GPU), Triton, pytest, JupyterLab,
 # nbgrader and matplotlib. Use your own environment instead with PYTHON=/path/to/python.
 #
-#   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>]
+#   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>] [MEMCHECK=0]
 #   make progress | make bench M=... | make lab | make stubs | make test
 #   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
@@ -11,6 +11,7 @@ PYTHON ?= .venv/bin/python
 BOOTSTRAP_PYTHON ?= python3
 M ?=
 IMPL ?= learner
+MEMCHECK ?= 1
 SUBMISSIONS ?=
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -42,7 +43,7 @@ help:
 	@touch $@
 
 check: $(ENV)
-	@$(PYTHON) -m grader check $(M) --impl $(IMPL)
+	@$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck)
 
 progress: $(ENV)
 	@$(PYTHON) -m grader progress
@@ -64,7 +65,7 @@ test: $(ENV)
 verify-gpu: $(ENV)
 	$(PYTHON) -m pytest --impl=solutions
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
-	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tracks/optimization -k "traffic or memory"
+	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
 	$(PYTHON) -m grader bench all --impl solutions
 
 lab: $(ENV)

@@ -12,7 +12,7 @@ anything above it):
 
 Course files (kernels, their tests, notebooks) import a small public surface by short names:
 ``grader.device``, ``grader.validation``, ``grader.check``, ``grader.cases``, ``grader.checks``,
-``grader.bench``, ``grader.traffic`` and ``grader.notebook``. Those names stay valid whatever the layout, so a
+``grader.bench``, ``grader.traffic``, ``grader.memcheck`` and ``grader.notebook``. Those names stay valid whatever the layout, so a
 learner's file never breaks when the package is reorganised.
 
 Importing the package selects the device (CUDA, else Triton's interpreter) before any
@@ -33,6 +33,7 @@ PUBLIC_NAMES = {
     "grader.checks": "grader.core.checks",
     "grader.bench": "grader.core.bench",
     "grader.traffic": "grader.core.traffic",
+    "grader.memcheck": "grader.core.memcheck",
     "grader.check": "grader.learn.check",
     "grader.notebook": "grader.learn.notebook",
 }

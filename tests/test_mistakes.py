@@ -44,8 +44,13 @@ def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path, monkeypa
     planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
     spec, public = cases.public(module)
     kernel = load_kernel(module, planted)
-    results = [run_case(kernel.api(cases.spec_for(case, spec).api), spec, case)
-               for case in cases.for_mode(public, device.is_cuda())]
+    results = []
+    for case in cases.for_mode(public, device.is_cuda()):
+        results.append(run_case(kernel.api(cases.spec_for(case, spec).api), spec, case))
+        failing = [r for r in results if not r.passed]
+        if len(failing) >= MIN_FAILING_CASES and mistake.named_by(
+                "\n".join(r.message for r in failing[:FAILURES_READ])):
+            return  # caught, and the first failures a learner reads already name the cause
     failing = [r for r in results if not r.passed]
     assert len(failing) >= MIN_FAILING_CASES, (
         f"{mistake.name!r} fails only {len(failing)} public case(s): "

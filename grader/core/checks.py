@@ -8,13 +8,13 @@ for the learner's ``check`` and the test suite.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from grader.core import device, protocols
+from grader.core import device, memcheck, protocols
 from grader.core.cases import Case, Rand, Spec, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
@@ -145,21 +145,54 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
     """
     inputs = protocols.frozen_inputs(args, kwargs, mutates)
     snapshots = [t.detach().clone() for t in inputs]
+    checker = (memcheck.MemoryChecker(known=_named_tensors(args, kwargs))
+               if memcheck.enabled() and not device.is_cuda() else nullcontext())
     try:
-        with poisoned_memory():
+        with poisoned_memory(), checker:
             outputs = returned_values(fn(*args, **kwargs), mutates)
             device.synchronize()
     except protocols.ProtocolError as error:
         raise KernelCallError(str(error)) from None
+    except memcheck.MemoryFault as fault:
+        raise KernelCallError(f"The memory checker stopped {api}(): {fault}") from None
     except Exception as error:  # the learner's code can raise anything
         message = f"{api}() raised {type(error).__name__}: {short_error(error)}"
         if "ellipsis" in str(error):
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
         raise KernelCallError(message) from None
     problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, tensors_in((args, kwargs)), api)
+    if not problem and isinstance(checker, memcheck.MemoryChecker):
+        problem = memory_problem(checker, api)
     if problem:
         raise KernelCallError(problem)
     return outputs
+
+
+def _named_tensors(args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """The call's tensors by where they were passed: "argument 2", "argument 1[3]", "weight"."""
+    named: dict[str, torch.Tensor] = {}
+
+    def visit(name: str, value) -> None:
+        if isinstance(value, torch.Tensor):
+            named[name] = value
+        elif isinstance(value, (list, tuple)):
+            for j, item in enumerate(value):
+                visit(f"{name}[{j}]", item)
+
+    for name, value in [(f"argument {i + 1}", a) for i, a in enumerate(args)] + list(kwargs.items()):
+        visit(name, value)
+    return named
+
+
+def memory_problem(checker: "memcheck.MemoryChecker", api: str) -> str | None:
+    """What the memory checker found in one call: races and uninitialised reads. (Output elements
+    nothing wrote are left to the comparison, whose diagnosis knows their patterns.)"""
+    found = checker.problems
+    if not found:
+        return None
+    more = len(found) - 1
+    extra = f" ({more} more finding{'s' if more > 1 else ''} of the memory checker after this one.)" if more else ""
+    return f"The memory checker found a problem in {api}(): {found[0]}{extra}"
 
 
 def largest_magnitude(inputs) -> float:

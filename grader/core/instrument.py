@@ -38,6 +38,7 @@ class Access:
     kernel: str  # the @triton.jit function that was launched
     file: str  # where the tl.load / tl.store is written (the kernel or a helper it calls)
     line: int
+    values: np.ndarray | None = None  # what a store writes (shaped like the block or broadcast to it)
 
     @property
     def touched(self) -> np.ndarray:
@@ -104,7 +105,7 @@ class _RecordingInterpreter:
         return self._real.load(ptrs, mask, other, dtype)
 
     def store(self, ptrs, values, mask):
-        _report("store", ptrs, mask, np.asarray(values).dtype.itemsize)
+        _report("store", ptrs, mask, np.asarray(values).dtype.itemsize, values)
         return self._real.store(ptrs, values, mask)
 
     def atomic_rmw(self, op, ptrs, values, mask, sem):
@@ -116,13 +117,14 @@ class _RecordingInterpreter:
         return self._real.atomic_cas(ptrs, expected, values, sem)
 
 
-def _report(kind: str, ptrs, mask, itemsize: int) -> None:
+def _report(kind: str, ptrs, mask, itemsize: int, values=None) -> None:
     from triton.runtime import interpreter
     addresses = np.array(ptrs, dtype=np.uint64, copy=True)
     active = np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape).copy()
     grid_idx = getattr(interpreter.interpreter_builder, "grid_idx", None) or (0, 0, 0)
     kernel, file, line = _where()
-    access = Access(kind, tuple(int(i) for i in grid_idx), addresses, active, itemsize, kernel, file, line)
+    access = Access(kind, tuple(int(i) for i in grid_idx), addresses, active, itemsize, kernel, file, line,
+                    None if values is None else np.asarray(values))
     for listener in list(_listeners):
         listener(access)
 

@@ -78,6 +78,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         print(f"{explain(refused)}\nThe tests below still run, but a graded submission like this scores 0.\n",
               file=out)
 
+    if not device.is_cuda():
+        print(_memcheck_line(), file=out)
     results = run_public_tests(module, impl)
     passed = sum(outcome == "passed" for _, outcome, _ in results)
     counted = [r for r in results if r[1] != "skipped"]
@@ -141,6 +143,14 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
               f"{module.learner_dir.relative_to(REPO_ROOT)} once `source .venv/bin/activate` has run "
               "in this terminal.", file=out)
     return done
+
+
+def _memcheck_line() -> str:
+    from grader.core import memcheck
+    if memcheck.enabled():
+        return ("Memory checker: on (out-of-bounds and misaligned accesses, races between programs, "
+                "reads of unwritten memory; `make check MEMCHECK=0` turns it off).\n")
+    return "Memory checker: off (`make check` without MEMCHECK=0 turns it on).\n"
 
 
 _CASE_TEST = "test_matches_reference"
@@ -217,17 +227,21 @@ def is_inner() -> bool:
     return bool(os.environ.get(_INNER))
 
 
-def check_contained(module: Module, impl: str | Path) -> int:
+def check_contained(module: Module, impl: str | Path, memcheck: bool = True) -> int:
     """Run ``check`` in a child process so that a crashing kernel still gets an explanation.
 
     Under the interpreter an unmasked load or store touches memory outside the tensor, which can
-    kill Python outright (segmentation fault, heap corruption). Returns the exit code.
+    kill Python outright (segmentation fault, heap corruption); the memory checker
+    (``grader.core.memcheck``, on unless ``memcheck`` is False or its variable says "0") refuses
+    such accesses first. Returns the exit code.
     """
     if os.environ.get(_INNER):
         return 0 if check(module, impl) else 1
     sys.stdout.flush()
+    from grader.core.memcheck import ENV_SWITCH
+    switch = os.environ.get(ENV_SWITCH, "1") if memcheck else "0"
     child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl)],
-                           env={**os.environ, _INNER: "1"})
+                           env={**os.environ, _INNER: "1", ENV_SWITCH: switch})
     if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
         print("\n" + crashes.check_message(child.returncode))
         return 1

@@ -1,0 +1,495 @@
+"""The memory checker: out-of-bounds and misaligned accesses, races between programs, and reads of
+memory nothing has written, found under the interpreter.
+
+On a GPU these bugs crash, corrupt a neighbour's data, or give results that change from run to
+run; under the interpreter they often give the right numbers, because programs run one after
+another on host memory. The checker sees every access (``grader.core.instrument``) and the
+tensors each launch was given, and says what went wrong in one sentence:
+
+- **out of bounds**: every lane a ``tl.load``/``tl.store``/atomic lets through must fall inside
+  one of the tensors passed to the launch (the part of its storage the view covers). A violation
+  is refused before it happens and stops the call with ``MemoryFault``;
+- **misaligned**: an element read or written at an address that is not a multiple of its size
+  (a GPU faults on it); also refused;
+- **race**: two programs of one launch storing different values to one address without an
+  atomic (on a GPU one write is lost, which one depends on timing). Two programs storing the
+  same value are harmless and not reported;
+- **uninitialised read**: a kernel loading bytes of a tensor that was allocated with
+  ``torch.empty*`` inside the checked block and that no kernel or PyTorch op has written yet;
+- **unwritten output** (``MemoryChecker.unwritten``): elements of a returned tensor allocated
+  that way that nothing wrote.
+
+Races and uninitialised reads are collected in ``findings``; the caller decides what to do.
+A kernel that reaches tensors through addresses it loads from memory (the pointer table of a
+multi-tensor optimizer) is checked against every tensor the caller names as ``known`` and every
+tensor allocated inside the block, since its arguments alone do not say what it may touch.
+The checker works only under the interpreter; on a GPU, compute-sanitizer does this job.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from grader.core.instrument import Access, AccessRecorder
+
+ENV_SWITCH = "TRITON_CURRICULUM_MEMCHECK"  # "1": the harness's checks run every call under the checker
+
+_EMPTY_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+              "aten::new_empty_strided"}
+
+
+def enabled() -> bool:
+    """Whether the harness's checks run under the checker (``make check`` on a CPU turns it on)."""
+    return os.environ.get(ENV_SWITCH, "") == "1"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # "out-of-bounds", "misaligned", "race", "uninitialised-read", "unwritten-output"
+    message: str
+    kernel: str = ""
+    file: str = ""
+    line: int = 0
+    program: tuple = ()
+    lane: tuple = ()
+    tensor: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class MemoryFault(Exception):
+    """An access the checker refused (out of bounds or misaligned); ``finding`` says which."""
+
+    def __init__(self, finding: Finding):
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+@dataclass
+class _Buffer:
+    """A tensor a launch was given: the bytes its view covers and the storage around them."""
+    name: str
+    start: int
+    end: int  # one past the last byte the view covers
+    storage_start: int
+    storage_end: int
+    itemsize: int
+    numel: int
+    writers: np.ndarray | None = None  # per byte: the program that stored there (-1: none yet)
+    values: np.ndarray | None = None  # per byte: the byte that program stored
+
+    @classmethod
+    def of(cls, name: str, tensor: torch.Tensor) -> "_Buffer":
+        storage = tensor.untyped_storage()
+        start = tensor.data_ptr()
+        extent = sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
+        end = start + (extent + 1) * tensor.element_size() if tensor.numel() else start
+        return cls(name, start, end, storage.data_ptr(), storage.data_ptr() + storage.nbytes(),
+                   tensor.element_size(), tensor.numel())
+
+    def describe(self) -> str:
+        return f"`{self.name}` ({self.numel} element{'' if self.numel == 1 else 's'} of {self.itemsize} bytes)"
+
+
+@dataclass
+class _Launch:
+    kernel: str
+    buffers: list[_Buffer]
+    grid: tuple[int, int, int]
+    reported_races: set = field(default_factory=set)  # source lines already reported
+
+
+@dataclass
+class _Allocation:
+    """A tensor allocated with torch.empty* inside the checked block, and which bytes are written."""
+    storage: torch.UntypedStorage = field(repr=False)  # held: its memory cannot be reused while checking
+    start: int
+    written: np.ndarray  # bool per byte
+
+
+_active: list["MemoryChecker"] = []
+_lock = threading.Lock()
+_originals: dict[str, object] = {}
+
+
+class MemoryChecker:
+    """``with MemoryChecker() as checker: fn(...)`` checks every kernel launched inside; see the
+    module's docstring. Checkers nest: each sees every launch made while it is open."""
+
+    def __init__(self, known: dict[str, torch.Tensor] | None = None):
+        """``known``: tensors (by name) that a kernel may reach without being given them, through
+        addresses it loads from memory (the pointer tables of multi-tensor kernels); each launch's
+        own tensors and those allocated inside the block are always allowed."""
+        self.findings: list[Finding] = []
+        self._known = [_Buffer.of(name, t) for name, t in (known or {}).items()
+                       if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+        self.fault: Finding | None = None
+        self._launches: list[_Launch] = []  # the launch running now is last (launches nest)
+        self._in_launch = 0  # > 0 from a launch's start to its end (argument copies included)
+        self._allocations: list[_Allocation] = []
+        self._recorder = AccessRecorder(on_access=self._on_access)
+        self._mode = _Allocations(self)
+
+    # -- opening and closing ------------------------------------------------------------------
+    def __enter__(self) -> "MemoryChecker":
+        with _lock:
+            if not _active:
+                _patch_launches()
+            _active.append(self)
+        self._recorder.__enter__()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._mode.__exit__(exc_type, exc, tb)
+        self._recorder.__exit__(exc_type, exc, tb)
+        with _lock:
+            _active.remove(self)
+            if not _active:
+                _unpatch_launches()
+        if exc is not None and self.fault is not None and not isinstance(exc, MemoryFault):
+            raise MemoryFault(self.fault) from None  # the interpreter wraps our error: unwrap it
+        return False
+
+    # -- what a caller asks after the call -----------------------------------------------------
+    def unwritten(self, tensor: torch.Tensor, name: str) -> Finding | None:
+        """The elements of ``tensor`` (allocated with torch.empty* inside the block) that nothing
+        wrote, as one finding; None when all were written or the tensor was not allocated here."""
+        if not isinstance(tensor, torch.Tensor) or tensor.numel() == 0 or tensor.device.type != "cpu":
+            return None
+        allocation = self._allocation_at(tensor.untyped_storage().data_ptr())
+        if allocation is None:
+            return None
+        offsets = _element_offsets(tensor) * tensor.element_size() + (tensor.data_ptr() - allocation.start)
+        spans = offsets[:, None] + np.arange(tensor.element_size())
+        missing = ~allocation.written[spans].all(axis=1)
+        if not missing.any():
+            return None
+        indices = np.flatnonzero(missing)
+        count = len(indices)
+        where = _flat_ranges(indices)
+        finding = Finding(
+            "unwritten-output",
+            f"{count} of the {tensor.numel()} elements of {name} were never written (flat indices "
+            f"{where}): it was allocated with torch.empty, and no kernel stored to those elements.",
+            tensor=name)
+        self.findings.append(finding)
+        return finding
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Races and uninitialised reads found so far (faults stop the call themselves)."""
+        return [f for f in self.findings if f.kind in ("race", "uninitialised-read")]
+
+    # -- launches ---------------------------------------------------------------------------------
+    def _begin_launch(self, fn, args, kwargs) -> None:
+        from triton.runtime import interpreter
+        buffers: list[_Buffer] = []
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
+        for name, value in bound.items():
+            _collect_buffers(name, value, buffers)
+        grid = tuple(getattr(interpreter.interpreter_builder, "grid_dim", None) or (1, 1, 1))
+        self._launches.append(_Launch(getattr(fn, "__name__", "kernel"), buffers, grid))
+
+    def _end_launch(self) -> None:
+        if self._launches:
+            self._launches.pop()
+
+    # -- accesses ---------------------------------------------------------------------------------
+    def _on_access(self, access: Access) -> None:
+        if not self._launches or not access.active.any():
+            return
+        launch = self._launches[-1]
+        lanes = np.argwhere(access.active)  # lane indices, in lane order
+        addresses = access.addresses[access.active].astype(np.int64)
+        self._check_bounds(launch, access, lanes, addresses)
+        if access.kind in ("load", "atomic"):
+            self._check_initialised(launch, access, lanes, addresses)
+        if access.kind in ("store", "atomic"):
+            self._mark_written(addresses, access.itemsize)
+        if access.kind == "store":
+            self._check_race(launch, access, lanes, addresses)
+
+    def _check_bounds(self, launch: _Launch, access: Access, lanes, addresses) -> None:
+        size = access.itemsize
+        misaligned = addresses % size != 0
+        inside = np.zeros(len(addresses), dtype=bool)
+        for buffer in launch.buffers:
+            inside |= (addresses >= buffer.start) & (addresses + size <= buffer.end)
+        if not inside.all():  # reached through a loaded address: any tensor of the call will do
+            for start, end in self._reachable():
+                inside |= (addresses >= start) & (addresses + size <= end)
+        bad = ~inside | misaligned
+        if not bad.any():
+            return
+        first = int(np.flatnonzero(bad)[0])
+        address = int(addresses[first])
+        head = self._where(launch, access, lanes[first])
+        if misaligned[first] and inside[first]:
+            kind = "misaligned"
+            what = (f"address {address:#x} is not a multiple of the element size ({size} bytes); "
+                    "a GPU stops with 'misaligned address'. Offsets are counted in elements of the "
+                    "pointer's type: check the pointer's dtype and how its offsets are computed")
+            buffer = _nearest(launch.buffers, address)
+        else:
+            kind = "out-of-bounds"
+            buffer = _nearest(launch.buffers, address)
+            what = _outside(buffer, address, size) if buffer else "no tensor given to the kernel is there"
+        finding = Finding(kind, f"{head}: {what}.", launch.kernel, access.file, access.line,
+                          access.program[:len(_axes(launch))], tuple(int(i) for i in lanes[first]),
+                          buffer.name if buffer else None)
+        self.findings.append(finding)
+        self.fault = finding
+        raise MemoryFault(finding)
+
+    def _reachable(self) -> list[tuple[int, int]]:
+        return ([(b.start, b.end) for b in self._known]
+                + [(a.start, a.start + len(a.written)) for a in self._allocations])
+
+    def _check_race(self, launch: _Launch, access: Access, lanes, addresses) -> None:
+        program = _linear(access.program, launch.grid)
+        values = None if access.values is None else np.ascontiguousarray(
+            np.broadcast_to(access.values, access.addresses.shape)[access.active])
+        for buffer in launch.buffers:
+            inside = (addresses >= buffer.start) & (addresses < buffer.end)
+            if not inside.any():
+                continue
+            if buffer.writers is None:
+                buffer.writers = np.full(buffer.end - buffer.start, -1, dtype=np.int64)
+                buffer.values = np.zeros(buffer.end - buffer.start, dtype=np.uint8)
+            spans = (addresses[inside] - buffer.start)[:, None] + np.arange(access.itemsize)
+            spans = np.minimum(spans, len(buffer.writers) - 1)
+            before = buffer.writers[spans]
+            new_bytes = (values[inside].view(np.uint8).reshape(len(spans), -1)
+                         if values is not None else np.zeros(spans.shape, np.uint8))
+            clash = ((before >= 0) & (before != program) & (buffer.values[spans] != new_bytes)).any(axis=1)
+            buffer.writers[spans] = program
+            buffer.values[spans] = new_bytes
+            if clash.any() and access.line not in launch.reported_races:
+                launch.reported_races.add(access.line)
+                k = int(np.flatnonzero(clash)[0])
+                other = _unlinear(int(before[k][before[k] >= 0][0]), launch.grid, len(_axes(launch)))
+                element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
+                lane = lanes[np.flatnonzero(inside)[k]]
+                head = self._where(launch, access, lane)
+                self.findings.append(Finding(
+                    "race",
+                    f"{head}: program {other} already stored a different value to element {element} "
+                    f"of `{buffer.name}` in this launch, without an atomic. On a GPU programs run at "
+                    "the same time and one of the two writes is lost, so the result can change from "
+                    "run to run (the interpreter runs programs one after another, which hides it). "
+                    "Give each program its own elements, or combine with tl.atomic_add/atomic_max.",
+                    launch.kernel, access.file, access.line, access.program[:len(_axes(launch))],
+                    tuple(int(i) for i in lane), buffer.name))
+
+    def _check_initialised(self, launch: _Launch, access: Access, lanes, addresses) -> None:
+        for allocation in self._allocations:
+            end = allocation.start + len(allocation.written)
+            inside = (addresses >= allocation.start) & (addresses + access.itemsize <= end)
+            if not inside.any():
+                continue
+            spans = (addresses[inside] - allocation.start)[:, None] + np.arange(access.itemsize)
+            unset = ~allocation.written[spans].all(axis=1)
+            if not unset.any():
+                continue
+            k = int(np.flatnonzero(unset)[0])
+            address = int(addresses[inside][k])
+            buffer = _nearest([b for b in launch.buffers if b.start <= address < b.end], address)
+            name = f"`{buffer.name}`" if buffer else "a tensor"
+            element = f"element {(address - buffer.start) // buffer.itemsize} of " if buffer else ""
+            lane = lanes[np.flatnonzero(inside)[k]]
+            head = self._where(launch, access, lane)
+            self.findings.append(Finding(
+                "uninitialised-read",
+                f"{head} reads {element}{name}, which was allocated with torch.empty and which "
+                "nothing has written yet: its value is whatever the memory held before. Fill it first "
+                "(torch.zeros, or a store) or do not read it.",
+                launch.kernel, access.file, access.line, access.program[:len(_axes(launch))],
+                tuple(int(i) for i in lane), buffer.name if buffer else None))
+            allocation.written[spans[unset]] = True  # report each byte once
+            return
+
+    def _mark_written(self, addresses, itemsize: int) -> None:
+        for allocation in self._allocations:
+            offsets = addresses - allocation.start
+            inside = (offsets >= 0) & (offsets + itemsize <= len(allocation.written))
+            if inside.any():
+                allocation.written[(offsets[inside][:, None] + np.arange(itemsize)).ravel()] = True
+
+    def _where(self, launch: _Launch, access: Access, lane) -> str:
+        program = access.program[:len(_axes(launch))]
+        lane = tuple(int(i) for i in lane)
+        lane_text = str(lane[0]) if len(lane) == 1 else str(lane)
+        verb = {"load": "load", "store": "store", "atomic": "atomic"}[access.kind]
+        return (f"{verb} at line {access.line} of {Path(access.file).name} (kernel {launch.kernel}), "
+                f"program {program}, lane {lane_text}")
+
+    # -- allocations (through the dispatch mode) --------------------------------------------------
+    def _allocated(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        if tensor.device.type == "cpu" and storage.nbytes():
+            self._allocations.append(_Allocation(storage, storage.data_ptr(),
+                                                 np.zeros(storage.nbytes(), dtype=bool)))
+
+    def _written_by_torch(self, tensor: torch.Tensor) -> None:
+        if tensor.device.type != "cpu" or tensor.numel() == 0:
+            return
+        buffer = _Buffer.of("", tensor)
+        for allocation in self._allocations:
+            lo = max(buffer.start - allocation.start, 0)
+            hi = min(buffer.end - allocation.start, len(allocation.written))
+            if lo < hi:
+                allocation.written[lo:hi] = True
+
+    def _allocation_at(self, address: int) -> _Allocation | None:
+        return next((a for a in self._allocations if a.start == address), None)
+
+
+class _Allocations(TorchDispatchMode):
+    """Sees every PyTorch op in the checked block: tensors from torch.empty* are tracked as
+    unwritten; an op that writes into a tensor marks the bytes its view covers as written (the
+    whole span, so a strided write errs towards silence). Kernel launches are left out: the
+    interpreter's own copies of the arguments are not the learner's writes."""
+
+    def __init__(self, checker: MemoryChecker):
+        super().__init__()
+        self.checker = checker
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.checker._in_launch:
+            return out
+        schema = func._schema
+        if schema.name in _EMPTY_OPS and isinstance(out, torch.Tensor):
+            self.checker._allocated(out)
+        else:
+            for position, argument in enumerate(schema.arguments):
+                if argument.alias_info is None or not argument.alias_info.is_write:
+                    continue
+                value = args[position] if position < len(args) else kwargs.get(argument.name)
+                for tensor in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(tensor, torch.Tensor):
+                        self.checker._written_by_torch(tensor)
+        return out
+
+
+# -- the launch seam --------------------------------------------------------------------------------
+# GridExecutor.__call__ runs one launch; GridExecutor._init_args_hst turns its arguments into the
+# host tensors the kernel's addresses point into. Both have the same signature on Triton 3.6-3.9.
+
+def _patch_launches() -> None:
+    from triton.runtime.interpreter import GridExecutor
+    call, init = GridExecutor.__call__, GridExecutor._init_args_hst
+    _originals.update(call=call, init=init)
+
+    def checked_call(self, *args, **kwargs):
+        checkers = list(_active)
+        for checker in checkers:
+            checker._in_launch += 1
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            for checker in checkers:
+                checker._in_launch -= 1
+                checker._end_launch()
+
+    def checked_init(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init(self, args_dev, kwargs)
+        for checker in list(_active):
+            checker._begin_launch(self.fn, args_hst, kwargs_hst)
+        return args_hst, kwargs_hst
+
+    GridExecutor.__call__, GridExecutor._init_args_hst = checked_call, checked_init
+
+
+def _unpatch_launches() -> None:
+    from triton.runtime.interpreter import GridExecutor
+    GridExecutor.__call__, GridExecutor._init_args_hst = _originals.pop("call"), _originals.pop("init")
+
+
+def _collect_buffers(name: str, value, buffers: list[_Buffer]) -> None:
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _collect_buffers(f"{name}[{i}]", item, buffers)
+    elif hasattr(value, "base") and hasattr(value, "block_shape"):  # a tensor descriptor
+        _collect_buffers(name, value.base, buffers)
+    elif hasattr(value, "data_ptr"):
+        tensor = getattr(value, "base", value) if not isinstance(value, torch.Tensor) else value
+        if isinstance(tensor, torch.Tensor):  # a TensorWrapper (a reinterpreted dtype) wraps one
+            buffers.append(_Buffer.of(name, tensor))
+
+
+# -- small helpers -----------------------------------------------------------------------------------
+
+def _axes(launch: _Launch) -> tuple:
+    """The grid's axes worth naming: (3,) for a 1-D grid, (3, 1) for a 2-D one."""
+    used = max((i + 1 for i, n in enumerate(launch.grid) if n > 1), default=1)
+    return launch.grid[:used]
+
+
+def _linear(program: tuple, grid: tuple) -> int:
+    return program[0] + program[1] * grid[0] + program[2] * grid[0] * grid[1]
+
+
+def _unlinear(index: int, grid: tuple, axes: int) -> tuple:
+    x, rest = index % grid[0], index // grid[0]
+    return (x, rest % grid[1], rest // grid[1])[:axes]
+
+
+def _nearest(buffers: list[_Buffer], address: int) -> _Buffer | None:
+    def distance(buffer: _Buffer) -> int:
+        if buffer.start <= address < max(buffer.end, buffer.start + 1):
+            return 0
+        return buffer.start - address if address < buffer.start else address - buffer.end + 1
+    return min(buffers, key=distance, default=None)
+
+
+def _outside(buffer: _Buffer, address: int, size: int) -> str:
+    if buffer.numel == 0:
+        return f"{buffer.describe()} is empty, so no lane may touch it"
+    if address >= buffer.end:
+        past = address + size - buffer.end
+        where = f"{past} bytes past the end of {buffer.describe()}"
+    elif address < buffer.start:
+        where = f"{buffer.start - address} bytes before the start of {buffer.describe()}"
+    else:
+        where = f"partly past the end of {buffer.describe()}"
+    if buffer.storage_start <= address and address + size <= buffer.storage_end:
+        where += (" (still inside the memory it is a view of, which is someone else's data: a GPU "
+                  "would not stop, it would read or overwrite it)")
+    return where + "; check the mask of this access"
+
+
+def _element_offsets(tensor: torch.Tensor) -> np.ndarray:
+    """The element offset from data_ptr of each element of ``tensor``, in flat (row-major) order."""
+    offsets = np.zeros((), dtype=np.int64)
+    for size, stride in zip(tensor.shape, tensor.stride()):
+        offsets = offsets[..., None] + np.arange(size, dtype=np.int64) * stride
+    return offsets.ravel()
+
+
+def _flat_ranges(indices: np.ndarray, shown: int = 3) -> str:
+    """``[5, 6, 7, 9]`` -> "5..7, 9" (at most ``shown`` ranges, then "...")."""
+    ranges: list[str] = []
+    start = prev = int(indices[0])
+    for i in [int(i) for i in indices[1:]] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        ranges.append(f"{start}" if start == prev else f"{start}..{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(ranges[:shown]) + (", ..." if len(ranges) > shown else "")

@@ -1,0 +1,158 @@
+"""The memory checker under the interpreter: each kind of bug is found with its line, program,
+lane and tensor, and correct kernels (stores of equal values, atomics, pointer tables, tensors
+filled before they are read) give no finding."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from grader.core import checks, device, memcheck
+from grader.core.memcheck import MemoryChecker, MemoryFault
+
+pytestmark = pytest.mark.skipif(device.is_cuda(), reason="the memory checker watches the interpreter; "
+                                "on a GPU compute-sanitizer does its job")
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EXTRA: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x, mask=offs < n + EXTRA)  # EXTRA > 0: one store too many
+
+
+@triton.jit
+def shifted_load_kernel(x_ptr, out_ptr, n, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs - SHIFT, mask=offs < n)
+    tl.store(out_ptr + offs, x, mask=offs < n)
+
+
+@triton.jit
+def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ATOMIC: tl.constexpr, SAME: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    total = tl.sum(x, axis=0)
+    if SAME:
+        total = total * 0.0 + 1.0  # every program stores 1.0: harmless
+    if ATOMIC:
+        tl.atomic_add(out_ptr, total)
+    else:
+        tl.store(out_ptr, total)
+
+
+@triton.jit
+def bytes_as_floats_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load((x_ptr.to(tl.pointer_type(tl.int8)) + offs * 2 + 1).to(tl.pointer_type(tl.float32)))
+    tl.store(out_ptr + offs, x)
+
+
+@triton.jit
+def table_kernel(addresses, out_ptr, BLOCK: tl.constexpr):
+    which = tl.program_id(0)
+    ptr = tl.load(addresses + which).to(tl.pointer_type(tl.float32))
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + which * BLOCK + offs, tl.load(ptr + offs))
+
+
+def _fault(call) -> memcheck.Finding:
+    with pytest.raises(MemoryFault) as fault:
+        with MemoryChecker():
+            call()
+    return fault.value.finding
+
+
+def test_a_store_past_the_end_is_refused_with_line_program_lane_and_tensor():
+    x, out = torch.randn(1000), torch.zeros(1000)
+    finding = _fault(lambda: copy_kernel[(8,)](x, out, 1000, BLOCK=128, EXTRA=1))
+    assert (finding.kind, finding.program, finding.lane, finding.tensor) == ("out-of-bounds", (7,), (104,), "out_ptr")
+    assert finding.line == copy_kernel.fn.__code__.co_firstlineno + 4
+    assert "4 bytes past the end of `out_ptr` (1000 elements of 4 bytes)" in str(finding)
+    assert f"store at line {finding.line} of test_memcheck.py" in str(finding)
+
+
+def test_a_load_before_the_start_is_refused():
+    x, out = torch.randn(64), torch.zeros(64)
+    finding = _fault(lambda: shifted_load_kernel[(1,)](x, out, 64, SHIFT=3, BLOCK=64))
+    assert finding.kind == "out-of-bounds" and finding.lane == (0,)
+    assert "12 bytes before the start of `x_ptr`" in str(finding)
+
+
+def test_a_view_is_bounded_by_its_own_elements_not_its_storage():
+    base = torch.randn(200)
+    x, out = base[50:100], torch.zeros(51)
+    finding = _fault(lambda: copy_kernel[(1,)](out, x, 50, BLOCK=64, EXTRA=1))  # stores 51 into a 50-view
+    assert "past the end of `out_ptr` (50 elements" in str(finding) and "someone else's data" in str(finding)
+
+
+def test_a_misaligned_access_is_refused():
+    x, out = torch.randn(64), torch.zeros(16)
+    finding = _fault(lambda: bytes_as_floats_kernel[(1,)](x, out, BLOCK=16))
+    assert finding.kind == "misaligned" and "not a multiple of the element size (4 bytes)" in str(finding)
+
+
+def test_a_race_between_programs_is_reported_once_and_equal_values_or_atomics_are_not():
+    x = torch.randn(1000)
+    with MemoryChecker() as checker:
+        sum_kernel[(8,)](x, torch.zeros(1), 1000, BLOCK=128, ATOMIC=False, SAME=False)
+    (race,) = checker.findings
+    assert race.kind == "race" and race.program == (1,) and "program (0,) already stored" in str(race)
+    for atomic, same in [(True, False), (False, True)]:
+        with MemoryChecker() as checker:
+            sum_kernel[(8,)](x, torch.zeros(1), 1000, BLOCK=128, ATOMIC=atomic, SAME=same)
+        assert checker.findings == []
+
+
+def test_reading_a_tensor_from_torch_empty_before_anything_writes_it_is_reported():
+    x = torch.randn(1000)
+    with MemoryChecker() as checker:
+        sum_kernel[(8,)](x, torch.empty(1), 1000, BLOCK=128, ATOMIC=True, SAME=False)
+    (finding,) = checker.findings
+    assert finding.kind == "uninitialised-read" and "torch.empty" in str(finding)
+    for fill in (lambda t: t.zero_(), lambda t: t.copy_(torch.ones(1))):
+        with MemoryChecker() as checker:
+            out = torch.empty(1)
+            fill(out)
+            sum_kernel[(8,)](x, out, 1000, BLOCK=128, ATOMIC=True, SAME=False)
+        assert checker.findings == []
+
+
+def test_elements_of_an_output_nothing_wrote_are_named():
+    x = torch.randn(1000)
+    with MemoryChecker() as checker:
+        out = torch.empty(1000)
+        copy_kernel[(7,)](x, out, 1000, BLOCK=128, EXTRA=0)  # one program short
+    finding = checker.unwritten(out, "`out`")
+    assert finding.kind == "unwritten-output" and "104 of the 1000 elements of `out`" in str(finding)
+    assert "896..999" in str(finding)
+    with MemoryChecker() as checker:
+        out = torch.empty(1000)
+        copy_kernel[(8,)](x, out, 1000, BLOCK=128, EXTRA=0)
+    assert checker.unwritten(out, "`out`") is None and checker.findings == []
+
+
+def test_tensors_reached_through_a_pointer_table_are_allowed_when_known():
+    tensors = [torch.randn(16), torch.randn(16)]
+    table = torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+    out = torch.zeros(32)
+    with MemoryChecker(known={"a": tensors[0], "b": tensors[1]}) as checker:
+        table_kernel[(2,)](table, out, BLOCK=16)
+    assert checker.findings == [] and torch.equal(out, torch.cat(tensors))
+    assert _fault(lambda: table_kernel[(2,)](table, out, BLOCK=16)).kind == "out-of-bounds"
+
+
+def total(x):
+    out = torch.empty(1)  # never filled: the atomic adds land on garbage
+    sum_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64, ATOMIC=True, SAME=False)
+    return out
+
+
+def test_the_harness_reports_what_the_checker_finds_only_when_switched_on(monkeypatch):
+    x = torch.randn(100)
+    monkeypatch.setenv(memcheck.ENV_SWITCH, "1")
+    with pytest.raises(checks.KernelCallError, match=r"found a problem in total\(\): atomic at line \d+ .* reads "
+                                                      r"element 0 of `out_ptr`, which was allocated with torch.empty"):
+        checks.call_api(total, (x,), {}, "total")
+    monkeypatch.setenv(memcheck.ENV_SWITCH, "0")
+    assert len(checks.call_api(total, (x,), {}, "total")) == 1  # the comparison has to catch it
