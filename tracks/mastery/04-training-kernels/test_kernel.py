@@ -1075,8 +1075,13 @@ SCAN_NOTES = {"out": "the forward recurrence", "grad_z": "the gate silu(z)",
               "grad_C": "y = sum(h * C): dy times the state", "grad_D": "the skip term D * u"}
 # grad_A sums dstate-wide products over every batch and step (values of 1e3): float32 rounding of
 # that many terms reaches 1e-6 of the total.
+# The recurrence itself runs over up to L = 2048 steps in float32: on an H100 the output of a
+# (4, 1536, 2048, 16) scan differed from float64 by up to 1.7e-5 on values of 0.026 (6.5e-4
+# relative), and the gradients that flow back through the same recurrence do alike.
+_LONG_SCAN = {torch.float32: (3e-5, 1e-3)}
 SCAN_TOLERANCES = {"grad_A": {torch.float32: (1e-3, 1e-4)}, "grad_delta_bias": {torch.float32: (1e-4, 1e-4)},
-                   "grad_D": {torch.float32: (1e-4, 1e-4)}}
+                   "grad_D": {torch.float32: (1e-4, 1e-4)},
+                   **{name: _LONG_SCAN for name in ("out", "grad_u", "grad_delta", "grad_B", "grad_C")}}
 
 SCAN = Spec(
     api="selective_scan",
