@@ -156,3 +156,19 @@ def test_the_harness_reports_what_the_checker_finds_only_when_switched_on(monkey
         checks.call_api(total, (x,), {}, "total")
     monkeypatch.setenv(memcheck.ENV_SWITCH, "0")
     assert len(checks.call_api(total, (x,), {}, "total")) == 1  # the comparison has to catch it
+
+
+@triton.jit
+def tile_fill_kernel(out_ptr, M, N, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[:, None]
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)[None, :]
+    tl.store(out_ptr + rows * N + cols, 1.0, mask=cols < N)  # no mask on the rows
+
+
+def test_a_two_dimensional_grid_names_both_program_ids_and_the_lane_in_the_block():
+    out = torch.zeros(20, 24)
+    with MemoryChecker():  # a smaller launch first: the grid must not be carried over
+        tile_fill_kernel[(2, 2)](torch.zeros(32, 32), 32, 32, BLOCK=16)
+    finding = _fault(lambda: tile_fill_kernel[(2, 2)](out, 20, 24, BLOCK=16))
+    assert finding.program == (1, 0) and finding.lane == (4, 0)  # row 20 is the first past the end
+    assert "program (1, 0), lane (4, 0)" in str(finding)

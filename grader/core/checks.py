@@ -275,7 +275,7 @@ def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
     spec = spec_for(case, spec)
     result = run_case(kernel.api(spec.api), spec, case)
     if not result.passed:
-        hint = todo_summary(kernel.todos)
+        hint = todo_summary(kernel.todos, track=kernel.module.track)
         raise AssertionError(f"{case.name}\n{result.message}" + (f"\n{hint}" if hint else ""))
 
 

@@ -104,7 +104,7 @@ class _Buffer:
 class _Launch:
     kernel: str
     buffers: list[_Buffer]
-    grid: tuple[int, int, int]
+    grid: tuple[int, int, int] | None = None  # known at the launch's first access
     reported_races: set = field(default_factory=set)  # source lines already reported
 
 
@@ -192,7 +192,6 @@ class MemoryChecker:
 
     # -- launches ---------------------------------------------------------------------------------
     def _begin_launch(self, fn, args, kwargs) -> None:
-        from triton.runtime import interpreter
         buffers: list[_Buffer] = []
         try:
             bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
@@ -200,8 +199,7 @@ class MemoryChecker:
             bound = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
         for name, value in bound.items():
             _collect_buffers(name, value, buffers)
-        grid = tuple(getattr(interpreter.interpreter_builder, "grid_dim", None) or (1, 1, 1))
-        self._launches.append(_Launch(getattr(fn, "__name__", "kernel"), buffers, grid))
+        self._launches.append(_Launch(getattr(fn, "__name__", "kernel"), buffers))
 
     def _end_launch(self) -> None:
         if self._launches:
@@ -212,6 +210,9 @@ class MemoryChecker:
         if not self._launches or not access.active.any():
             return
         launch = self._launches[-1]
+        if launch.grid is None:  # the launcher sets the grid after the arguments are copied
+            from triton.runtime import interpreter
+            launch.grid = tuple(interpreter.interpreter_builder.grid_dim)
         lanes = np.argwhere(access.active)  # lane indices, in lane order
         addresses = access.addresses[access.active].astype(np.int64)
         self._check_bounds(launch, access, lanes, addresses)

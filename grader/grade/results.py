@@ -18,7 +18,7 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
     """The record of a finished ``grader.grade.grading.Grading``: per-case rows (hidden cases by
     number only), totals, the integrity finding, performance, and how the grading went."""
     todos = open_todos(grading.source.decode(errors="replace"))
-    hint = todo_summary(todos)
+    hint = todo_summary(todos, track=grading.module.track)
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
     hidden_number = 0
     for index, (case, visibility) in enumerate(grading.plan.cases):

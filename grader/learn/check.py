@@ -67,7 +67,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         return False
     source = path.read_text()
     todos = open_todos(source)
-    summary = todo_summary(todos)
+    summary = todo_summary(todos, track=module.track)
     if todos:
         print(f"TODOs left: {len(todos)}", file=out)
         for todo in todos:

@@ -56,7 +56,8 @@ def kernel_or_fallback(module_id: str, api: str | None = None) -> NotebookKernel
         loaded = load_kernel(module, impl)
         fn = loaded.api(spec.api)
         result = run_case(fn, module_spec, cases.for_mode(own_cases, device.is_cuda())[-1])
-        problem = "" if result.passed else result.message + "\n" + todo_summary(loaded.todos)
+        hint = todo_summary(loaded.todos, track=module.track)
+        problem = "" if result.passed else result.message + "\n" + hint
     except LoadError as error:
         problem = str(error)
     if not problem:
