@@ -1,0 +1,25 @@
+"""Typical mistakes in FlashAttention, planted into the reference by the course's suite."""
+
+from grader.authoring.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("accumulator not rescaled when the running maximum grows",
+            "        acc = acc * alpha[:, None]\n", "",
+            cause=r"rescal"),
+    Mistake("causal mask that leaves out the diagonal",
+            "visible = visible & (cols[None, :] <= offs_m[:, None])",
+            "visible = visible & (cols[None, :] < offs_m[:, None])",
+            cause=r"diagonal"),
+    Mistake("padding keys let in: the key bound off by one",
+            "visible = cols[None, :] < seq_k", "visible = cols[None, :] <= seq_k",
+            cause=r"padding columns"),
+    Mistake("log-sum-exp saved in base 2",
+            "lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.math.log2(l_i)",
+            cause=r"natural log"),
+    Mistake("dS = P * dP, without subtracting D = rowsum(dO * O)",
+            "ds = p * (dp - delta[:, None])", "ds = p * dp",
+            cause=r"rowsum"),
+    Mistake("dK without the softmax scale",
+            "    dk = dk * sm_scale\n", "",
+            cause=r"sm_scale"),
+]
