@@ -32,11 +32,15 @@ def test_stub_has_the_promised_todos(module):
 
 
 STARTS_CORRECT = [m for m in MODULES if m.track == "optimization"]  # correct but slow
+SLOW_NOT_WRONG = {"debugging/03-performance-profiling"}  # its planted bugs are slowness
 
 
 @pytest.mark.parametrize("module", [m for m in MODULES if m not in STARTS_CORRECT],
                          ids=[m.id for m in MODULES if m not in STARTS_CORRECT])
 def test_untouched_stub_fails_with_the_todo_message(module):
+    if module.id in SLOW_NOT_WRONG and device.is_cuda():
+        pytest.skip("its planted bugs make it slow, not wrong: the interpreter's traffic report shows them, "
+                    "and on a GPU its speed test does")
     stub = load_kernel(module, "learner")
     spec, public_cases = cases.public(module)
     case = cases.for_mode(public_cases, device.is_cuda())[0]

@@ -400,7 +400,9 @@ EXAMPLES = [
         "memory); the course's memory checker refuses the access and names the line and the lane.",
         {"interpreter": past_the_end_checked, "gpu": launcher(store_far_past_the_end, (16,), scalars=(FAR,))["gpu"]},
         {"interpreter": ("MemoryFault", "past the end"),
-         "gpu": ("", "an illegal memory access was encountered")},
+         # measured on an H100 (torch 2.11, Triton 3.6): "CUDA error: operation not supported on
+         # global/shared address space"
+         "gpu": ("", "CUDA error")},
         isolated=("gpu",)),
 ]
 

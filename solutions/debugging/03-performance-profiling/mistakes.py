@@ -1,0 +1,26 @@
+"""Typical mistakes in bias_act(), planted into the reference by the course's suite. (The planted
+slowness of the exercise lives in kernel.py's BUG regions, which the suite plants one at a time.)"""
+
+from grader.authoring.mistakes import Mistake
+
+ACTIVATION = ('    if ACTIVATION == "silu":\n        x = x / (1.0 + tl.exp(-x))  # x * sigmoid(x)\n'
+              '    elif ACTIVATION == "relu":\n        x = tl.maximum(x, 0.0)\n')
+
+MISTAKES = [
+    Mistake("y addressed with x's strides",
+            "tl.store(y_ptr + row_offsets * stride_ym + col_offsets * stride_yn,",
+            "tl.store(y_ptr + row_offsets * stride_xm + col_offsets * stride_xn,",
+            cause=r"non-contiguous|stride|transpose"),
+    Mistake("columns past the end of the row not masked",
+            "mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)",
+            "mask = rows[:, None] < n_rows",
+            cause=r"past the end|out of bounds|outside"),
+    Mistake("bias added after the activation",
+            "        x += bias[None, :]\n" + ACTIVATION,
+            "        pass\n" + ACTIVATION + "    if HAS_BIAS:\n        x += bias[None, :]\n",
+            cause=r"\(x\) \+ bias, not"),
+    Mistake("output allocated in float32 whatever x's dtype",
+            "y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)",
+            "y = torch.empty((n_rows, n_cols), dtype=torch.float32, device=x.device)",
+            cause=r"dtype"),
+]
