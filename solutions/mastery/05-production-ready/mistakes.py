@@ -1,0 +1,32 @@
+"""Typical mistakes in turning a kernel into an operator (validation, autograd registration),
+planted into the reference by the course's suite. A mistake that makes the call raise is named by
+the error itself (PyTorch's, or the planted validation's); the others by the output notes and the
+case hints. Mistakes in the fake and in the registration itself show in the pytest functions
+(opcheck, meta tensors, the schema), which this suite does not run: the README's "Common errors"
+lists them."""
+
+from grader.authoring.mistakes import Mistake
+
+MISTAKES = [
+    Mistake("weight and bias gradients returned in the wrong order",
+            "return (grad_x, grad_weight if weight is not None else None, grad_bias if bias is not None else None,",
+            "return (grad_x, grad_bias if bias is not None else None, grad_weight if weight is not None else None,",
+            cause=r"in the order of the op's inputs"),
+    Mistake("the backward uses a default eps instead of the forward's",
+            "layer_norm_gelu_backward_op(grad_y, x, weight, bias, ctx.eps)",
+            "layer_norm_gelu_backward_op(grad_y, x, weight, bias, 1e-5)",
+            cause=r"the forward's eps"),
+    Mistake("setup_context saves the output instead of the input x",
+            "ctx.save_for_backward(x, weight, bias)", "ctx.save_for_backward(output, weight, bias)",
+            cause=r"the input x, not the output"),
+    Mistake("validation refuses non-contiguous x, which the operator handles",
+            "    n_cols = x.shape[-1]\n    if n_cols > MAX_ROW:",
+            "    if not x.is_contiguous():\n"
+            "        raise ValueError(\"x must be contiguous: call x.contiguous() first.\")\n"
+            "    n_cols = x.shape[-1]\n    if n_cols > MAX_ROW:",
+            cause=r"x must be contiguous"),
+    Mistake("a gradient for a weight or bias that was None",
+            "return (grad_x, grad_weight if weight is not None else None, grad_bias if bias is not None else None,",
+            "return (grad_x, grad_weight, grad_bias,",
+            cause=r"gradient different than None"),
+]
