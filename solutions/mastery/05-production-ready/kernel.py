@@ -159,7 +159,9 @@ def normalize_row(x, x0, mask, N, eps):
     shifted = tl.where(mask, x - x0, 0.0)
     shifted_mean = tl.sum(shifted, axis=0) / N
     centred = tl.where(mask, shifted - shifted_mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + eps)
+    # eps in x's type: Inductor may pass a Python float as a float64 scalar, which would turn
+    # rstd, and every sum that uses it, into float64.
+    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + tl.cast(eps, x.dtype))
     return centred * rstd, rstd
 
 

@@ -657,7 +657,7 @@ def _layer_norm_gelu_against_pytorch(fn, params):
 
     y = fn(*arguments(leaves), eps=eps)
     want = layer_norm_gelu_torch(*arguments(exact), eps)
-    dy = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    dy = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(want.device)
     grads = torch.autograd.grad(y, leaves, dy.to(y)) if y.numel() else [torch.zeros_like(t) for t in leaves]
     want_grads = torch.autograd.grad(want, exact, dy) if want.numel() else [torch.zeros_like(t) for t in exact]
     far = abs(params["offset"]) >= 100
