@@ -279,6 +279,22 @@ def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
         raise AssertionError(f"{case.name}\n{result.message}" + (f"\n{hint}" if hint else ""))
 
 
+@contextmanager
+def explained(kernel: LoadedKernel, what: str):
+    """For tests that call a kernel outside a Case (gradcheck, opcheck, properties): turn any error
+    inside the block into a failure that says what was running, and names the TODOs still open
+    in kernel.py."""
+    todos = "".join(f"\n  - {todo}" for todo in kernel.todos[:3])
+    todos = f"\nTODOs still open in kernel.py:{todos}" if todos else ""
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"{error}{todos}") from None
+    except Exception as error:  # the learner's code can raise anything
+        text = str(error).strip().splitlines()
+        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}{todos}") from None
+
+
 def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "",
                  **kwargs: Any) -> None:
     """Assert that ``fn(*args, **kwargs)`` rejects its input with a clear Python error."""

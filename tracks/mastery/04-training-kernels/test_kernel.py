@@ -14,7 +14,6 @@ and so on.
 
 import importlib.util
 import math
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from torch.optim.sgd import sgd as functional_sgd
 
 from grader import device
 from grader.cases import Backward, Case, Spec, Steps
-from grader.checks import autograd_reference, check_case, expect_error
+from grader.checks import autograd_reference, check_case, expect_error, explained
 
 # A learner's wrapper builds a torch.autograd.Function; the grader's static policy allows that.
 AUTOGRAD = frozenset({"autograd.Function"})
@@ -577,21 +576,6 @@ GRADCHECKS = {
     "dropout": lambda k: (lambda x: k.api("dropout")(x, 0.4, 1234), (_leaf(4, 6),)),
     "dropout_with_mask": lambda k: (lambda x: k.api("dropout_with_mask")(x, 0.4, 1234)[0], (_leaf(4, 6),)),
 }
-
-
-@contextmanager
-def explained(kernel, what):
-    """Turn any error inside the block into a failure that says what was running, and names the
-    TODOs still open in kernel.py (the likely cause)."""
-    todos = "".join(f"\n  - {todo}" for todo in kernel.todos[:3])
-    todos = f"\nTODOs still open in kernel.py:{todos}" if todos else ""
-    try:
-        yield
-    except AssertionError as error:
-        raise AssertionError(f"{error}{todos}") from None
-    except Exception as error:
-        text = str(error).strip().splitlines()
-        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}{todos}") from None
 
 
 @pytest.mark.parametrize("api", list(GRADCHECKS))

@@ -20,7 +20,6 @@ complete in the learner's file, has its cases in BIAS_GELU_RESIDUAL_CASES: teste
 """
 
 import math
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -31,7 +30,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 from grader import device
 from grader.cases import Backward, Case, Spec
-from grader.checks import autograd_reference, check_case, expect_error
+from grader.checks import autograd_reference, check_case, expect_error, explained
 
 # What a learner's kernel.py may use besides the course-wide allowlist: the torch.library functions
 # that register an operator, its fake and its autograd formula, and wrap its kernel launches.
@@ -277,21 +276,6 @@ def test_bias_gelu_residual_matches_reference(kernel, bias_case):
 # ----------------------------------------------------------------------------------------------
 # Helpers of the tests below
 # ----------------------------------------------------------------------------------------------
-
-@contextmanager
-def explained(kernel, what):
-    """Turn any error inside the block into a failure that says what was running, and names the
-    TODOs still open in kernel.py (the likely cause)."""
-    todos = "".join(f"\n  - {todo}" for todo in kernel.todos[:3])
-    todos = f"\nTODOs still open in kernel.py:{todos}" if todos else ""
-    try:
-        yield
-    except AssertionError as error:
-        raise AssertionError(f"{error}{todos}") from None
-    except Exception as error:
-        text = str(error).strip().splitlines()
-        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}{todos}") from None
-
 
 def _x(*shape, dtype=torch.float32):
     return torch.randn(shape, dtype=dtype, device=device.torch_device())
