@@ -229,11 +229,14 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                      "or 0 * inf is NaN).")
         return "\n".join(lines)
     if n_nan == total:
-        pattern = ("nothing was written: check that the kernel is launched with at least one "
+        pattern = ("every element is NaN, which is what outputs hold before the call. Most often "
+                   "nothing was written: check that the kernel is launched with at least one "
                    "program (a grid computed with // is 0 for inputs smaller than a block: use "
                    "triton.cdiv), that its store runs, and that the store's mask is not always "
                    "False (an off-by-one such as offsets < n - 1 is False everywhere when n is 1). "
-                   "Or NaN came from reading outside an input: a load missing its mask.")
+                   "Otherwise the NaN came in through a load: one missing its mask reads outside an "
+                   "input, and masked-off lanes loaded without `other=` hold no defined value, which "
+                   "a reduction such as tl.max then takes in.")
     else:
         pattern = _pattern(bad, nan_out, got, want, out.dtype)
     if n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
