@@ -165,3 +165,19 @@ def test_a_pytorch_adamw_behind_a_triton_launch_fails_with_the_reason():
     assert run_case(reference.api("adamw"), adamw_spec, case).passed
     result = run_case(pytorch_adamw, adamw_spec, case)
     assert not result.passed and "computed with PyTorch" in result.message, result.message
+
+
+def test_hidden_cases_find_their_spec_by_name_while_other_threads_import_the_same_tests():
+    # The run phase loads hidden cases from several threads at once; each lookup must read the
+    # test file it imported, not another thread's half-executed copy of it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.core.cases import public_spec
+
+    def look_up(_):
+        return public_spec("mastery/01-custom-kernels", "GLU_BACKWARD").api
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert set(pool.map(look_up, range(24))) == {"glu"}
+    with pytest.raises(LookupError, match="no Spec for nothing"):
+        public_spec("mastery/01-custom-kernels", "nothing")

@@ -208,8 +208,12 @@ def _import_file(path: Path, name: str):
 
 def public(module: Module) -> tuple[Spec, list[Case]]:
     """The spec and public cases from the course's own copy of the module's test_kernel.py."""
-    tests = _import_file(module.learner_dir / "test_kernel.py", _public_name(module))
+    tests = _public_tests(module)
     return tests.SPEC, list(tests.CASES)
+
+
+def _public_tests(module: Module):
+    return _import_file(module.learner_dir / "test_kernel.py", _public_name(module))
 
 
 def _public_name(module: Module) -> str:
@@ -221,9 +225,11 @@ def public_spec(module_id: str, name: str) -> Spec:
     ``spec``: the one bound to ``name`` there (``"GLU_BACKWARD"``, where one function has several
     Specs), else the only one whose function is called ``name``."""
     from grader.core.catalog import find_module
-    module = find_module(module_id)
-    spec, public_cases = public(module)
-    named = getattr(sys.modules[_public_name(module)], name, None)
+    # The imported file itself, not sys.modules' entry for it: another thread importing the same
+    # file at the same time replaces that entry with a module still being executed.
+    tests = _public_tests(find_module(module_id))
+    spec, public_cases = tests.SPEC, list(tests.CASES)
+    named = getattr(tests, name, None)
     if isinstance(named, Spec):
         return named
     found = [candidate for candidate in specs_of(spec, public_cases) if candidate.api == name]
