@@ -243,11 +243,7 @@ def public_spec(module_id: str, name: str) -> Spec:
 
 def traffic_bars(module: Module) -> list:
     """The memory-traffic bars (``grader.core.traffic.TrafficBar``) of the module's public tests."""
-    tests = sys.modules.get(_public_name(module))
-    if tests is None:
-        public(module)
-        tests = sys.modules[_public_name(module)]
-    return list(getattr(tests, "TRAFFIC", ()))
+    return list(getattr(_public_tests(module), "TRAFFIC", ()))
 
 
 def hidden(module: Module) -> list[Case]:
