@@ -45,13 +45,18 @@ class Mistake:
 
 def for_module(module: Module) -> list[Mistake]:
     """The module's typical mistakes, then its planted bugs (the debugging track's BUG regions,
-    each planted alone); empty where the checkout has no solutions/."""
+    each planted alone); empty where the checkout has no solutions/.
+
+    A module whose planted bugs only the interpreter can show (a memory fault, traffic that the
+    interpreter records) says why in its mistakes.py as ``PLANTED_BUGS_INTERPRETER_ONLY``."""
     path = module.solution_dir / "mistakes.py"
     if not path.is_file():
         return []
     name = f"_mistakes_{module.track}_{module.slug}".replace("-", "_")
-    listed = list(_import_file(path, name).MISTAKES)
+    listing = _import_file(path, name)
+    interpreter_only = getattr(listing, "PLANTED_BUGS_INTERPRETER_ONLY", "")
     solution = module.solution_dir / "kernel.py"
     bugs = planted_bugs(solution.read_text(), str(solution))
-    return listed + [Mistake(f"planted bug (line {bug.line}): {bug.text}", bug.correct, bug.buggy,
-                             cause=bug.symptom) for bug in bugs]
+    return list(listing.MISTAKES) + [
+        Mistake(f"planted bug (line {bug.line}): {bug.text}", bug.correct, bug.buggy,
+                cause=bug.symptom, interpreter_only=interpreter_only) for bug in bugs]

@@ -3,6 +3,10 @@ slowness of the exercise lives in kernel.py's BUG regions, which the suite plant
 
 from grader.authoring.mistakes import Mistake
 
+# The public tests judge the planted slowness by the traffic the interpreter records; on a GPU the
+# same kernel is correct and merely slower, which `make bench` shows.
+PLANTED_BUGS_INTERPRETER_ONLY = "the traffic that reveals it is recorded by the interpreter; on a GPU it is only slower"
+
 ACTIVATION = ('    if ACTIVATION == "silu":\n        x = x / (1.0 + tl.exp(-x))  # x * sigmoid(x)\n'
               '    elif ACTIVATION == "relu":\n        x = tl.maximum(x, 0.0)\n')
 
@@ -14,7 +18,8 @@ MISTAKES = [
     Mistake("columns past the end of the row not masked",
             "mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)",
             "mask = rows[:, None] < n_rows",
-            cause=r"past the end|out of bounds|outside"),
+            cause=r"past the end|out of bounds|outside",
+            interpreter_only="a read past the row is undefined on a GPU and may go unnoticed; the memory checker finds it under the interpreter"),
     Mistake("bias added after the activation",
             "        x += bias[None, :]\n" + ACTIVATION,
             "        pass\n" + ACTIVATION + "    if HAS_BIAS:\n        x += bias[None, :]\n",
