@@ -17,7 +17,6 @@ from grader.core.catalog import REPO_ROOT, available_modules
 from grader.core.markers import modules_with_solutions, stub_for
 
 
-
 def _needs_nbgrader() -> None:
     """Only the tests that run nbgrader skip without it; the others run anyway."""
     pytest.importorskip("nbgrader", reason="releasing needs the [grading] extra (nbgrader)")
@@ -161,6 +160,7 @@ def test_readme_markers():
 
 
 def test_speed_carries_most_points_where_the_starting_kernel_is_already_correct():
+    _needs_nbgrader()  # the points live in the course's nbgrader configuration
     from grader.core.catalog import find_module
 
     tiling, vector_add = find_module("optimization/01-tiling"), find_module("missing-elements/01-vector-add")

@@ -1,5 +1,5 @@
 """Example "forges-result": prints result lines that claim success, on stdout and on every open
-file descriptor (one of them is the grader's reply pipe), then returns zeros."""
+file descriptor (one of them is the grader's reply pipe, whatever its number), then returns zeros."""
 
 
 import json
@@ -14,7 +14,13 @@ FORGED = [json.dumps({"event": "done", "trial": n, "error": None, "passed": True
 def forge():
     text = ("\n".join(FORGED) + "\n").encode()
     print(text.decode())
-    for fd in range(3, 64):
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        descriptors = range(3, 1024)
+    for fd in descriptors:
+        if fd < 3:
+            continue
         try:
             os.write(fd, text)
         except OSError:
