@@ -5,25 +5,21 @@ Each defence is tested on its own. ``graded`` runs the examples with the static 
 switched off, so that the layers behind it (the sandbox, inputs handed over one call at a time,
 the parent's checks and file handling) must hold by themselves; ``gated`` runs every example
 through the whole grader, as ``make grade`` does. Limits are generous, so that no outcome of a
-correct submission depends on how busy the machine is; only the endless loop and a kernel that
-crashes on every call, graded on their own with a short limit and a small budget, depend on time
-limits. Kernels that crash (missing masks, and crashes planted behind the gate) are graded on
-their own too: they need a fresh process per case. Rows whose outcome depends on a protection the
-platform may not offer (a private file system view, a network namespace, a process limit) are
-skipped with the reason where the sandbox reports that protection missing. GPU rows are marked
-``cuda``.
+correct submission depends on how busy the machine is. Time limits, budgets, crashes and
+interruptions are tested in test_runphase_limits.py, the GPU's own rows in test_runphase_gpu.py
+(files of their own, so that their gradings run beside these). Rows whose outcome depends on a
+protection the platform may not offer (a private file system view, a network namespace, a process
+limit) are skipped with the reason where the sandbox reports that protection missing.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,28 +31,20 @@ from pathlib import Path
 
 import pytest
 
-from grader.core import cases, crashes, device
+from grader.core import cases, device
 from grader.authoring import example_submissions
-from grader.grade import judging, record as feedback, runphase
+from grader.grade import judging, runphase
 from grader.core.catalog import REPO_ROOT, find_module
 from grader.core.checks import build_inputs, tensors_in
-from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox
-from grader.sandbox.policy import check_source, policy_for
+from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # Limits count the child's CPU time, which a loaded machine hardly changes: far beyond what a
-# correct call needs (under 0.2 CPU-seconds for vector add). The endless loop gets a short limit
-# of its own (ENDLESS_LIMITS).
+# correct call needs (under 0.2 CPU-seconds for vector add).
 LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
-# (Above the 1.5-2 CPU-seconds that a process's first call takes under the interpreter, which is
-# as far as the kernel that crashes on every call gets.)
-ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 5, startup_seconds=120, memory_bytes=1 * GiB)
-# The module's CPU-time budget for the endless loop and the kernel that crashes on every call: a
-# few processes' worth (a child spends about 3 CPU-seconds importing torch and Triton).
-SMALL_BUDGET = 120 if device.is_cuda() else 40
 # Examples whose outcome rests on the policy gate alone on a CPU (evidence in the child's own
 # process can be switched off by code the gate would refuse): graded only in ``gated``.
 GATE_ONLY = {"patches-monitor", "disables-dispatch", "computes-in-thread", "computes-in-heuristics",
@@ -98,21 +86,8 @@ class Graded:
         return record
 
     def log(self, student: str) -> str:
-        record = self.record(student)
-        return (self.results / "logs" / VECTOR_ADD.track / VECTOR_ADD.slug /
-                f"{record['submission_sha256']}.log").read_text()
-
-
-def _protected(protections: dict, what: str) -> bool:
-    return {"view": protections.get("filesystem", "").startswith("private view"),
-            "network": protections.get("network", "").startswith("isolated"),
-            "processes": not protections.get("processes", "").startswith("not limited")}[what]
-
-
-@pytest.fixture(scope="module")
-def platform_protections():
-    with Sandbox(allow_unsafe=True) as sandbox:
-        return sandbox.probe()
+        self.record(student)
+        return self.summary.log_for(student, VECTOR_ADD.id)
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +97,8 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     names = example_submissions.assemble(root, modules=[VECTOR_ADD])
     # Never start a fork bomb where processes cannot be limited, nor let a file-reading or
     # file-writing example loose where the child would see the real file system.
-    unsafe = [] if _protected(platform_protections, "processes") else ["fork-bomb"]
-    if not _protected(platform_protections, "view"):
+    unsafe = [] if offers(platform_protections, "processes") else ["fork-bomb"]
+    if not offers(platform_protections, "view"):
         unsafe += ["reads-files", "writes-files"]
     for name in [*unsafe, "endless-loop", "missing-masks", *GATE_ONLY]:
         if (root / name).exists():
@@ -144,7 +119,7 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
 
     # The default workers, as a class is graded: min(4, CPUs), or 4 per GPU.
     options = runphase.Options(limits=LIMITS, policy_gate=False,
-                               allow_unsafe=not _protected(platform_protections, "processes"))
+                               allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     connections = []
     try:
@@ -157,13 +132,9 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
 
 
 def _require(graded: Graded, what: str, example: str | None = None) -> None:
-    if not _protected(graded.protections, what) or (example and example not in graded.examples):
+    if not offers(graded.protections, what) or (example and example not in graded.examples):
         pytest.skip(f"this platform does not give the child that protection ({what}): "
                     f"{json.dumps(graded.protections)}")
-
-
-def _by_name(record: dict) -> dict[str, dict]:
-    return {row["name"]: row for row in record["cases"]}
 
 
 # --- normal submissions --------------------------------------------------------------------
@@ -228,209 +199,6 @@ def test_a_file_that_cannot_be_imported_scores_zero_with_a_clear_message(graded,
     assert record["totals"]["passed"] == 0
     assert says in record["load_error"] and says in record["summary"]
     assert all(row["message"].startswith("Not run: kernel.py could not be imported") for row in record["cases"])
-
-
-# A kernel that stores far outside its tensor: under the interpreter every call dies of SIGSEGV.
-CRASHES_EVERY_CALL = """
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets + (1 << 40), x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
-
-
-def add(x, y):
-    out = torch.empty_like(x)
-    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
-    return out
-"""
-
-
-@pytest.fixture(scope="module")
-def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
-    """An endless loop and a kernel that crashes on every call, under the whole grader, with a
-    short case limit and a module budget of a few processes."""
-    tmp = tmp_path_factory.mktemp("budgeted")
-    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
-    shutil.copytree(tmp / "examples" / "endless-loop", tmp / "submissions" / "endless-loop")
-    crasher = tmp / "submissions" / "crashes-every-call" / VECTOR_ADD.track / VECTOR_ADD.slug
-    crasher.mkdir(parents=True)
-    (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
-    # Public and hidden children side by side, as on a GPU: together they must stay in the budget.
-    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET, side_by_side=True,
-                               allow_unsafe=not _protected(platform_protections, "processes"))
-    started = time.monotonic()
-    summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
-    summary.seconds = time.monotonic() - started
-    assert not summary.errors, [o.error for o in summary.errors]
-    return summary
-
-
-def _budget_named(row: dict) -> bool:
-    return f"time budget ({SMALL_BUDGET:g} s of CPU time" in row["message"]
-
-
-def _within_budget(record: dict) -> None:
-    # A step is stopped where the budget runs out; a dead child's last second may go unseen.
-    assert record["cpu_seconds"] == {"budget": SMALL_BUDGET, "spent": record["cpu_seconds"]["spent"]}
-    assert record["cpu_seconds"]["spent"] <= SMALL_BUDGET + 2
-
-
-def test_an_endless_loop_is_stopped_at_the_time_limit_until_the_budget_is_spent(budgeted):
-    record = budgeted.record_for("endless-loop", VECTOR_ADD.id)
-    public = [row for row in record["cases"] if row["visibility"] == "public"]
-    hidden = [row for row in record["cases"] if row["visibility"] == "hidden"]
-    first, second, *rest = public
-    assert not first["passed"] and f"did not return within {ENDLESS_LIMITS.case_seconds:g} s" in first["message"]
-    assert record["totals"]["passed"] == 0 and record["integrity"] is None
-    assert second["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
-    # Each case gets a fresh process until the budget is spent; hidden cases get their share.
-    for row in rest + hidden:
-        assert row["kind"] == "timeout" or (row["kind"] == "not_run" and _budget_named(row)), row
-    assert rest[-1]["kind"] == "not_run" and hidden[0]["kind"] == "timeout", record["cases"]
-    assert hidden[-1]["message"].startswith("Hidden case not run: the module's time budget")
-    _within_budget(record)
-
-
-def test_a_kernel_that_crashes_on_every_call_is_graded_within_the_budget(budgeted):
-    if device.is_cuda():
-        pytest.skip("on a GPU the store is an illegal memory access, reported by the child itself")
-    record = budgeted.record_for("crashes-every-call", VECTOR_ADD.id)
-    rows = record["cases"]
-    assert record["totals"]["passed"] == 0 and record["integrity"] is None and record["load_error"] is None
-    for row in rows:  # each case that ran crashed alone, in a process of its own
-        assert row["kind"] == "crash" or (row["kind"] == "not_run" and _budget_named(row)), row
-    crashed = [row for row in rows if row["kind"] == "crash"]
-    assert crashed[0] is rows[0] and "ended by SIGSEGV" in rows[0]["message"]
-    assert "check every mask" in rows[0]["message"]
-    assert [row for row in crashed if row["visibility"] == "hidden"], "the hidden cases got no share"
-    for row in crashed:
-        if row["visibility"] == "hidden":
-            assert row["message"] == (
-                "Hidden case failed: the process running add() crashed (SIGSEGV) on this case, in a fresh "
-                f"process that ran no other case. {crashes.explain(-11)}")
-    # One process per case (the first case's repeat needs none), and perhaps one per visibility
-    # that the budget stopped while importing.
-    assert len(crashed) <= record["child_processes"] <= len(crashed) + 2
-    _within_budget(record)
-    assert budgeted.seconds < 10 * SMALL_BUDGET
-
-
-# Correct results, but the call on 7 elements "damages" the process the way an unmasked store
-# corrupts the heap: it aborts a call or two later, or when it exits. (Behind the gate: atexit,
-# os.) The sandboxed child is its PID namespace's first process, which ignores a SIGABRT it sends
-# itself: abort() then ends in a fault, so the record says SIGSEGV.
-CRASHES_LATER = """
-import atexit
-import os
-
-import torch
-import triton
-import triton.language as tl
-
-damage = []
-
-
-@atexit.register
-def surface():
-    if damage and SURFACES_AT_EXIT:
-        os.abort()
-
-
-@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-             mask=mask)
-
-
-def add(x, y):
-    if damage:
-        damage.append(x.numel())
-        if len(damage) > LATER:
-            os.abort()
-    x, y = x.contiguous(), y.contiguous()
-    out = torch.empty_like(x)
-    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
-    if x.numel() == 7:
-        damage.append(7)
-    return out
-"""
-
-
-@pytest.fixture(scope="module")
-def crashing(tmp_path_factory, platform_protections) -> Graded:
-    """Kernels whose crashes surface after the case that caused them, behind the gate (the
-    deterministic ones need os.abort) with the usual limits and budget."""
-    tmp = tmp_path_factory.mktemp("crashing")
-    root, results = tmp / "submissions", tmp / "results"
-    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
-    shutil.copytree(tmp / "examples" / "missing-masks", root / "missing-masks")
-    # "smaller than a block" damages; the crash surfaces two cases later, and at exit.
-    # "-alone-never": it surfaces one case later and never alone, at exit.
-    for name, later, at_exit in (("crashes-later", 2, True), ("crashes-later-alone-never", 1, False)):
-        folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
-        folder.mkdir(parents=True)
-        (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
-    # The public and hidden children side by side, as on a GPU (where PID namespaces allow it):
-    # the crash bookkeeping must come out the same when both run at once.
-    options = runphase.Options(limits=LIMITS, policy_gate=False, side_by_side=True,
-                               allow_unsafe=not _protected(platform_protections, "processes"))
-    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    assert not summary.errors, [o.error for o in summary.errors]
-    return Graded(summary, root, results, summary.protections, [], {}, sorted(p.name for p in root.iterdir()))
-
-
-def _size(case_name: str) -> int:
-    return eval(re.search(r"shape=(\([^)]*\))", case_name).group(1), {}, {})
-
-
-@pytest.mark.skipif(device.is_cuda(), reason="on a GPU an unmasked access is reported by the child, not a crash")
-def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
-    record = crashing.record("missing-masks")
-    source = (crashing.root / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
-    assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
-    rows = _by_name(record)
-    crashed = [row for row in record["cases"] if row["kind"] == "crash"]
-    public = [row for row in crashed if row["visibility"] == "public"]
-    assert public, record["cases"]
-    for row in public:  # whether it crashed during the call or when the process exited
-        assert math.prod(_size(row["name"])) % 1024, row["name"]
-        assert "ended by SIG" in row["message"] and "in a fresh process that ran no other case" in row["message"]
-        assert crashes.explain(-11) in row["message"]  # make check's diagnosis: check every mask
-    one_block = next(name for name in rows if name.startswith("exactly one block"))
-    assert rows[one_block]["passed"], rows[one_block]
-    assert all(row["kind"] not in ("not_run", "load") for row in record["cases"]), record["cases"]
-    for row in crashed:
-        if row["visibility"] == "hidden":
-            assert "check every mask" in row["message"] and not re.search(r"\d", row["message"])
-    text, _ = feedback.part_report(record, "public", 4)
-    assert "check every mask" in text and "FAIL  exactly one block" not in text
-
-
-def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing):
-    record = crashing.record("crashes-later")
-    [failed] = [row for row in record["cases"] if not row["passed"]]
-    assert failed["name"].startswith("smaller than a block") and failed["kind"] == "crash"
-    assert re.match(r"add\(\) returned, but then the process running it ended by SIG(ABRT|SEGV)", failed["message"])
-    assert "check every mask" in failed["message"] and record["note"] is None
-    assert record["totals"]["hidden"]["passed"] == record["totals"]["hidden"]["total"]
-    assert "alone, after a crash" in crashing.log("crashes-later")
-
-
-def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing):
-    record = crashing.record("crashes-later-alone-never")
-    assert record["totals"]["passed"] == record["totals"]["total"], record["cases"]
-    assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
-    assert "check every mask" in record["note"] and record["note"] in record["summary"]
-    assert record["note"] in feedback.part_report(record, "public", 4)[0]
 
 
 def test_a_fork_bomb_is_contained_and_reported(graded):
@@ -665,7 +433,7 @@ def gated(tmp_path_factory, platform_protections) -> Graded:
     for name in ON_THEIR_OWN:
         shutil.rmtree(root / name)
     options = runphase.Options(limits=LIMITS,
-                               allow_unsafe=not _protected(platform_protections, "processes"))
+                               allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     names = [n for n in names if n not in ON_THEIR_OWN]
     return Graded(summary, root, results, summary.protections, [], {}, names)
@@ -681,10 +449,12 @@ def test_every_example_is_graded_by_the_whole_grader(gated):
         assert gated.record(name)["totals"]["total"] > 0, name
 
 
-def test_benign_submissions_keep_their_marks_under_the_gate(gated, graded):
+def test_benign_submissions_keep_their_marks_under_the_gate(gated):
     for name in BENIGN:
         assert gated.record(name)["refusal"] is None, (name, gated.record(name)["refusal"])
-        assert gated.record(name)["totals"] == graded.record(name)["totals"], name
+    totals = {name: gated.record(name)["totals"] for name in BENIGN}
+    assert totals["complete"]["passed"] == totals["noisy"]["passed"] == totals["complete"]["total"]
+    assert 0 < totals["partial"]["passed"] < totals["partial"]["total"] and totals["stub"]["passed"] == 0
 
 
 def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
@@ -727,7 +497,7 @@ def test_records_say_which_protections_were_active(graded):
 def test_children_of_one_grading_share_a_folder_no_other_child_sees(tmp_path, platform_protections):
     """Triton's cache on a GPU: what one child of a grading writes there the next one reads, and
     a child of another grading (another slot) neither sees the folder nor can enter it."""
-    if not _protected(platform_protections, "view"):
+    if not offers(platform_protections, "view"):
         pytest.skip("no private file system view on this platform")
     write = "import os; open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin', 'w').write('compiled')"
     read = "import os; print('cache holds', open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin').read())"
@@ -752,18 +522,23 @@ def test_children_of_one_grading_share_a_folder_no_other_child_sees(tmp_path, pl
             assert not shared.exists()
 
 
-def test_the_profile_accounts_for_each_graded_submission(graded):
-    """--profile: every grading of the run has a profile whose steps add up to its total, one
-    line each in profile.jsonl, and the table names each module."""
+def test_the_profile_accounts_for_each_graded_submission(graded, platform_protections):
+    """--profile: every grading of the run has a profile whose steps add up to its total (to more
+    where its public and hidden children ran side by side, as on a GPU), one line each in
+    profile.jsonl, and the table names each module."""
     profiled = [o for o in graded.summary.outcomes if o.profile is not None]
     assert len(profiled) == len(graded.summary.outcomes)
+    overlapping = device.is_cuda() and offers(platform_protections, "pid_namespace")
     for outcome in profiled:
         seconds = outcome.profile.seconds
         assert outcome.profile.total > 0
         if outcome.submissions[0].student == "complete":
             assert seconds["cases"] > 0 and seconds["imports"] > 0 and seconds["learner import"] > 0
-        counted = sum(v for k, v in seconds.items() if k not in ("compiling", "autotuning"))
-        assert counted == pytest.approx(outcome.profile.total, rel=1e-6, abs=1e-3)
+        counted = sum(v for k, v in seconds.items() if k not in ("compiling", "autotuning", "warm-up"))
+        if overlapping:
+            assert counted >= outcome.profile.total - 1e-3
+        else:
+            assert counted == pytest.approx(outcome.profile.total, rel=1e-6, abs=1e-3)
     lines = [json.loads(line) for line in (graded.results / "profile.jsonl").read_text().splitlines()]
     assert len(lines) == len(profiled) and {line["module"] for line in lines} == {VECTOR_ADD.id}
     table = graded.summary.profile_table()
@@ -795,57 +570,6 @@ def test_the_cli_reports_reused_records(graded):
     assert f"({len(graded.examples)} reused, 0 child process(es) started)" in result.stdout
 
 
-def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
-    root, results = tmp_path / "submissions", tmp_path / "results"
-    examples = tmp_path / "examples"
-    example_submissions.assemble(examples, modules=[VECTOR_ADD])
-    shutil.copytree(examples / "complete", root / "a-complete")
-    shutil.copytree(examples / "endless-loop", root / "b-endless-loop")
-    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
-               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "30" if device.is_cuda() else "3", "--quiet"]
-    if not _protected(platform_protections, "processes"):
-        command.append("--allow-unsafe")
-    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
-    deadline = time.monotonic() + 120
-    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
-        time.sleep(0.1)
-    grader.send_signal(signal.SIGKILL)  # the harshest interruption, while b-endless-loop runs
-    grader.wait()
-    written = list(folder.glob("*.json"))
-    assert len(written) == 1, grader.stdout.read().decode()
-    assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
-
-    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60), module_seconds=20,
-                               allow_unsafe=not _protected(platform_protections, "processes"))
-    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]
-    assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
-
-
-def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections):
-    root, results = tmp_path / "submissions", tmp_path / "results"
-    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
-    shutil.copytree(tmp_path / "examples" / "complete", root / "a-complete")
-    shutil.copytree(tmp_path / "examples" / "endless-loop", root / "b-endless-loop")
-    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
-               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "600", "--quiet"]
-    if not _protected(platform_protections, "processes"):
-        command.append("--allow-unsafe")
-    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
-    deadline = time.monotonic() + 300
-    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
-        time.sleep(0.2)
-    time.sleep(2)  # b-endless-loop is running now, with 600 s to go
-    grader.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    output, _ = grader.communicate(timeout=120)
-    assert time.monotonic() - started < 30, output
-    assert grader.returncode != 0 and "Records written so far are kept" in output
-    assert len(list(folder.glob("*.json"))) == 1
-
-
 def test_a_linked_kernel_file_is_refused_without_running_anything(tmp_path):
     folder = tmp_path / "submissions" / "mallory" / VECTOR_ADD.track / VECTOR_ADD.slug
     folder.mkdir(parents=True)
@@ -868,7 +592,7 @@ def _script_child(script: str, **sandbox_options):
 
 
 def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protections):
-    if not platform_protections.get("filesystem", "").startswith("private view"):
+    if not offers(platform_protections, "view"):
         pytest.skip("no private file system view on this platform")
     (tmp_path / "course" / "solutions").mkdir(parents=True)
     (tmp_path / "course" / "solutions" / "hidden.py").write_text("SECRET = 1\n")
@@ -911,86 +635,6 @@ def test_hidden_messages_keep_the_pattern_but_no_numbers():
     assert judging.hidden_message(shape_leak, "add") == (
         "Hidden case failed: add() raised an exception. Hidden cases do not show error messages; "
         "the public cases with similar shapes usually raise the same error.")
-
-
-# --- GPU rows (run on a CUDA machine) ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def graded_gpu(tmp_path_factory) -> runphase.RunSummary:
-    root = tmp_path_factory.mktemp("gpu-submissions")
-    example_submissions.assemble(root, modules=[VECTOR_ADD], handwritten=False, gpu=True)
-    shutil.rmtree(root / "stub")
-    options = runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180))
-    return runphase.run(root, tmp_path_factory.mktemp("gpu-results"), [VECTOR_ADD], options, progress=False)
-
-
-def _gpu_record(summary: runphase.RunSummary, student: str) -> dict:
-    assert not summary.errors, [o.error for o in summary.errors]
-    record = summary.record_for(student, VECTOR_ADD.id)
-    assert record is not None
-    return record
-
-
-def _only_case_failing(record: dict, name_prefix: str) -> dict:
-    failing = [row for row in record["cases"] if not row["passed"]]
-    assert len(failing) == 1 and failing[0]["name"].startswith(name_prefix), failing
-    return failing[0]
-
-
-@pytest.mark.cuda
-def test_gpu_illegal_memory_access_fails_one_case_and_the_rest_run_fresh(graded_gpu):
-    record = _gpu_record(graded_gpu, "illegal-memory-access")
-    row = _only_case_failing(record, "smaller than a block")
-    assert "illegal memory access" in row["message"].lower() or "ended" in row["message"]
-    assert record["child_processes"] >= 2
-
-
-@pytest.mark.cuda
-def test_gpu_endless_loop_is_killed_and_the_gpu_stays_usable(graded_gpu):
-    record = _gpu_record(graded_gpu, "gpu-endless-loop")
-    row = _only_case_failing(record, "size 1")
-    assert "did not return within" in row["message"]
-    assert _gpu_record(graded_gpu, "complete")["totals"]["passed"] == record["totals"]["total"]
-
-
-@pytest.mark.cuda
-def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(graded_gpu):
-    record = _gpu_record(graded_gpu, "gpu-memory-hog")
-    row = _only_case_failing(record, "smaller than a block")
-    assert "out of memory" in row["message"].lower() or "OutOfMemoryError" in row["message"]
-
-
-@pytest.mark.cuda
-def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(graded_gpu):
-    record = _gpu_record(graded_gpu, "side-stream")
-    assert record["totals"]["passed"] == record["totals"]["total"]
-    assert record["performance"]["graded"] and record["performance"]["credit"] == 0.0
-
-
-@pytest.mark.cuda
-def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_gpu):
-    complete = _gpu_record(graded_gpu, "complete")["performance"]
-    assert complete["graded"] and complete["credit"] == 1.0 and 0.8 < complete["ratio"] < 1.25
-    assert "kernel trace" in _gpu_record(graded_gpu, "complete")["evidence"]
-    assert complete["reference_ms"] > 0 and complete["learner_ms"] > 0
-    twice = _gpu_record(graded_gpu, "twice-the-work")["performance"]
-    assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
-    failing = _gpu_record(graded_gpu, "illegal-memory-access")["performance"]
-    assert failing["credit"] == 0.0 and "must pass every case first" in failing["reason"]
-
-
-@pytest.mark.cuda
-def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path):
-    root = tmp_path / "submissions"
-    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
-    shutil.copytree(tmp_path / "examples" / "torch-compute", root / "torch-compute")
-    summary = runphase.run(root, tmp_path / "results", [VECTOR_ADD],
-                           runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)), progress=False)
-    record = _gpu_record(summary, "torch-compute")
-    assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
-    assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
-               for row in record["cases"] if row["visibility"] == "public")
 
 
 @pytest.mark.parametrize("example, violation", [

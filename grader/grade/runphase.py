@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from grader.core import device
-from grader.core.catalog import Module, available_modules
-from grader.grade import profile
+from grader.core.catalog import Module, available_modules, find_module
+from grader.grade import profile, store
 from grader.grade.grading import Cancelled, Graded, Options, grade_one
 from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
@@ -70,6 +70,14 @@ class RunSummary:
             if any(s.student == student and s.module.id == module_id for s in outcome.submissions):
                 return outcome.record
         return None
+
+    def log_for(self, student: str, module_id: str) -> str | None:
+        """The grading log of a student's file (what its children printed, the grader's notes)."""
+        record = self.record_for(student, module_id)
+        if record is None:
+            return None
+        path = store.log_path(self.results_dir, find_module(module_id), record["submission_sha256"])
+        return path.read_text() if path.is_file() else None
 
 
 

@@ -83,11 +83,16 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def log_path(results_dir: Path, module: Module, submission_sha: str) -> Path:
+    """Where the log of a grading of the file with this hash is kept."""
+    return Path(results_dir) / "logs" / module.track / module.slug / f"{submission_sha}.log"
+
+
 def keep(results_dir: Path, module: Module, record: dict, log: str) -> Path:
     """Write a grading's log, then its record (the record last: a record means the log is there);
     return the record's path."""
     submission_sha, cases_sha = record["submission_sha256"], record["cases_sha256"]
-    write_atomically(Path(results_dir) / "logs" / module.track / module.slug / f"{submission_sha}.log", log)
+    write_atomically(log_path(results_dir, module, submission_sha), log)
     path = record_path(results_dir, module, submission_sha, cases_sha)
     write_atomically(path, json.dumps(record, indent=1) + "\n")
     return path

@@ -38,6 +38,16 @@ __all__ = ["ChildEnded", "GiB", "Limits", "Sandbox", "SandboxError", "UnsafeSand
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def offers(protections: dict, what: str) -> bool:
+    """Whether a child's ``protections`` report (see ``boot``) holds ``what``: "view" (a private
+    file-system view), "network" (no network), "processes" (a process limit), "pid_namespace"."""
+    readings = {"view": lambda: protections.get("filesystem", "").startswith("private view"),
+                "network": lambda: protections.get("network", "").startswith("isolated"),
+                "processes": lambda: not protections.get("processes", "").startswith("not limited"),
+                "pid_namespace": lambda: bool(protections.get("pid_namespace"))}
+    return readings[what]()
+
+
 def _python_paths() -> list[str]:
     """Folders the child's Python needs: its installation, the venv, the grader package."""
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -221,7 +231,7 @@ class Sandbox:
     def _check_safe(self, protections: dict, child: Child | None = None) -> None:
         if self.allow_unsafe:
             return
-        if protections.get("processes", "").startswith("not limited"):
+        if not offers(protections, "processes"):
             if child:
                 child.close()
             raise UnsafeSandbox(

@@ -1,0 +1,93 @@
+"""The run phase on a GPU: a kernel's illegal memory access, endless loop or memory exhaustion fails
+one case and leaves the GPU usable for the rest; work on a side stream is judged after a
+device-wide sync; performance is graded against the reference in the same run; the kernel trace
+names a PyTorch kernel. Every test here times GPU work (``timed``): run it with the GPU to itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from grader.authoring import example_submissions
+from grader.core.catalog import find_module
+from grader.grade import runphase
+from grader.sandbox.isolation import Limits
+
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+              pytest.mark.cuda, pytest.mark.timed]
+
+VECTOR_ADD = find_module("missing-elements/01-vector-add")
+
+
+@pytest.fixture(scope="module")
+def graded_gpu(tmp_path_factory) -> runphase.RunSummary:
+    root = tmp_path_factory.mktemp("gpu-submissions")
+    example_submissions.assemble(root, modules=[VECTOR_ADD], handwritten=False, gpu=True)
+    shutil.rmtree(root / "stub")
+    options = runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180))
+    return runphase.run(root, tmp_path_factory.mktemp("gpu-results"), [VECTOR_ADD], options, progress=False)
+
+
+def _gpu_record(summary: runphase.RunSummary, student: str) -> dict:
+    assert not summary.errors, [o.error for o in summary.errors]
+    record = summary.record_for(student, VECTOR_ADD.id)
+    assert record is not None
+    return record
+
+
+def _only_case_failing(record: dict, name_prefix: str) -> dict:
+    failing = [row for row in record["cases"] if not row["passed"]]
+    assert len(failing) == 1 and failing[0]["name"].startswith(name_prefix), failing
+    return failing[0]
+
+
+def test_gpu_illegal_memory_access_fails_one_case_and_the_rest_run_fresh(graded_gpu):
+    record = _gpu_record(graded_gpu, "illegal-memory-access")
+    row = _only_case_failing(record, "smaller than a block")
+    assert "illegal memory access" in row["message"].lower() or "ended" in row["message"]
+    assert record["child_processes"] >= 2
+
+
+def test_gpu_endless_loop_is_killed_and_the_gpu_stays_usable(graded_gpu):
+    record = _gpu_record(graded_gpu, "gpu-endless-loop")
+    row = _only_case_failing(record, "size 1")
+    assert "did not return within" in row["message"]
+    assert _gpu_record(graded_gpu, "complete")["totals"]["passed"] == record["totals"]["total"]
+
+
+def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(graded_gpu):
+    record = _gpu_record(graded_gpu, "gpu-memory-hog")
+    row = _only_case_failing(record, "smaller than a block")
+    assert "out of memory" in row["message"].lower() or "OutOfMemoryError" in row["message"]
+
+
+def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(graded_gpu):
+    record = _gpu_record(graded_gpu, "side-stream")
+    assert record["totals"]["passed"] == record["totals"]["total"]
+    assert record["performance"]["graded"] and record["performance"]["credit"] == 0.0
+
+
+def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(graded_gpu):
+    complete = _gpu_record(graded_gpu, "complete")["performance"]
+    assert complete["graded"] and complete["credit"] == 1.0 and 0.8 < complete["ratio"] < 1.25
+    assert "kernel trace" in _gpu_record(graded_gpu, "complete")["evidence"]
+    assert complete["reference_ms"] > 0 and complete["learner_ms"] > 0
+    twice = _gpu_record(graded_gpu, "twice-the-work")["performance"]
+    assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
+    failing = _gpu_record(graded_gpu, "illegal-memory-access")["performance"]
+    assert failing["credit"] == 0.0 and "must pass every case first" in failing["reason"]
+
+
+def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path):
+    root = tmp_path / "submissions"
+    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp_path / "examples" / "torch-compute", root / "torch-compute")
+    summary = runphase.run(root, tmp_path / "results", [VECTOR_ADD],
+                           runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)), progress=False)
+    record = _gpu_record(summary, "torch-compute")
+    assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
+    assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
+               for row in record["cases"] if row["visibility"] == "public")

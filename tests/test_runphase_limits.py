@@ -1,0 +1,315 @@
+"""The run phase's limits: a case's time limit, a module's CPU-time budget, kernels that crash on
+every call or after the call that caused the damage, and a run stopped by SIGKILL or Ctrl-C.
+
+These are the only tests of the run phase whose outcome depends on time limits: each grades its
+own small set of submissions with a short limit and a small budget, far from what a correct call
+needs. A file of its own, so that these gradings run beside test_runphase.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader.authoring import example_submissions
+from grader.core import cases, crashes, device
+from grader.core.catalog import REPO_ROOT, find_module
+from grader.grade import record as feedback, runphase
+from grader.sandbox.isolation import GiB, Limits, offers
+from grader.sandbox.policy import check_source, policy_for
+
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")]
+
+VECTOR_ADD = find_module("missing-elements/01-vector-add")
+# Far beyond what a correct call needs, for the kernels that crash after a correct result.
+LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
+    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+# The endless loop's limit: above the 1.5-2 CPU-seconds that a process's first call takes under
+# the interpreter, which is as far as the kernel that crashes on every call gets.
+ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 5, startup_seconds=120, memory_bytes=1 * GiB)
+# The module's CPU-time budget for the endless loop and the kernel that crashes on every call: a
+# few processes' worth (a child spends about 3 CPU-seconds importing torch and Triton).
+SMALL_BUDGET = 120 if device.is_cuda() else 40
+
+
+@dataclass
+class Crashing:
+    summary: runphase.RunSummary
+    root: Path
+
+    def record(self, student: str) -> dict:
+        record = self.summary.record_for(student, VECTOR_ADD.id)
+        assert record is not None, f"{student} was not graded"
+        return record
+
+    def log(self, student: str) -> str:
+        self.record(student)
+        return self.summary.log_for(student, VECTOR_ADD.id)
+
+
+def _by_name(record: dict) -> dict[str, dict]:
+    return {row["name"]: row for row in record["cases"]}
+
+
+# A kernel that stores far outside its tensor: under the interpreter every call dies of SIGSEGV.
+CRASHES_EVERY_CALL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets + (1 << 40), x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
+    """An endless loop and a kernel that crashes on every call, under the whole grader, with a
+    short case limit and a module budget of a few processes."""
+    tmp = tmp_path_factory.mktemp("budgeted")
+    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp / "examples" / "endless-loop", tmp / "submissions" / "endless-loop")
+    crasher = tmp / "submissions" / "crashes-every-call" / VECTOR_ADD.track / VECTOR_ADD.slug
+    crasher.mkdir(parents=True)
+    (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
+    # Public and hidden children side by side, as on a GPU: together they must stay in the budget.
+    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET, side_by_side=True,
+                               allow_unsafe=not offers(platform_protections, "processes"))
+    started = time.monotonic()
+    summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
+    summary.seconds = time.monotonic() - started
+    assert not summary.errors, [o.error for o in summary.errors]
+    return summary
+
+
+def _budget_named(row: dict) -> bool:
+    return f"time budget ({SMALL_BUDGET:g} s of CPU time" in row["message"]
+
+
+def _within_budget(record: dict) -> None:
+    # A step is stopped where the budget runs out; a dead child's last second may go unseen.
+    assert record["cpu_seconds"] == {"budget": SMALL_BUDGET, "spent": record["cpu_seconds"]["spent"]}
+    assert record["cpu_seconds"]["spent"] <= SMALL_BUDGET + 2
+
+
+def test_an_endless_loop_is_stopped_at_the_time_limit_until_the_budget_is_spent(budgeted):
+    record = budgeted.record_for("endless-loop", VECTOR_ADD.id)
+    public = [row for row in record["cases"] if row["visibility"] == "public"]
+    hidden = [row for row in record["cases"] if row["visibility"] == "hidden"]
+    first, second, *rest = public
+    assert not first["passed"] and f"did not return within {ENDLESS_LIMITS.case_seconds:g} s" in first["message"]
+    assert record["totals"]["passed"] == 0 and record["integrity"] is None
+    assert second["message"].startswith(f"{VECTOR_ADD.api[0]}() did not return within")
+    # Each case gets a fresh process until the budget is spent; hidden cases get their share.
+    for row in rest + hidden:
+        assert row["kind"] == "timeout" or (row["kind"] == "not_run" and _budget_named(row)), row
+    assert rest[-1]["kind"] == "not_run" and hidden[0]["kind"] == "timeout", record["cases"]
+    assert hidden[-1]["message"].startswith("Hidden case not run: the module's time budget")
+    _within_budget(record)
+
+
+def test_a_kernel_that_crashes_on_every_call_is_graded_within_the_budget(budgeted):
+    if device.is_cuda():
+        pytest.skip("on a GPU the store is an illegal memory access, reported by the child itself")
+    record = budgeted.record_for("crashes-every-call", VECTOR_ADD.id)
+    rows = record["cases"]
+    assert record["totals"]["passed"] == 0 and record["integrity"] is None and record["load_error"] is None
+    for row in rows:  # each case that ran crashed alone, in a process of its own
+        assert row["kind"] == "crash" or (row["kind"] == "not_run" and _budget_named(row)), row
+    crashed = [row for row in rows if row["kind"] == "crash"]
+    assert crashed[0] is rows[0] and "ended by SIGSEGV" in rows[0]["message"]
+    assert "check every mask" in rows[0]["message"]
+    assert [row for row in crashed if row["visibility"] == "hidden"], "the hidden cases got no share"
+    for row in crashed:
+        if row["visibility"] == "hidden":
+            assert row["message"] == (
+                "Hidden case failed: the process running add() crashed (SIGSEGV) on this case, in a fresh "
+                f"process that ran no other case. {crashes.explain(-11)}")
+    # One process per case (the first case's repeat needs none), and perhaps one per visibility
+    # that the budget stopped while importing.
+    assert len(crashed) <= record["child_processes"] <= len(crashed) + 2
+    _within_budget(record)
+    assert budgeted.seconds < 10 * SMALL_BUDGET
+
+
+# Correct results, but the call on 7 elements "damages" the process the way an unmasked store
+# corrupts the heap: it aborts a call or two later, or when it exits. (Behind the gate: atexit,
+# os.) The sandboxed child is its PID namespace's first process, which ignores a SIGABRT it sends
+# itself: abort() then ends in a fault, so the record says SIGSEGV.
+CRASHES_LATER = """
+import atexit
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+damage = []
+
+
+@atexit.register
+def surface():
+    if damage and SURFACES_AT_EXIT:
+        os.abort()
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+
+def add(x, y):
+    if damage:
+        damage.append(x.numel())
+        if len(damage) > LATER:
+            os.abort()
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+    if x.numel() == 7:
+        damage.append(7)
+    return out
+"""
+
+
+@pytest.fixture(scope="module")
+def crashing(tmp_path_factory, platform_protections) -> Crashing:
+    """Kernels whose crashes surface after the case that caused them, behind the gate (the
+    deterministic ones need os.abort) with the usual limits and budget."""
+    tmp = tmp_path_factory.mktemp("crashing")
+    root, results = tmp / "submissions", tmp / "results"
+    example_submissions.assemble(tmp / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp / "examples" / "missing-masks", root / "missing-masks")
+    # "smaller than a block" damages; the crash surfaces two cases later, and at exit.
+    # "-alone-never": it surfaces one case later and never alone, at exit.
+    for name, later, at_exit in (("crashes-later", 2, True), ("crashes-later-alone-never", 1, False)):
+        folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
+        folder.mkdir(parents=True)
+        (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
+    # The public and hidden children side by side, as on a GPU (where PID namespaces allow it):
+    # the crash bookkeeping must come out the same when both run at once.
+    options = runphase.Options(limits=LIMITS, policy_gate=False, side_by_side=True,
+                               allow_unsafe=not offers(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    assert not summary.errors, [o.error for o in summary.errors]
+    return Crashing(summary, root)
+
+
+def _size(case_name: str) -> int:
+    return eval(re.search(r"shape=(\([^)]*\))", case_name).group(1), {}, {})
+
+
+@pytest.mark.skipif(device.is_cuda(), reason="on a GPU an unmasked access is reported by the child, not a crash")
+def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
+    record = crashing.record("missing-masks")
+    source = (crashing.root / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
+    assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
+    rows = _by_name(record)
+    crashed = [row for row in record["cases"] if row["kind"] == "crash"]
+    public = [row for row in crashed if row["visibility"] == "public"]
+    assert public, record["cases"]
+    for row in public:  # whether it crashed during the call or when the process exited
+        assert math.prod(_size(row["name"])) % 1024, row["name"]
+        assert "ended by SIG" in row["message"] and "in a fresh process that ran no other case" in row["message"]
+        assert crashes.explain(-11) in row["message"]  # make check's diagnosis: check every mask
+    one_block = next(name for name in rows if name.startswith("exactly one block"))
+    assert rows[one_block]["passed"], rows[one_block]
+    assert all(row["kind"] not in ("not_run", "load") for row in record["cases"]), record["cases"]
+    for row in crashed:
+        if row["visibility"] == "hidden":
+            assert "check every mask" in row["message"] and not re.search(r"\d", row["message"])
+    text, _ = feedback.part_report(record, "public", 4)
+    assert "check every mask" in text and "FAIL  exactly one block" not in text
+
+
+def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing):
+    record = crashing.record("crashes-later")
+    [failed] = [row for row in record["cases"] if not row["passed"]]
+    assert failed["name"].startswith("smaller than a block") and failed["kind"] == "crash"
+    assert re.match(r"add\(\) returned, but then the process running it ended by SIG(ABRT|SEGV)", failed["message"])
+    assert "check every mask" in failed["message"] and record["note"] is None
+    assert record["totals"]["hidden"]["passed"] == record["totals"]["hidden"]["total"]
+    assert "alone, after a crash" in crashing.log("crashes-later")
+
+
+def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing):
+    record = crashing.record("crashes-later-alone-never")
+    assert record["totals"]["passed"] == record["totals"]["total"], record["cases"]
+    assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
+    assert "check every mask" in record["note"] and record["note"] in record["summary"]
+    assert record["note"] in feedback.part_report(record, "public", 4)[0]
+
+
+def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
+    root, results = tmp_path / "submissions", tmp_path / "results"
+    examples = tmp_path / "examples"
+    example_submissions.assemble(examples, modules=[VECTOR_ADD])
+    shutil.copytree(examples / "complete", root / "a-complete")
+    shutil.copytree(examples / "endless-loop", root / "b-endless-loop")
+    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
+               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "30" if device.is_cuda() else "3", "--quiet"]
+    if not offers(platform_protections, "processes"):
+        command.append("--allow-unsafe")
+    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.1)
+    grader.send_signal(signal.SIGKILL)  # the harshest interruption, while b-endless-loop runs
+    grader.wait()
+    written = list(folder.glob("*.json"))
+    assert len(written) == 1, grader.stdout.read().decode()
+    assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
+
+    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60), module_seconds=20,
+                               allow_unsafe=not offers(platform_protections, "processes"))
+    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
+    assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]
+    assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
+
+
+def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections):
+    root, results = tmp_path / "submissions", tmp_path / "results"
+    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
+    shutil.copytree(tmp_path / "examples" / "complete", root / "a-complete")
+    shutil.copytree(tmp_path / "examples" / "endless-loop", root / "b-endless-loop")
+    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
+               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "600", "--quiet"]
+    if not offers(platform_protections, "processes"):
+        command.append("--allow-unsafe")
+    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)  # b-endless-loop is running now, with 600 s to go
+    grader.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    output, _ = grader.communicate(timeout=120)
+    assert time.monotonic() - started < 30, output
+    assert grader.returncode != 0 and "Records written so far are kept" in output
+    assert len(list(folder.glob("*.json"))) == 1
