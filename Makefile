@@ -13,6 +13,7 @@ M ?=
 IMPL ?= learner
 MEMCHECK ?= 1
 SUBMISSIONS ?=
+GPU_WORKERS ?= 8
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
@@ -62,8 +63,11 @@ test: $(ENV)
 		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
 	$(PYTHON) -m pytest --impl=solutions -n 2 --dist loadfile
 
+# On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
+# then the tests that time the GPU, one at a time with the GPU to themselves.
 verify-gpu: $(ENV)
-	$(PYTHON) -m pytest --impl=solutions
+	$(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed"
+	$(PYTHON) -m pytest --impl=solutions -m timed
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
 	$(PYTHON) -m grader bench all --impl solutions

@@ -4,10 +4,14 @@
 - a test that takes ``case`` runs once per entry of its module's ``CASES`` that suits the device;
 - a test that takes ``bar`` runs once per entry of its module's ``TRAFFIC`` (memory-traffic bars),
   under the interpreter only: on a GPU the speed itself is measured instead;
-- the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load.
+- the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load;
+- ``timed`` marks a test that times GPU work (make verify-gpu runs those alone, after the rest);
+- under ``--dist loadfile``, the files that test every module split by track over the workers.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -24,6 +28,32 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped under the interpreter)")
     config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
+    config.addinivalue_line("markers", "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
+                                       "runs these after the parallel pass, one at a time)")
+
+
+# With ``--dist loadfile`` a test file runs on one worker, so that its module-scoped fixtures (a
+# graded class, a Ray cluster) are built once. The files that test every module in turn (planted
+# mistakes, hidden cases, notebooks) would then be the run's longest path on a GPU machine with
+# many workers, so their tests split further by the track in their parameter id.
+_TRACK_IN_ID = re.compile(r"\[(missing-elements|optimization|debugging|mastery)/")
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # without pytest-xdist the suite runs in one process
+    LoadFileScheduling = None
+
+if LoadFileScheduling is not None:
+    class _LoadFileSplitByTrack(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            track = _TRACK_IN_ID.search(nodeid)
+            return f"{file}:{track[1]}" if track else file
+
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") == "loadfile":
+            return _LoadFileSplitByTrack(config, log)
+        return None
 
 
 def pytest_generate_tests(metafunc):
@@ -35,6 +65,15 @@ def pytest_generate_tests(metafunc):
     if "bar" in metafunc.fixturenames and hasattr(metafunc.module, "TRAFFIC"):
         metafunc.parametrize("bar", [pytest.param(b, id=b.name, marks=[pytest.mark.interpreter])
                                      for b in metafunc.module.TRAFFIC])
+
+
+def pytest_runtest_teardown(item):
+    # Several test processes share one GPU in make verify-gpu (and notebooks run beside them): hand
+    # back the memory PyTorch's allocator keeps cached, so that none of them runs out for the others.
+    if device.is_cuda():
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def pytest_runtest_setup(item):

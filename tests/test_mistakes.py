@@ -30,7 +30,7 @@ def test_a_mistake_that_does_not_match_the_reference_is_refused():
         mistake.apply("source")
 
 
-@pytest.mark.parametrize("module,mistake", PLANTED, ids=[f"{m.slug}: {k.name}" for m, k in PLANTED])
+@pytest.mark.parametrize("module,mistake", PLANTED, ids=[f"{m.id}: {k.name}" for m, k in PLANTED])
 def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path, monkeypatch):
     if mistake.gpu_only and not device.is_cuda():
         pytest.skip(mistake.gpu_only)

@@ -71,7 +71,7 @@ def _hidden_cases():
     for module in MODULES:
         for case in cases.hidden(module):
             marks = [pytest.mark.cuda] if case.cuda_only else []
-            yield pytest.param(module, case, id=f"{module.slug}[{case.name}]", marks=marks)
+            yield pytest.param(module, case, id=f"{module.id}[{case.name}]", marks=marks)
 
 
 @pytest.mark.parametrize("module, case", list(_hidden_cases()))

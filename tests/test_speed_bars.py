@@ -17,6 +17,7 @@ MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
 
 
 @pytest.mark.cuda
+@pytest.mark.timed
 @pytest.mark.parametrize("module", MODULES, ids=[m.id for m in MODULES])
 def test_starting_kernel_earns_nothing_and_the_reference_everything(module):
     spec, _ = cases.public(module)

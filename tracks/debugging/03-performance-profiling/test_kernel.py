@@ -582,6 +582,7 @@ def test_roofline_rejects_impossible_inputs(kernel):
 # ----------------------------------------------------------------------------------------------
 
 @pytest.mark.cuda
+@pytest.mark.timed
 def test_bench_agrees_with_triton_do_bench_on_a_copy(kernel):
     src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
@@ -605,6 +606,7 @@ def test_flush_buffer_is_larger_than_the_l2_cache(kernel):
 
 
 @pytest.mark.cuda
+@pytest.mark.timed
 @pytest.mark.parametrize("shape,dtype", [((8192, 8192), torch.float32), ((16384, 8192), torch.float16)],
                          ids=["8192x8192 fp32", "16384x8192 fp16"])
 def test_bias_act_reaches_copy_bandwidth(kernel, shape, dtype):
