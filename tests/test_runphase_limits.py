@@ -16,8 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -42,19 +40,10 @@ ENDLESS_LIMITS = Limits(case_seconds=20 if device.is_cuda() else 5, startup_seco
 SMALL_BUDGET = 120 if device.is_cuda() else 40
 
 
-@dataclass
-class Crashing:
-    summary: runphase.RunSummary
-    root: Path
-
-    def record(self, student: str) -> dict:
-        record = self.summary.record_for(student, VECTOR_ADD.id)
-        assert record is not None, f"{student} was not graded"
-        return record
-
-    def log(self, student: str) -> str:
-        self.record(student)
-        return self.summary.log_for(student, VECTOR_ADD.id)
+def _graded(summary: runphase.RunSummary, student: str) -> dict:
+    record = summary.record_for(student, VECTOR_ADD.id)
+    assert record is not None, f"{student} was not graded"
+    return record
 
 
 def _by_name(record: dict) -> dict[str, dict]:
@@ -197,7 +186,7 @@ def add(x, y):
 
 
 @pytest.fixture(scope="module")
-def crashing(tmp_path_factory, platform_protections) -> Crashing:
+def crashing(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     """Kernels whose crashes surface after the case that caused them, behind the gate (the
     deterministic ones need os.abort) with the usual limits and budget."""
     tmp = tmp_path_factory.mktemp("crashing")
@@ -216,7 +205,7 @@ def crashing(tmp_path_factory, platform_protections) -> Crashing:
                                allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
-    return Crashing(summary, root)
+    return summary
 
 
 def _size(case_name: str) -> int:
@@ -225,8 +214,8 @@ def _size(case_name: str) -> int:
 
 @pytest.mark.skipif(device.is_cuda(), reason="on a GPU an unmasked access is reported by the child, not a crash")
 def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
-    record = crashing.record("missing-masks")
-    source = (crashing.root / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
+    record = _graded(crashing, "missing-masks")
+    source = (example_submissions.HANDWRITTEN / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
     assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
     rows = _by_name(record)
     crashed = [row for row in record["cases"] if row["kind"] == "crash"]
@@ -247,17 +236,17 @@ def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(
 
 
 def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing):
-    record = crashing.record("crashes-later")
+    record = _graded(crashing, "crashes-later")
     [failed] = [row for row in record["cases"] if not row["passed"]]
     assert failed["name"].startswith("smaller than a block") and failed["kind"] == "crash"
     assert re.match(r"add\(\) returned, but then the process running it ended by SIG(ABRT|SEGV)", failed["message"])
     assert "check every mask" in failed["message"] and record["note"] is None
     assert record["totals"]["hidden"]["passed"] == record["totals"]["hidden"]["total"]
-    assert "alone, after a crash" in crashing.log("crashes-later")
+    assert "alone, after a crash" in crashing.log_for("crashes-later", VECTOR_ADD.id)
 
 
 def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing):
-    record = crashing.record("crashes-later-alone-never")
+    record = _graded(crashing, "crashes-later-alone-never")
     assert record["totals"]["passed"] == record["totals"]["total"], record["cases"]
     assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
     assert "check every mask" in record["note"] and record["note"] in record["summary"]
