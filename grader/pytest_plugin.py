@@ -6,7 +6,8 @@
   under the interpreter only: on a GPU the speed itself is measured instead;
 - the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load;
 - ``timed`` marks a test that times GPU work (make verify-gpu runs those alone, after the rest);
-- under ``--dist loadfile``, the files that test every module split by track over the workers.
+- under ``--dist loadfile``, the files that test every module split by track over the workers,
+  and the files marked ``heavy`` start first.
 """
 
 from __future__ import annotations
@@ -30,13 +31,35 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
     config.addinivalue_line("markers", "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
                                        "runs these after the parallel pass, one at a time)")
+    config.addinivalue_line("markers", "heavy: a file whose module-scoped fixture grades for minutes; such "
+                                       "files start first under --dist loadfile, so that none of them ends the run")
 
 
 # With ``--dist loadfile`` a test file runs on one worker, so that its module-scoped fixtures (a
 # graded class, a Ray cluster) are built once. The files that test every module in turn (planted
 # mistakes, hidden cases, notebooks) would then be the run's longest path on a GPU machine with
-# many workers, so their tests split further by the track in their parameter id.
+# many workers, so their tests split further by the track in their parameter id. The order in
+# which these units start matters as much: a file that grades for minutes started last ends the
+# run minutes late. So the collection puts the files marked ``heavy`` first, then the other units
+# by their number of tests (xdist's own order), and the scheduler keeps that order.
 _TRACK_IN_ID = re.compile(r"\[(missing-elements|optimization|debugging|mastery)/")
+
+
+def _work_unit(nodeid: str) -> str:
+    file = nodeid.split("::", 1)[0]
+    track = _TRACK_IN_ID.search(nodeid)
+    return f"{file}:{track[1]}" if track else file
+
+
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: a run in one process keeps its order
+        return
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(_work_unit(item.nodeid), []).append(item)
+    ordered = sorted(units.values(), key=lambda unit: (unit[0].get_closest_marker("heavy") is None, -len(unit)))
+    items[:] = [item for unit in ordered for item in unit]
+
 
 try:
     from xdist.scheduler import LoadFileScheduling
@@ -45,10 +68,12 @@ except ImportError:  # without pytest-xdist the suite runs in one process
 
 if LoadFileScheduling is not None:
     class _LoadFileSplitByTrack(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # the collection's order is already the one wanted
+
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            track = _TRACK_IN_ID.search(nodeid)
-            return f"{file}:{track[1]}" if track else file
+            return _work_unit(nodeid)
 
     def pytest_xdist_make_scheduler(config, log):
         if config.getvalue("dist") == "loadfile":

@@ -30,6 +30,7 @@ from grader.grade.store import RECORD_VERSION, Submission, cases_hash, read_sour
 from grader.sandbox.isolation import GiB, Limits
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+              pytest.mark.heavy,
               pytest.mark.skipif(device.is_cuda(), reason="the CPU suite's cluster has no GPU; "
                                  "docs/instructors.md has the GPU cluster's measurements")]
 

@@ -66,3 +66,50 @@ def test_masked_loads_without_other_are_nan_under_the_interpreter():
         out = torch.zeros(1)
         padded_sum[(1,)](torch.ones(5, dtype=dtype), out, 5, BLOCK=8)
         assert torch.isnan(out).all(), dtype
+
+
+def test_the_first_config_that_fits_is_launched(monkeypatch):
+    """A GPU compiles a config that needs more shared memory than it has only to fail; the
+    autotuner passes it over, so the first-config stand-in must too (and remember it)."""
+    from triton.runtime.errors import OutOfResources
+
+    monkeypatch.setattr(triton, "autotune", triton.autotune)  # restored after the test
+    device.run_first_autotune_config()
+    compiled = []
+
+    class TooBigAbove32:
+        arg_names = ["out_ptr", "n"]
+
+        def __getitem__(self, grid):
+            def run(*args, BLOCK, **options):
+                compiled.append(BLOCK)
+                if BLOCK > 32:
+                    raise OutOfResources(BLOCK * 4096, 232448, "shared memory")
+                return BLOCK
+            return run
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 64}),
+                                     triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 16})],
+                            key=["n"])(TooBigAbove32())
+    assert tuned[(1,)](None, 100) == 32 and tuned.best_config.kwargs == {"BLOCK": 32}
+    assert tuned[(1,)](None, 100) == 32 and compiled == [128, 64, 32, 32]  # no second try
+
+
+def test_when_no_config_fits_the_last_ones_error_is_raised(monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    monkeypatch.setattr(triton, "autotune", triton.autotune)
+    device.run_first_autotune_config()
+
+    class NeverFits:
+        arg_names = ["out_ptr"]
+
+        def __getitem__(self, grid):
+            def run(*args, BLOCK, **options):
+                raise OutOfResources(BLOCK * 4096, 232448, "shared memory")
+            return run
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 32})],
+                            key=[])(NeverFits())
+    with pytest.raises(OutOfResources, match=str(32 * 4096)):
+        tuned[(1,)](None)

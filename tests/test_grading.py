@@ -28,7 +28,7 @@ from grader.core.checks import build_inputs
 from grader.sandbox.isolation import GiB, Limits, Sandbox, offers
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.filterwarnings("ignore")]
+              pytest.mark.filterwarnings("ignore"), pytest.mark.heavy]
 
 
 def _needs_nbgrader() -> None:

@@ -29,7 +29,7 @@ from grader.grade.phases import Phases
 from grader.sandbox.isolation import GiB, Limits
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.filterwarnings("ignore")]
+              pytest.mark.filterwarnings("ignore"), pytest.mark.heavy]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 ASSIGNMENT = course.assignment_name(VECTOR_ADD)

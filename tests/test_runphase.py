@@ -3,11 +3,12 @@ sandboxed children, and each row of GRADER.md's threat model is checked against 
 
 Each defence is tested on its own. ``graded`` runs the examples with the static policy gate
 switched off, so that the layers behind it (the sandbox, inputs handed over one call at a time,
-the parent's checks and file handling) must hold by themselves; ``gated`` runs every example
-through the whole grader, as ``make grade`` does. Limits are generous, so that no outcome of a
-correct submission depends on how busy the machine is. Time limits, budgets, crashes and
-interruptions are tested in test_runphase_limits.py, the GPU's own rows in test_runphase_gpu.py
-(files of their own, so that their gradings run beside these). Rows whose outcome depends on a
+the parent's checks and file handling) must hold by themselves; test_runphase_gated.py runs every
+example through the whole grader, as ``make grade`` does. Limits are generous, so that no outcome
+of a correct submission depends on how busy the machine is. Time limits, budgets and interruptions
+are tested in test_runphase_limits.py, crashes that surface late in test_runphase_crashes.py, the
+GPU's own rows in test_runphase_gpu.py (files of their own, so that their gradings run beside
+these). Rows whose outcome depends on a
 protection the platform may not offer (a private file system view, a network namespace, a process
 limit) are skipped with the reason where the sandbox reports that protection missing.
 """
@@ -35,20 +36,17 @@ from grader.core import cases, device
 from grader.authoring import example_submissions
 from grader.grade import judging, runphase
 from grader.core.catalog import REPO_ROOT, find_module
-from grader.core.checks import build_inputs, tensors_in
+from grader.core.checks import build_inputs
 from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+              pytest.mark.heavy]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # Limits count the child's CPU time, which a loaded machine hardly changes: far beyond what a
 # correct call needs (under 0.2 CPU-seconds for vector add).
 LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
-# Examples whose outcome rests on the policy gate alone on a CPU (evidence in the child's own
-# process can be switched off by code the gate would refuse): graded only in ``gated``.
-GATE_ONLY = {"patches-monitor", "disables-dispatch", "computes-in-thread", "computes-in-heuristics",
-             "computes-in-kernel-body", "numpy-interop", "forges-channel"}
 MARK = "written-by-writes-files"
 
 
@@ -100,7 +98,7 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     unsafe = [] if offers(platform_protections, "processes") else ["fork-bomb"]
     if not offers(platform_protections, "view"):
         unsafe += ["reads-files", "writes-files"]
-    for name in [*unsafe, "endless-loop", "missing-masks", *GATE_ONLY]:
+    for name in [*unsafe, "endless-loop", "missing-masks", *example_submissions.REFUSED_BY_THE_GATE_ALONE]:
         if (root / name).exists():
             shutil.rmtree(root / name)
     names = [n for n in names if (root / n).exists()]
@@ -390,101 +388,10 @@ def test_nothing_is_computed_at_import_time_because_no_input_exists_yet(graded):
     assert graded.record("computes-at-import")["totals"]["passed"] == 0
 
 
-def _hidden_only_numbers() -> set[str]:
-    """Dimensions of the hidden cases' inputs that no public case has."""
-    spec, _ = cases.public(VECTOR_ADD)
-    public, hidden = _expected_cases()
-
-    def dims(case_list):
-        found = set()
-        for case in case_list:
-            args, kwargs = build_inputs(spec, case, on=device.torch_device())
-            for t in tensors_in((args, kwargs)):
-                found.update(str(n) for n in (*t.shape, *t.stride()))
-        return found
-
-    return {n for n in dims(hidden) - dims(public) if int(n) > 64}
-
-
-def _learner_text(record: dict) -> str:
-    """What the learner reads of a record (feedback, tables, CSV)."""
-    parts = [record["summary"], record["load_error"] or "", record["refusal"] or ""]
-    parts += [f"{row['name']} {row['message']}" for row in record["cases"]]
-    return "\n".join(parts)
-
-
-def test_a_public_error_cannot_carry_the_hidden_cases_inputs(graded):
-    secret_numbers = _hidden_only_numbers()
-    assert secret_numbers
+def test_a_public_error_cannot_carry_the_hidden_cases_inputs(graded, hidden_numbers_shown):
     record = graded.record("leaks-hidden-cases")
-    text = _learner_text(record)
-    assert not [n for n in secret_numbers if re.search(rf"\b{n}\b", text)]
+    assert not hidden_numbers_shown(record)
     assert any(not row["passed"] for row in record["cases"] if row["visibility"] == "public")
-
-
-# --- the whole grader, as make grade runs it ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gated(tmp_path_factory, platform_protections) -> Graded:
-    root = tmp_path_factory.mktemp("gated-submissions")
-    results = tmp_path_factory.mktemp("gated-results")
-    names = example_submissions.assemble(root, modules=[VECTOR_ADD])
-    for name in ON_THEIR_OWN:
-        shutil.rmtree(root / name)
-    options = runphase.Options(limits=LIMITS,
-                               allow_unsafe=not offers(platform_protections, "processes"))
-    summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    names = [n for n in names if n not in ON_THEIR_OWN]
-    return Graded(summary, root, results, summary.protections, [], {}, names)
-
-
-BENIGN = {"complete", "noisy", "partial", "stub"}
-ON_THEIR_OWN = ("endless-loop", "missing-masks")  # graded by tests of their own (a short limit; many processes)
-
-
-def test_every_example_is_graded_by_the_whole_grader(gated):
-    assert not gated.summary.errors, [o.error for o in gated.summary.errors]
-    for name in gated.examples:
-        assert gated.record(name)["totals"]["total"] > 0, name
-
-
-def test_benign_submissions_keep_their_marks_under_the_gate(gated):
-    for name in BENIGN:
-        assert gated.record(name)["refusal"] is None, (name, gated.record(name)["refusal"])
-    totals = {name: gated.record(name)["totals"] for name in BENIGN}
-    assert totals["complete"]["passed"] == totals["noisy"]["passed"] == totals["complete"]["total"]
-    assert 0 < totals["partial"]["passed"] < totals["partial"]["total"] and totals["stub"]["passed"] == 0
-
-
-def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
-    hostile = sorted(set(gated.examples) - BENIGN)
-    assert len(hostile) >= 25
-    for name in hostile:
-        record = gated.record(name)
-        assert record["totals"]["passed"] == 0 or record["totals"]["score"] == 0.0, name
-        reason = record["refusal"] or (record["integrity"] or {}).get("message") or record["load_error"] or ""
-        if not reason:  # an honest-looking failure: every case must say why it failed
-            assert all(row["message"] for row in record["cases"]), name
-        else:
-            assert len(reason) > 20, (name, reason)
-
-
-@pytest.mark.parametrize("example", sorted(GATE_ONLY | {"forges-result", "reads-files", "writes-files",
-                                                        "network", "fork-bomb", "deep-folders", "fifo-outputs",
-                                                        "output-bomb", "leaks-hidden-cases", "patches-checks"}))
-def test_escapes_are_refused_by_the_gate_with_the_line_named(gated, example):
-    record = gated.record(example)
-    assert record["refusal"] and re.search(r"line \d+: ", record["refusal"]), record["summary"]
-    assert record["integrity"]["violation"] == "policy" and record["totals"]["score"] == 0.0
-    assert all(row["kind"] == "policy" for row in record["cases"])
-
-
-def test_nothing_learner_facing_names_a_hidden_case_under_the_gate(gated):
-    secret_numbers = _hidden_only_numbers()
-    for name in gated.examples:
-        text = _learner_text(gated.record(name))
-        assert not [n for n in secret_numbers if re.search(rf"\b{n}\b", text)], name
 
 
 def test_records_say_which_protections_were_active(graded):

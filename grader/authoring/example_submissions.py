@@ -18,6 +18,12 @@ from grader.core.markers import modules_with_solutions, stub_for
 
 HANDWRITTEN = REPO_ROOT / "grader" / "examples" / "submissions"
 HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
+# Examples that only the static policy gate stops on a CPU: the evidence gathered in the child's
+# own process can be switched off by the very code that the gate refuses (patching the monitor,
+# computing in a thread, in a heuristic or in numpy, forging the child's channel).
+REFUSED_BY_THE_GATE_ALONE = frozenset({"patches-monitor", "disables-dispatch", "computes-in-thread",
+                                       "computes-in-heuristics", "computes-in-kernel-body", "numpy-interop",
+                                       "forges-channel"})
 
 
 def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool = True,

@@ -7,6 +7,7 @@ it, so ``from grader import ...`` at the top of a script is enough.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -24,6 +25,8 @@ def select() -> str:
     if _mode is None:
         if _cuda_usable() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
             _mode = "cuda"
+            if os.environ.get("GRADER_AUTOTUNE", "").lower() == "first":
+                run_first_autotune_config()  # a correctness run: see the docstring
         else:
             os.environ["TRITON_INTERPRET"] = "1"
             _mode = "interpreter"
@@ -63,7 +66,9 @@ def run_first_autotune_config() -> None:
     Under the interpreter the autotuner asks the GPU driver for a benchmarker, which the
     interpreter does not have, and there is nothing to tune anyway. The grader's correctness
     runs on a GPU use it too: tuning changes speed, not results, and only the timed run needs
-    it. The config's meta-parameters become keyword arguments of every launch.
+    it. So does a native process started with ``GRADER_AUTOTUNE=first`` (the correctness pass of
+    ``make verify-gpu``), which would otherwise compile and time every config for every new
+    shape. The config's meta-parameters become keyword arguments of every launch.
     """
     import triton
 
@@ -81,9 +86,11 @@ def run_first_autotune_config() -> None:
 
 
 class _FirstConfig:
-    """Stands in for triton's Autotuner under the interpreter: launches with the first config that
-    the kernel's own ``early_config_prune`` keeps (configs[0] without one), the config a GPU could
-    launch. It keeps what the decorator was given (configs, key, pruning) for tests to inspect."""
+    """Stands in for triton's Autotuner: launches with the first config that the kernel's own
+    ``early_config_prune`` keeps (configs[0] without one), the config a GPU could launch. A config
+    that fails to compile for lack of resources (shared memory, registers) is passed over for the
+    next one, as the autotuner passes it over by timing it as infinitely slow. It keeps what the
+    decorator was given (configs, key, pruning) for tests to inspect."""
 
     def __init__(self, kernel, configs, keys, prune_configs_by):
         self.fn = kernel
@@ -92,26 +99,52 @@ class _FirstConfig:
         self.configs = list(configs)
         self.keys = list(keys)
         self.prune_configs_by = dict(prune_configs_by)
+        self._unfit: set[int] = set()  # indices into configs that failed to compile
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             named = {**dict(zip(self.fn.arg_names, args)), **kwargs}
             prune = self.prune_configs_by.get("early_config_prune")
-            config = (list(prune(self.configs, named)) or self.configs)[0] if prune else self.config
-            self.best_config = config
-            meta = {**config.kwargs, **kwargs}
-            if getattr(config, "pre_hook", None):  # e.g. zeroing an output that atomics add to
-                config.pre_hook({**named, **meta})
-            for option in ("num_warps", "num_stages"):
-                if getattr(config, option, None) is not None and option not in meta:
-                    meta[option] = getattr(config, option)
-            launch_grid = grid(meta) if callable(grid) else grid
-            return self.fn[launch_grid](*args, **meta)
+            candidates = (list(prune(self.configs, named)) or self.configs) if prune else self.configs
+            fitting = [c for c in candidates if self._index(c) not in self._unfit]
+            for config in fitting[:-1]:
+                try:
+                    return self._launch(config, grid, named, args, kwargs)
+                except _resource_errors():
+                    self._unfit.add(self._index(config))
+            return self._launch((fitting or candidates)[-1], grid, named, args, kwargs)
 
         return launch
 
+    def _index(self, config) -> int:
+        return next((i for i, c in enumerate(self.configs) if c is config), -1)
+
+    def _launch(self, config, grid, named, args, kwargs):
+        self.best_config = config
+        meta = {**config.kwargs, **kwargs}
+        if getattr(config, "pre_hook", None):  # e.g. zeroing an output that atomics add to
+            config.pre_hook({**named, **meta})
+        for option in ("num_warps", "num_stages"):
+            if getattr(config, option, None) is not None and option not in meta:
+                meta[option] = getattr(config, option)
+        launch_grid = grid(meta) if callable(grid) else grid
+        return self.fn[launch_grid](*args, **meta)
+
     def __getattr__(self, name):
         return getattr(self.fn, name)
+
+
+@functools.cache
+def _resource_errors() -> tuple[type[BaseException], ...]:
+    """The compile errors after which the autotuner tries the next config (Triton 3.x names)."""
+    found = []
+    for module, name in (("triton.runtime.errors", "OutOfResources"), ("triton.runtime.errors", "PTXASError"),
+                         ("triton.compiler.errors", "CompileTimeAssertionFailure")):
+        try:
+            found.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
 
 
 def _make_masked_loads_strict() -> None:
