@@ -7,15 +7,15 @@
 - the ``kernel`` fixture is the loaded kernel.py, or a clean failure saying why it cannot load;
 - ``timed`` marks a test that times GPU work (make verify-gpu runs those alone, after the rest);
 - under ``--dist loadfile``, the files that test every module split by track over the workers,
-  and the files marked ``heavy`` start first.
+  and the longest units start first (``heavy`` marks the long ones before any run has timed them).
 """
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
+from grader.authoring import test_order
 from grader.core import device
 from grader.core.catalog import find_module
 from grader.core.loading import LoadError, load_kernel
@@ -35,30 +35,38 @@ def pytest_configure(config):
                                        "files start first under --dist loadfile, so that none of them ends the run")
 
 
-# With ``--dist loadfile`` a test file runs on one worker, so that its module-scoped fixtures (a
-# graded class, a Ray cluster) are built once. The files that test every module in turn (planted
-# mistakes, hidden cases, notebooks) would then be the run's longest path on a GPU machine with
-# many workers, so their tests split further by the track in their parameter id. The order in
-# which these units start matters as much: a file that grades for minutes started last ends the
-# run minutes late. So the collection puts the files marked ``heavy`` first, then the other units
-# by their number of tests (xdist's own order), and the scheduler keeps that order.
-_TRACK_IN_ID = re.compile(r"\[(missing-elements|optimization|debugging|mastery)/")
-
-
-def _work_unit(nodeid: str) -> str:
-    file = nodeid.split("::", 1)[0]
-    track = _TRACK_IN_ID.search(nodeid)
-    return f"{file}:{track[1]}" if track else file
-
-
+# With ``--dist loadfile`` each work unit (grader.authoring.test_order) runs on one worker; the
+# workers' collection puts the longest units first and the scheduler keeps that order. The
+# controller of such a run times each unit for the next one.
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):  # not an xdist worker: a run in one process keeps its order
         return
     units: dict[str, list] = {}
     for item in items:
-        units.setdefault(_work_unit(item.nodeid), []).append(item)
-    ordered = sorted(units.values(), key=lambda unit: (unit[0].get_closest_marker("heavy") is None, -len(unit)))
-    items[:] = [item for unit in ordered for item in unit]
+        units.setdefault(test_order.work_unit(item.nodeid), []).append(item)
+    heavy = {name for name, unit in units.items() if unit[0].get_closest_marker("heavy")}
+    history = test_order.read_history(config.rootpath, device.mode())
+    items[:] = [item for name in test_order.longest_first(units, history, heavy) for item in units[name]]
+
+
+_clock: test_order.UnitClock | None = None
+
+
+def pytest_sessionstart(session):
+    global _clock
+    config = session.config
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("dsession"):
+        _clock = test_order.UnitClock(config.rootpath, device.mode())
+
+
+def pytest_runtest_logreport(report):
+    if _clock is not None:
+        _clock.add(report.nodeid, report.duration)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _clock is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        _clock.save()
 
 
 try:
@@ -73,7 +81,7 @@ if LoadFileScheduling is not None:
             config.option.loadscopereorder = False  # the collection's order is already the one wanted
 
         def _split_scope(self, nodeid: str) -> str:
-            return _work_unit(nodeid)
+            return test_order.work_unit(nodeid)
 
     def pytest_xdist_make_scheduler(config, log):
         if config.getvalue("dist") == "loadfile":

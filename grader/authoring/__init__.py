@@ -1,1 +1,2 @@
-"""What maintainers run: the committed stubs, the example submissions, the planted mistakes."""
+"""What maintainers run: the committed stubs, the example submissions, the planted mistakes, the
+order in which a parallel run of the suite starts its work."""
