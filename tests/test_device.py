@@ -113,3 +113,30 @@ def test_when_no_config_fits_the_last_ones_error_is_raised(monkeypatch):
                             key=[])(NeverFits())
     with pytest.raises(OutOfResources, match=str(32 * 4096)):
         tuned[(1,)](None)
+
+
+def test_a_config_too_big_for_one_dtype_is_still_used_for_another(monkeypatch):
+    """Shared memory grows with the element size: a tile that does not fit for float32 data may fit
+    for float16, so a failure is remembered per dtype (and per config, even one built afresh)."""
+    from triton.runtime.errors import OutOfResources
+
+    monkeypatch.setattr(triton, "autotune", triton.autotune)
+    device.run_first_autotune_config()
+
+    class BigTilesNeedHalves:
+        arg_names = ["x_ptr"]
+
+        def __getitem__(self, grid):
+            def run(x, BLOCK, **options):
+                if BLOCK > 32 and x.element_size() > 2:
+                    raise OutOfResources(BLOCK * x.element_size() * 1024, 232448, "shared memory")
+                return BLOCK
+            return run
+
+    def fresh_configs(configs, named, **kwargs):  # new Config objects on every call
+        return [triton.Config(dict(c.kwargs)) for c in configs]
+
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 32})], key=[],
+                            prune_configs_by={"early_config_prune": fresh_configs})(BigTilesNeedHalves())
+    fp32, fp16 = torch.zeros(4), torch.zeros(4, dtype=torch.float16)
+    assert [tuned[(1,)](fp32), tuned[(1,)](fp16), tuned[(1,)](fp32), tuned[(1,)](fp16)] == [32, 128, 32, 128]

@@ -99,25 +99,25 @@ class _FirstConfig:
         self.configs = list(configs)
         self.keys = list(keys)
         self.prune_configs_by = dict(prune_configs_by)
-        self._unfit: set[int] = set()  # indices into configs that failed to compile
+        # (config, argument dtypes) pairs that failed to compile: a tile that fits for fp16 data
+        # may not for fp32, and a prune function may build its configs afresh on every call
+        self._unfit: set[tuple] = set()
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             named = {**dict(zip(self.fn.arg_names, args)), **kwargs}
             prune = self.prune_configs_by.get("early_config_prune")
             candidates = (list(prune(self.configs, named)) or self.configs) if prune else self.configs
-            fitting = [c for c in candidates if self._index(c) not in self._unfit]
+            dtypes = tuple(str(value.dtype) for value in named.values() if hasattr(value, "dtype"))
+            fitting = [c for c in candidates if (_config_key(c), dtypes) not in self._unfit]
             for config in fitting[:-1]:
                 try:
                     return self._launch(config, grid, named, args, kwargs)
                 except _resource_errors():
-                    self._unfit.add(self._index(config))
+                    self._unfit.add((_config_key(config), dtypes))
             return self._launch((fitting or candidates)[-1], grid, named, args, kwargs)
 
         return launch
-
-    def _index(self, config) -> int:
-        return next((i for i, c in enumerate(self.configs) if c is config), -1)
 
     def _launch(self, config, grid, named, args, kwargs):
         self.best_config = config
@@ -132,6 +132,12 @@ class _FirstConfig:
 
     def __getattr__(self, name):
         return getattr(self.fn, name)
+
+
+def _config_key(config) -> tuple:
+    """What a config compiles to: its meta-parameters and launch options."""
+    return (tuple(sorted(config.kwargs.items())), getattr(config, "num_warps", None),
+            getattr(config, "num_stages", None))
 
 
 @functools.cache
