@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from grader.authoring import test_order
@@ -31,13 +30,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
     config.addinivalue_line("markers", "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
                                        "runs these after the parallel pass, one at a time)")
-    config.addinivalue_line("markers", "heavy: a file whose module-scoped fixture grades for minutes; such "
-                                       "files start first under --dist loadfile, so that none of them ends the run")
+    config.addinivalue_line("markers", "heavy: a file whose module-scoped fixture grades for minutes; until a "
+                                       "parallel run has timed it, such a file starts first, so that it does not end the run")
 
 
-# With ``--dist loadfile`` each work unit (grader.authoring.test_order) runs on one worker; the
-# workers' collection puts the longest units first and the scheduler keeps that order. The
-# controller of such a run times each unit for the next one.
+# With ``--dist loadfile`` each work unit (grader.authoring.test_order) runs on one worker. The
+# xdist workers' collection puts the longest units first, and the scheduler keeps that order; the
+# controller of a parallel run times each unit for the next one.
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):  # not an xdist worker: a run in one process keeps its order
         return
