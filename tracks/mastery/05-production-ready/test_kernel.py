@@ -39,7 +39,7 @@ LIBRARY = frozenset({"library.triton_op", "library.wrap_triton", "library.custom
 # The operators kernel.py registers. The call monitor logs each call of one as an operator (it
 # does not look inside); their Triton launches are counted as usual.
 OPERATORS = frozenset({"layer_norm_gelu", "layer_norm_gelu_backward", "bias_gelu_residual",
-                       "bias_gelu_residual_backward"})
+                       "bias_gelu_residual_backward", "attention", "attention_backward"})
 DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -338,6 +338,9 @@ SCHEMAS = {
                                 "-> (Tensor, Tensor, Tensor)",
     "bias_gelu_residual": "(Tensor x, Tensor bias, Tensor residual) -> Tensor",
     "bias_gelu_residual_backward": "(Tensor grad_out, Tensor x, Tensor bias) -> (Tensor, Tensor)",
+    "attention": "(Tensor q, Tensor k, Tensor v, bool causal, float sm_scale) -> (Tensor, Tensor)",
+    "attention_backward": "(Tensor grad_o, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, "
+                          "float sm_scale) -> (Tensor, Tensor, Tensor)",
 }
 
 
@@ -357,7 +360,7 @@ def _leaf(*shape, dtype=torch.float32, transposed=False):
 
 # One or more sample inputs per operator, for opcheck: small (the interpreter runs each several
 # times), with inputs that require grad (for the autograd check) and layouts whose output strides
-# a careless fake gets wrong. A new operator (attention) adds its samples here.
+# a careless fake gets wrong.
 OPCHECK_SAMPLES = {
     "layer_norm_gelu": [
         lambda: (_leaf(3, 33), _leaf(33), _leaf(33), 1e-5),
@@ -366,6 +369,10 @@ OPCHECK_SAMPLES = {
     "layer_norm_gelu_backward": [lambda: (_x(2, 3, 20), _x(2, 3, 20), _x(20), None, 1e-5)],
     "bias_gelu_residual": [lambda: (_leaf(5, 7, transposed=True), _leaf(7), _leaf(5, 7))],
     "bias_gelu_residual_backward": [lambda: (_x(4, 9).t(), _x(9, 4), _x(4))],
+    # grouped-query heads, a causal mask, a transposed q
+    "attention": [lambda: (_leaf(1, 2, 16, 9).transpose(-1, -2), _leaf(1, 1, 7, 16), _leaf(1, 1, 7, 16), True, 0.3)],
+    "attention_backward": [lambda: (_x(1, 2, 9, 16), _x(1, 2, 9, 16), _x(1, 1, 7, 16), _x(1, 1, 7, 16),
+                                    _x(1, 2, 9, 16), _x(1, 2, 9), False, 0.25)],
 }
 CPU_OPCHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
 SAMPLES = [pytest.param(name, sample, id=f"{name}-{i}")
@@ -417,6 +424,9 @@ GRADCHECKS = {
     "bias_gelu_residual": lambda k: (k.api("bias_gelu_residual"), (_leaf(4, 3, dtype=torch.float64),
                                                                    _leaf(3, dtype=torch.float64),
                                                                    _leaf(4, 3, dtype=torch.float64))),
+    "attention": lambda k: (lambda q, kk, v: k.api("attention")(q, kk, v, causal=True),
+                            (_leaf(1, 2, 6, 16, dtype=torch.float64), _leaf(1, 1, 5, 16, dtype=torch.float64),
+                             _leaf(1, 1, 5, 16, dtype=torch.float64))),
 }
 
 
@@ -449,6 +459,90 @@ def test_no_graph_is_recorded_without_grad(kernel):
         with torch.no_grad():
             y = kernel.api("layer_norm_gelu")(x, weight, None)
     assert not y.requires_grad, "under torch.no_grad() the output must not require grad."
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention: the FlashAttention kernels of mastery/03 as an operator
+# ----------------------------------------------------------------------------------------------
+
+# (batch, q heads, kv heads, Sq, Sk, D, causal, dtype): lengths that are not multiples of a tile,
+# more keys than queries and fewer, grouped-query heads; 16-bit ones on a GPU only as well.
+ATTENTION_SHAPES = [
+    pytest.param((1, 2, 2, 40, 40, 16, False, torch.float32), id="square"),
+    pytest.param((2, 4, 2, 33, 47, 32, True, torch.float32), id="causal-gqa-more-keys"),
+    pytest.param((1, 2, 1, 20, 9, 64, True, torch.float32), id="causal-fewer-keys"),
+    pytest.param((1, 2, 2, 17, 9, 16, False, torch.bfloat16), id="bf16"),
+    pytest.param((1, 2, 1, 24, 24, 128, True, torch.float16), id="fp16-d128"),
+    pytest.param((2, 8, 2, 300, 300, 64, True, torch.bfloat16), id="bf16-longer", marks=pytest.mark.cuda),
+    pytest.param((1, 4, 4, 257, 129, 128, False, torch.float16), id="fp16-d128-longer", marks=pytest.mark.cuda),
+]
+# (atol, rtol) against float64: float32 accumulates exactly enough; 16-bit inputs round p to 16 bits
+ATTENTION_TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2)}
+
+
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES)
+def test_attention_matches_sdpa(kernel, shape):
+    """Output and gradients against F.scaled_dot_product_attention computed in float64."""
+    batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, dtype = shape
+    torch.manual_seed(0)
+    q, k, v = (_leaf(batch, h, s, head_dim, dtype=dtype) for h, s in ((heads, seq_q), (kv_heads, seq_k), (kv_heads, seq_k)))
+    do = _x(batch, heads, seq_q, head_dim, dtype=dtype)
+    with explained(kernel, "attention() and its backward"):
+        o = kernel.api("attention")(q, k, v, causal=causal)
+        grads = torch.autograd.grad(o, (q, k, v), do)
+    exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    o64 = F.scaled_dot_product_attention(*exact, is_causal=causal, enable_gqa=True)
+    exact_grads = torch.autograd.grad(o64, exact, do.double())
+    atol, rtol = ATTENTION_TOLERANCES[dtype]
+    assert o.dtype == dtype and o.shape == q.shape and o.is_contiguous()
+    for name, got, want in zip(("o", "dq", "dk", "dv"), (o, *grads), (o64, *exact_grads)):
+        error = (got.double() - want).abs().max().item()
+        assert torch.allclose(got.double(), want, atol=atol, rtol=rtol), (
+            f"attention {name} differs from SDPA's in float64 by up to {error:.3g} ({tuple(q.shape)} q, "
+            f"{tuple(k.shape)} k, causal={causal}, {dtype}).")
+
+
+def test_attention_rejects_bad_inputs(kernel):
+    attention = kernel.api("attention")
+    q, k = _x(1, 2, 8, 16), _x(1, 1, 8, 16)
+    with explained(kernel, "attention()"):
+        expect_error(attention, q, k, _x(1, 1, 9, 16), match="same shape")
+        expect_error(attention, q, _x(1, 3, 8, 16), _x(1, 3, 8, 16), match="multiple")
+        expect_error(attention, _x(1, 2, 8, 24), _x(1, 1, 8, 24), _x(1, 1, 8, 24), match="Pad")
+        expect_error(attention, q, k, k.half(), match="dtype")
+        expect_error(attention, q[0], k[0], k[0], match="dimension")
+        expect_error(attention, q, k, k, causal=1, match="True or False")
+        expect_error(attention, q, k, k, sm_scale=-1.0, match="positive")
+        expect_error(attention, q, _x(1, 1, 0, 16), _x(1, 1, 0, 16), match="no keys")
+
+
+def test_attention_compiles_without_graph_break(kernel):
+    """torch.compile(fullgraph=True) of a function that calls attention(): one operator node, and
+    the compiled output and gradients equal eager's."""
+    attention = kernel.api("attention")
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    inputs = (_x(1, 2, 12, 16), _x(1, 1, 10, 16), _x(1, 1, 10, 16))
+    torch.compiler.reset()
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True), fullgraph=True, backend=recording)
+    results = []
+    with explained(kernel, "torch.compile(attention, fullgraph=True)"):
+        for fn in (lambda q, k, v: attention(q, k, v, causal=True), compiled):
+            leaves = [t.clone().requires_grad_() for t in inputs]
+            out = fn(*leaves)
+            results.append((out.detach(), torch.autograd.grad(out.sum(), leaves)))
+    called = [str(node.target).split(".")[-2] for graph in graphs for node in graph.graph.nodes
+              if node.op == "call_function" and kernel.namespace.NAMESPACE in str(node.target)]
+    assert called == ["attention"], f"the compiled graph calls {called}; expected the attention operator once."
+    (eager, eager_grads), (got, got_grads) = results
+    assert torch.allclose(got, eager, atol=1e-6, rtol=1e-5)
+    for a, b in zip(got_grads, eager_grads):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------------
