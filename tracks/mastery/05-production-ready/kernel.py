@@ -815,16 +815,17 @@ def attention_dq_kernel(
 def attention_tiles(q: torch.Tensor, which: str) -> dict:
     """Tile sizes and launch options of one attention kernel ("forward", "dkdv" or "dq"). Under
     the interpreter, small tiles of unequal sizes (a causal diagonal then crosses two tiles); on a
-    GPU, tensor-core tiles for 16-bit data and small ones for float32 and float64, whose products
-    run on the exact, slower units."""
+    GPU, the tiles mastery/03 launches below its autotuning threshold: modest tensor-core tiles for
+    16-bit data, small ones for float32 and float64, whose products run on the exact, slower units.
+    (mastery/03's autotuned tiles are faster on long sequences; a fixed launch keeps the operator's
+    eager and compiled calls the same.)"""
     if not q.is_cuda:
         block_m, block_n = {"forward": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[which]
         return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=1)
     if q.dtype in (torch.float32, torch.float64):
         return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
-    block_m, block_n, warps = {"forward": (128, 64, 4 if q.shape[-1] <= 64 else 8),
-                               "dkdv": (32, 128, 8), "dq": (128, 32, 4)}[which]
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=3)
+    block_m, block_n = {"forward": (64, 64), "dkdv": (32, 64), "dq": (64, 32)}[which]
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=3)
 
 
 def attention_readable(*tensors):
