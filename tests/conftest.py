@@ -41,3 +41,18 @@ def hidden_numbers_shown():
         return sorted(n for n in secret if re.search(rf"\b{n}\b", text))
 
     return shown
+
+
+@pytest.fixture(scope="session")
+def graded_record():
+    """A function: the record a run phase wrote for a student's vector add, asserting that the run
+    had no grader errors and that the student was graded."""
+    module = find_module("missing-elements/01-vector-add")
+
+    def record(summary, student: str) -> dict:
+        assert not summary.errors, [o.error for o in summary.errors]
+        found = summary.record_for(student, module.id)
+        assert found is not None, f"{student} was not graded"
+        return found
+
+    return record

@@ -28,12 +28,6 @@ LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
     Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
 
 
-def _graded(summary: runphase.RunSummary, student: str) -> dict:
-    record = summary.record_for(student, VECTOR_ADD.id)
-    assert record is not None, f"{student} was not graded"
-    return record
-
-
 def _by_name(record: dict) -> dict[str, dict]:
     return {row["name"]: row for row in record["cases"]}
 
@@ -109,8 +103,8 @@ def _size(case_name: str) -> int:
 
 
 @pytest.mark.skipif(device.is_cuda(), reason="on a GPU an unmasked access is reported by the child, not a crash")
-def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing):
-    record = _graded(crashing, "missing-masks")
+def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(crashing, graded_record):
+    record = graded_record(crashing, "missing-masks")
     source = (example_submissions.HANDWRITTEN / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
     assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
     rows = _by_name(record)
@@ -131,8 +125,8 @@ def test_missing_masks_are_blamed_on_a_partial_block_and_every_hidden_case_runs(
     assert "check every mask" in text and "FAIL  exactly one block" not in text
 
 
-def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing):
-    record = _graded(crashing, "crashes-later")
+def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashing, graded_record):
+    record = graded_record(crashing, "crashes-later")
     [failed] = [row for row in record["cases"] if not row["passed"]]
     assert failed["name"].startswith("smaller than a block") and failed["kind"] == "crash"
     assert re.match(r"add\(\) returned, but then the process running it ended by SIG(ABRT|SEGV)", failed["message"])
@@ -141,8 +135,8 @@ def test_a_crash_that_surfaces_later_is_blamed_on_the_case_that_caused_it(crashi
     assert "alone, after a crash" in crashing.log_for("crashes-later", VECTOR_ADD.id)
 
 
-def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing):
-    record = _graded(crashing, "crashes-later-alone-never")
+def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing, graded_record):
+    record = graded_record(crashing, "crashes-later-alone-never")
     assert record["totals"]["passed"] == record["totals"]["total"], record["cases"]
     assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
     assert "check every mask" in record["note"] and record["note"] in record["summary"]

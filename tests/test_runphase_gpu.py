@@ -46,65 +46,58 @@ def timed_gpu(tmp_path_factory) -> runphase.RunSummary:
     return _grade(tmp_path_factory, {"complete", "twice-the-work", "side-stream", "gpu-memory-hog"})
 
 
-def _gpu_record(summary: runphase.RunSummary, student: str) -> dict:
-    assert not summary.errors, [o.error for o in summary.errors]
-    record = summary.record_for(student, VECTOR_ADD.id)
-    assert record is not None
-    return record
-
-
 def _only_case_failing(record: dict, name_prefix: str) -> dict:
     failing = [row for row in record["cases"] if not row["passed"]]
     assert len(failing) == 1 and failing[0]["name"].startswith(name_prefix), failing
     return failing[0]
 
 
-def test_gpu_illegal_memory_access_fails_one_case_and_the_rest_run_fresh(faults):
-    record = _gpu_record(faults, "illegal-memory-access")
+def test_gpu_illegal_memory_access_fails_one_case_and_the_rest_run_fresh(faults, graded_record):
+    record = graded_record(faults, "illegal-memory-access")
     row = _only_case_failing(record, "smaller than a block")
     assert "illegal memory access" in row["message"].lower() or "ended" in row["message"]
     assert record["child_processes"] >= 2
     assert record["performance"]["credit"] == 0.0 and "must pass every case first" in record["performance"]["reason"]
 
 
-def test_gpu_endless_loop_is_killed_and_the_gpu_stays_usable(faults):
-    record = _gpu_record(faults, "gpu-endless-loop")
+def test_gpu_endless_loop_is_killed_and_the_gpu_stays_usable(faults, graded_record):
+    record = graded_record(faults, "gpu-endless-loop")
     row = _only_case_failing(record, "size 1")
     assert "did not return within" in row["message"]
-    assert _gpu_record(faults, "complete")["totals"]["passed"] == record["totals"]["total"]
+    assert graded_record(faults, "complete")["totals"]["passed"] == record["totals"]["total"]
 
 
 @pytest.mark.timed
-def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(timed_gpu):
-    record = _gpu_record(timed_gpu, "gpu-memory-hog")
+def test_gpu_memory_exhaustion_fails_one_case_and_the_rest_run_fresh(timed_gpu, graded_record):
+    record = graded_record(timed_gpu, "gpu-memory-hog")
     row = _only_case_failing(record, "smaller than a block")
     assert "out of memory" in row["message"].lower() or "OutOfMemoryError" in row["message"]
 
 
 @pytest.mark.timed
-def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(timed_gpu):
-    record = _gpu_record(timed_gpu, "side-stream")
+def test_gpu_side_stream_work_is_judged_after_a_device_wide_sync(timed_gpu, graded_record):
+    record = graded_record(timed_gpu, "side-stream")
     assert record["totals"]["passed"] == record["totals"]["total"]
     assert record["performance"]["graded"] and record["performance"]["credit"] == 0.0
 
 
 @pytest.mark.timed
-def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(timed_gpu):
-    complete = _gpu_record(timed_gpu, "complete")["performance"]
+def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(timed_gpu, graded_record):
+    complete = graded_record(timed_gpu, "complete")["performance"]
     assert complete["graded"] and complete["credit"] == 1.0 and 0.8 < complete["ratio"] < 1.25
-    assert "kernel trace" in _gpu_record(timed_gpu, "complete")["evidence"]
+    assert "kernel trace" in graded_record(timed_gpu, "complete")["evidence"]
     assert complete["reference_ms"] > 0 and complete["learner_ms"] > 0
-    twice = _gpu_record(timed_gpu, "twice-the-work")["performance"]
+    twice = graded_record(timed_gpu, "twice-the-work")["performance"]
     assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
 
 
-def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path):
+def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path, graded_record):
     root = tmp_path / "submissions"
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
     shutil.copytree(tmp_path / "examples" / "torch-compute", root / "torch-compute")
     summary = runphase.run(root, tmp_path / "results", [VECTOR_ADD],
                            runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)), progress=False)
-    record = _gpu_record(summary, "torch-compute")
+    record = graded_record(summary, "torch-compute")
     assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
     assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
                for row in record["cases"] if row["visibility"] == "public")
