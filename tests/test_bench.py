@@ -1,9 +1,12 @@
 """The benchmark's rule for wrong results: a course implementation is not timed; PyTorch's own
 baseline is timed all the same, with a note that says how far off it is."""
 
-import pytest
+import importlib.util
 
-from grader.core import bench, cases
+import pytest
+import torch
+
+from grader.core import bench, cases, device
 from grader.core.catalog import find_module
 from grader.core.loading import load_kernel
 
@@ -39,3 +42,37 @@ def test_a_wrong_course_implementation_is_not_timed(untimed):
     case = cases.for_mode(public, False)[0]
     with pytest.raises(AssertionError, match="yours is wrong on .*, so it is not timed"):
         bench.measure(spec, case, {"yours": _off_by_one, "pytorch": _off_by_one})
+
+
+def _production_benchmark():
+    module = find_module("mastery/05-production-ready")
+    spec = importlib.util.spec_from_file_location("production_benchmark", module.learner_dir / "benchmark.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    return module, benchmark
+
+
+def test_the_production_benchmark_compares_three_agreeing_variants_per_operator(monkeypatch):
+    """mastery/05's benchmark.py, run at small float32 sizes with a counting timer: every operator
+    has its PyTorch, bare-launch and custom-op variants, and they agree before being timed."""
+    module, benchmark = _production_benchmark()
+    for _, _, sizes in benchmark.OPERATORS.values():
+        shape = (1, 2, 24, 16) if sizes is benchmark.ATTENTION_SIZES else (5, 48)
+        monkeypatch.setitem(sizes, "tiny", [(shape, torch.float32)])
+    calls = []
+    rows = benchmark.measure(load_kernel(module, "solutions").namespace, "tiny",
+                             lambda fn: calls.append(fn()) or 1.0, where=device.torch_device())
+    assert [op for op, *_ in rows] == ["layer_norm_gelu", "bias_gelu_residual", "attention"]
+    assert all(set(values) == {"PyTorch eager", "bare launch", "custom op"} for *_, values in rows)
+    assert len(calls) == 9
+    assert "attention" in benchmark.table(rows, rows)
+
+
+def test_a_missed_row_is_called_host_bound_only_when_the_kernel_is_shorter_than_the_host_work():
+    _, benchmark = _production_benchmark()
+    tiny = [("op", (1, 64), torch.float32, {"PyTorch eager": 20.0, "bare launch": 20.0, "custom op": 110.0})]
+    short_kernel = ("op", (8192, 4096), torch.float32, {"PyTorch eager": 0.2, "bare launch": 0.097, "custom op": 0.11})
+    long_kernel = ("op", (8192, 8192), torch.float32, {"PyTorch eager": 0.5, "bare launch": 0.3, "custom op": 0.4})
+    met = ("op", (4096, 4096), torch.float32, {"PyTorch eager": 0.1, "bare launch": 0.05, "custom op": 0.05})
+    (note,) = benchmark.host_bound_notes([short_kernel, long_kernel, met], tiny)
+    assert "op (8192, 4096) fp32 runs 97 us" in note and "110 us of host work" in note
