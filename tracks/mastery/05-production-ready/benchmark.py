@@ -150,11 +150,12 @@ def host_us(fn, calls: int = HOST_CALLS) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def measure(kernels, scale, timer, where="cuda"):
-    """Rows of (op, shape, dtype, {variant: value}) for every operator at its sizes of ``scale``
-    ("realistic" or "tiny"), timed by ``timer``."""
+def measure(kernels, scale, timer, where="cuda", operators=tuple(OPERATORS)):
+    """Rows of (op, shape, dtype, {variant: value}) for each of ``operators`` at its sizes of
+    ``scale`` ("realistic" or "tiny"), timed by ``timer``."""
     rows = []
-    for op, (variants, inputs, sizes) in OPERATORS.items():
+    for op in operators:
+        variants, inputs, sizes = OPERATORS[op]
         for shape, dtype in sizes[scale]:
             fns = variants(kernels, *inputs(op, shape, dtype, where))
             check_agreement({name: fn() for name, fn in fns.items()}, dtype)
