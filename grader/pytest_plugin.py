@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         units.setdefault(test_order.work_unit(item.nodeid), []).append(item)
     heavy = {name for name, unit in units.items() if unit[0].get_closest_marker("heavy")}
-    history = test_order.read_history(config.rootpath, device.mode())
+    history = test_order.expected_seconds(config.rootpath, device.mode())
     items[:] = [item for name in test_order.longest_first(units, history, heavy) for item in units[name]]
 
 

@@ -43,3 +43,26 @@ def test_an_unreadable_history_means_the_default_order(tmp_path):
     clock.add("tests/test_a.py::t", 1.0)
     clock.save()  # a broken file is replaced, not crashed on
     assert test_order.read_history(tmp_path, "cuda") == {"tests/test_a.py": 1.0}
+
+
+def test_this_machine_s_timings_override_the_shipped_ones_unit_by_unit(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / test_order.SHIPPED_FILE).write_text(json.dumps({"cuda": {"a": 300.0, "b": 2.0}}))
+    assert test_order.expected_seconds(tmp_path, "cuda") == {"a": 300.0, "b": 2.0}
+    (tmp_path / test_order.HISTORY_FILE).write_text(json.dumps({"cuda": {"b": 50.0, "c": 1.0}}))
+    assert test_order.expected_seconds(tmp_path, "cuda") == {"a": 300.0, "b": 50.0, "c": 1.0}
+    assert test_order.expected_seconds(tmp_path, "interpreter") == {}
+
+
+def test_the_shipped_timings_name_units_of_this_suite():
+    """A renamed or split file leaves its old timing behind: the shipped file must be refreshed."""
+    from grader.core.catalog import REPO_ROOT
+
+    units = {test_order.work_unit(f"{path.relative_to(REPO_ROOT).as_posix()}::t[{track}/x]")
+             for path in [*REPO_ROOT.glob("tests/test_*.py"), *REPO_ROOT.glob("tracks/*/*/test_kernel.py")]
+             for track in ("missing-elements", "optimization", "debugging", "mastery")}
+    units |= {unit.split(":")[0] for unit in units}
+    for mode in ("cuda", "interpreter"):
+        shipped = test_order.read_history(REPO_ROOT, mode, test_order.SHIPPED_FILE)
+        assert shipped, f"{test_order.SHIPPED_FILE} has no timings for {mode}"
+        assert not set(shipped) - units, f"{test_order.SHIPPED_FILE} times units that no longer exist"
