@@ -94,6 +94,21 @@ def test_exceptions_become_messages():
     assert not result.passed and "double() raised RuntimeError: boom" in result.message
 
 
+def test_numpy_newer_than_the_interpreter_is_named_only_where_it_is_the_cause(monkeypatch):
+    import numpy
+
+    def interpreted(x):
+        raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+
+    monkeypatch.setattr("grader.core.device.is_cuda", lambda: False)
+    monkeypatch.setattr(numpy, "__version__", "2.5.2")
+    assert "the course pins numpy<2.4" in run_case(interpreted, SPEC, CASE).message
+    monkeypatch.setattr(numpy, "__version__", "2.3.5")
+    assert "numpy<2.4" not in run_case(interpreted, SPEC, CASE).message
+    monkeypatch.setattr(numpy, "__version__", "2.5.2")
+    assert "numpy<2.4" not in run_case(lambda x: 1 / 0, SPEC, CASE).message
+
+
 def test_wrong_dtype_and_count_of_outputs():
     assert "dtype torch.float64" in run_case(lambda x: 2 * x.double(), SPEC, CASE).message
     assert "returned 2 value(s)" in run_case(lambda x: (2 * x, x.clone()), SPEC, CASE).message

@@ -134,6 +134,20 @@ def short_error(error: BaseException, max_lines: int = 8) -> str:
     return shown + ("\n..." if len(lines) > max_lines else "")
 
 
+def numpy_too_new(error: BaseException) -> str:
+    """A hint when the error is the one NumPy 2.4 and later raise inside Triton's interpreter
+    (which turns 1-element arrays into Python numbers), else ""."""
+    if device.is_cuda() or "only 0-dimensional arrays can be converted to Python scalars" not in str(error):
+        return ""
+    import numpy
+
+    version = tuple(int(part) for part in re.findall(r"\d+", numpy.__version__)[:2])
+    if version < (2, 4):
+        return ""
+    return (f"\nNumPy {numpy.__version__} is installed, and this error usually means Triton's interpreter is "
+            "older than it: the course pins numpy<2.4 (pip install 'numpy<2.4', or pip install -e . again).")
+
+
 def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
              mutates: tuple[int, ...] = ()) -> tuple:
     """Call ``fn`` (the API, or its protocol from ``grader.core.protocols.calling``, watched as a
@@ -159,6 +173,7 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
         message = f"{api}() raised {type(error).__name__}: {short_error(error)}"
         if "ellipsis" in str(error):
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
+        message += numpy_too_new(error)
         raise KernelCallError(message) from None
     problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, tensors_in((args, kwargs)), api)
     if not problem and isinstance(checker, memcheck.MemoryChecker):
