@@ -9,6 +9,11 @@ keeps one program per multiprocessor busy from the first tile to the last.
 - **A persistent kernel.** Instead of one program per tile (thousands of programs, each paying its
   start-up and leaving a ragged last wave), launch one program per multiprocessor and let each loop
   over tiles: tile = pid, pid + NUM_SMS, pid + 2 NUM_SMS, ...
+- **Tensor descriptors (TMA).** On Hopper and newer GPUs a copy engine moves whole tiles between
+  global and shared memory, described by a tensor descriptor (base, shape, strides, tile shape):
+  no pointer arithmetic, no masks (the descriptor knows the edges), and fewer instructions in the
+  loop. ``matmul_tma_kernel`` runs the same persistent loop on descriptors where the GPU and the
+  operands' layouts allow it; ``matmul_kernel`` (pointers) runs everywhere else.
 
 The starting file launches one program per tile with one fixed, small config, tuned for nothing.
 
@@ -22,10 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
+from triton.tools.tensor_descriptor import TensorDescriptor
+
 from grader.validation import check_tensors
 
 INTERPRETER_SMS = 4  # "multiprocessors" under the CPU interpreter, which runs one program at a time
 COMPILER_RESERVE = 8 * 1024  # shared memory the compiler keeps for itself (epilogue, barriers)
+# The descriptor kernel's one config: what the autotuner picked on an H100 for every shape measured
+# (README). A descriptor's tile shape is fixed on the host, before the launch, so this kernel is
+# not autotuned: the autotuner would need a Python hook to re-shape the descriptors per config.
+TMA_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
 
 
 def matmul_configs() -> list:
@@ -68,6 +79,15 @@ def prune(configs, named_args, **kwargs):
     return configs_that_fit(configs, a.element_size(), shared_memory_bytes(a.device)) or configs[-1:]
 
 
+@triton.jit
+def tile_position(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Module 04's grouped order: the (row, column) of tile number ``tile`` in the output."""
+    first_row = (tile // (GROUP_M * tiles_n)) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_row, GROUP_M)
+    in_group = tile % (GROUP_M * tiles_n)
+    return first_row + in_group % rows_in_group, in_group // rows_in_group
+
+
 # TODO 3: tune per problem shape: the autotuner must search again when M, N or K changes
 #   Hint: key lists the names of the kernel's arguments whose values select a config; the dtype is
 #   Hint: part of the key already. prune_configs_by={"early_config_prune": prune} prunes first.
@@ -89,11 +109,7 @@ def matmul_kernel(
     #   Hint: the launcher starts at most NUM_SMS programs; program p computes tiles p, p + NUM_SMS,
     #   Hint: p + 2 NUM_SMS, ... below tiles: tl.range(start, end, step).
     for tile in tl.range(tl.program_id(axis=0), tl.program_id(axis=0) + 1, 1):  # one tile each
-        # Grouped order (module 04), for the tile's place in the output.
-        first_row = (tile // (GROUP_M * tiles_n)) * GROUP_M
-        rows_in_group = tl.minimum(tiles_m - first_row, GROUP_M)
-        pid_m = first_row + (tile % (GROUP_M * tiles_n)) % rows_in_group
-        pid_n = (tile % (GROUP_M * tiles_n)) // rows_in_group
+        pid_m, pid_n = tile_position(tile, tiles_m, tiles_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_k = tl.arange(0, BLOCK_K)
@@ -110,10 +126,50 @@ def matmul_kernel(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+@triton.jit
+def matmul_tma_kernel(
+    a_desc, b_desc, c_desc,
+    M, N, K,
+    NUM_SMS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """matmul_kernel's tiles, loaded and stored through tensor descriptors: each ``load`` asks the
+    copy engine for a whole tile at a position (zeros where it hangs past an edge) and each
+    ``store`` writes one back (dropping what lies past an edge), so the loop has no pointers and no
+    masks."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    # TODO 5: the same loop over this program's tiles as in matmul_kernel
+    #   Hint: flatten=True lets the compiler pipeline the loads of the next tile under this one's dots.
+    for tile in tl.range(tl.program_id(axis=0), tl.program_id(axis=0) + 1, 1):  # one tile each
+        pid_m, pid_n = tile_position(tile, tiles_m, tiles_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            acc = tl.dot(a_desc.load([pid_m * BLOCK_M, k]), b_desc.load([k, pid_n * BLOCK_N]), acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
 def multiprocessors(device: torch.device) -> int:
     if device.type != "cuda":
         return INTERPRETER_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def programs(tiles: int, num_sms: int) -> int:
+    """How many programs to launch for ``tiles`` output tiles."""
+    # TODO 6: launch one program per multiprocessor (fewer when there are fewer tiles)
+    #   Hint: the loop in the kernel hands each program every NUM_SMS-th tile.
+    return tiles  # one program per tile
+
+
+def takes_tma_path(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> bool:
+    """Whether matmul_tma_kernel can run on these operands (the CPU interpreter runs it too)."""
+    # TODO 7: take the descriptor path only where the GPU and the operands allow it
+    #   Hint: a GPU needs compute capability 9 or more (torch.cuda.get_device_capability(a.device)).
+    #   Hint: 16-bit operands (element_size() == 2); every one of a, b, c row-major (stride(1) == 1)
+    #   Hint: with each row on a 16-byte boundary (stride(0) * element_size() and data_ptr() multiples
+    #   Hint: of 16); and at least one full TMA_CONFIG tile (M >= BLOCK_M, N >= BLOCK_N, K >= BLOCK_K).
+    return False  # pointer loads everywhere
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -128,12 +184,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if c.numel() == 0:
         return c
     num_sms = multiprocessors(a.device)
+    if takes_tma_path(a, b, c):
+        bm, bn, bk = TMA_CONFIG["BLOCK_M"], TMA_CONFIG["BLOCK_N"], TMA_CONFIG["BLOCK_K"]
+        grid = (programs(triton.cdiv(M, bm) * triton.cdiv(N, bn), num_sms),)
+        matmul_tma_kernel[grid](TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+                                TensorDescriptor.from_tensor(c, [bm, bn]), M, N, K, NUM_SMS=num_sms, **TMA_CONFIG)
+        return c
 
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-        # TODO 5: launch one program per multiprocessor (fewer when there are fewer tiles)
-        #   Hint: the loop in the kernel hands each program every NUM_SMS-th tile.
-        return (tiles,)  # one program per tile
+        return (programs(tiles, num_sms),)
 
     matmul_kernel[grid](
         a, b, c, M, N, K,

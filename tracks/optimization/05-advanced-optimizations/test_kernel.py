@@ -37,6 +37,12 @@ SPEC = Spec(
 LOOPING = ("more tiles than programs: each program computes every NUM_SMS-th tile from its own id on, "
            "and the tiles are taken in groups of GROUP_M rows (the last group is shorter).")
 
+DESCRIPTORS = ("16-bit operands, row-major, rows on 16-byte boundaries, at least one TMA_CONFIG tile: "
+               "matmul_tma_kernel runs (the interpreter runs it too), each program computing every NUM_SMS-th "
+               "tile from its own id on, as in matmul_kernel.")
+NOT_ROW_MAJOR = ("16-bit operands that are not row-major: a tensor descriptor needs each row's elements "
+                 "contiguous and on a 16-byte boundary, so matmul_kernel (pointer loads) must run.")
+
 CASES = [
     Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1"),
     Case({"mnk": (16, 16, 16)}, label="one 16 x 16 tile"),
@@ -50,12 +56,26 @@ CASES = [
          hint=LOOPING),
     Case({"mnk": (257, 520, 33), "layouts": ("sliced", "row-major")}, label="more tiles than programs, sliced a",
          hint=LOOPING),
+    # 16-bit, row-major, rows on 16-byte boundaries, at least one TMA tile: matmul_tma_kernel runs
+    # (the interpreter runs it too), with partial tiles at every edge.
+    Case({"mnk": (300, 520, 136)}, torch.float16, label="the descriptor path, partial edge tiles", hint=DESCRIPTORS),
+    Case({"mnk": (260, 520, 64), "layouts": ("padded", "padded")}, torch.float16,
+         label="the descriptor path, NaN past the edges", hint=DESCRIPTORS),
+    Case({"mnk": (384, 768, 72)}, torch.float16, label="the descriptor path, one k-step and a bit", hint=DESCRIPTORS),
+    Case({"mnk": (260, 264, 64), "layouts": ("transposed", "sliced")}, torch.float16,
+         label="16-bit but not row-major: pointer loads", hint=NOT_ROW_MAJOR),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
     # A GPU has about a hundred multiprocessors: these tiles outnumber them whatever the config.
     Case({"mnk": (2048, 4096, 64)}, torch.float16, label="more tiles than a GPU has multiprocessors",
          hint=LOOPING, cuda_only=True),
+    Case({"mnk": (1536, 8192, 256)}, torch.float16, label="the descriptor path, more tiles than multiprocessors",
+         hint=LOOPING, cuda_only=True),
+    Case({"mnk": (2048, 4096, 64)}, torch.float32, label="pointer loads, more tiles than multiprocessors",
+         hint=LOOPING, cuda_only=True),
     Case({"mnk": (3000, 5000, 700), "layouts": ("row-major", "transposed")}, torch.float16,
          label="large, b transposed", cuda_only=True),
+    Case({"mnk": (2500, 4100, 96), "layouts": ("transposed", "row-major")}, torch.bfloat16,
+         label="large, a transposed", hint=LOOPING, cuda_only=True),
     Case({"mnk": (8192, 8192, 8192)}, torch.bfloat16, label="benchmark size", cuda_only=True),
 ]
 
