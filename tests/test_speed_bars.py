@@ -7,11 +7,12 @@ about a GPU (the memory-traffic bars stand in for them there).
 """
 
 import pytest
+import torch
 
-from grader.core import bench, cases
+from grader.core import bench, cases, protocols
 from grader.core.loading import load_kernel
 from grader.core.markers import modules_with_solutions
-from grader.grade.timing import credit
+from grader.grade import timing
 
 MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
 
@@ -20,18 +21,22 @@ MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
 @pytest.mark.timed
 @pytest.mark.parametrize("module", MODULES, ids=[m.id for m in MODULES])
 def test_starting_kernel_earns_nothing_and_the_reference_everything(module):
+    """Timed as the grader times a submission: calls back to back over a window of about 0.3 s,
+    rotating over input sets that together overflow the L2 cache, the repetitions set by the
+    reference."""
     spec, _ = cases.public(module)
     case = spec.bench_cases[0]
-    start = load_kernel(module, "learner").api(spec.api)
-    reference = load_kernel(module, "solutions").api(spec.api)
-    rows = {row.impl: row.ms for row in bench.measure(
-        spec, case, {"reference": reference, "starting kernel": start, "reference again": reference})}
-    start_ratio = rows["reference"] / rows["starting kernel"]
-    reference_ratio = rows["reference"] / rows["reference again"]
-    assert credit(start_ratio, spec.learner_threshold, spec.floor) == 0.0, (
+    on = torch.device("cuda", torch.cuda.current_device())
+    start = protocols.timed(spec.protocol, load_kernel(module, "learner").api(spec.api), spec.api)
+    reference = protocols.timed(spec.protocol, load_kernel(module, "solutions").api(spec.api), spec.api)
+    plan = timing.time_reference(timing.TimingInputs(case, timing.rotated_inputs(spec, case, 0, on)), reference, on)
+    start_ratio = plan.reference_ms / timing.loop_ms(start, plan.input_sets, plan.reps)
+    reference_ratio = plan.reference_ms / timing.loop_ms(reference, plan.input_sets, plan.reps)
+    print(f"{module.id}: starting kernel {start_ratio:.3f}, reference again {reference_ratio:.3f} x the reference")
+    assert timing.credit(start_ratio, spec.learner_threshold, spec.floor) == 0.0, (
         f"{module.id}: the starting kernel runs at {start_ratio:.2f} x the reference on {case.name}, above "
         f"the floor of {spec.floor:.2f}: it would earn performance credit without any of the TODOs.")
-    assert credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
+    assert timing.credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
         f"{module.id}: the reference timed twice gives {reference_ratio:.2f}, below the threshold of "
         f"{spec.learner_threshold:.2f}: timing noise alone would cost a finished kernel credit.")
 

@@ -46,7 +46,7 @@ class TimingPlan(TimingInputs):
     reference_ms: float = 0.0
 
 
-def _input_sets(spec: Spec, case: Case, secret: int, on: torch.device) -> list:
+def rotated_inputs(spec: Spec, case: Case, secret: int, on: torch.device) -> list:
     first = build_inputs(spec, case, secret, on=on)
     size = sum(t.numel() * t.element_size() for t in first[0] if isinstance(t, torch.Tensor))
     l2 = torch.cuda.get_device_properties(on).L2_cache_size
@@ -261,7 +261,7 @@ def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> Ti
     with _timing_plans_lock:
         if key not in _timing_inputs:
             case = spec.bench_cases[0]
-            _timing_inputs[key] = TimingInputs(case, _input_sets(spec, case, secret + 7919, on))
+            _timing_inputs[key] = TimingInputs(case, rotated_inputs(spec, case, secret + 7919, on))
         return _timing_inputs[key]
 
 

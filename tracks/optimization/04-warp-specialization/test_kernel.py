@@ -42,9 +42,11 @@ SPEC = Spec(
     ceiling="torch",
     target=1.2,
     learner_threshold=0.9,
-    # Measured on an H100 (Triton 3.6): the starting kernel runs at 0.71 x the reference on the
-    # graded case.
-    learner_floor=0.78,
+    # Measured on an H100 (Triton 3.6), timed as the grader times: the starting kernel ran at 0.71
+    # to 0.81 x the reference on the graded case, and the reference against itself at 0.91 to
+    # 1.11 (clocks under a compute-bound load move by about 10% from one window to the next), so
+    # the band of partial credit is narrow.
+    learner_floor=0.85,
 )
 
 GROUPS = ("tiles in several rows and columns: with GROUP_M rows of tiles per group, the last group "
