@@ -44,7 +44,7 @@ SPEC = Spec(
     learner_threshold=0.9,
     # Measured on an H100 (Triton 3.6), timed as the grader times: the starting kernel ran at 0.71
     # to 0.81 x the reference on the graded case, and the reference against itself at 0.91 to
-    # 1.11 (clocks under a compute-bound load move by about 10% from one window to the next), so
+    # 1.11 (from one 0.3 s window to the next, likely the clocks under a matmul's power draw), so
     # the band of partial credit is narrow.
     learner_floor=0.85,
 )
