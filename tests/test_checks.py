@@ -1,5 +1,6 @@
 """The checks catch the ways a kernel can look right and be wrong."""
 
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -107,6 +108,14 @@ def test_numpy_newer_than_the_interpreter_is_named_only_where_it_is_the_cause(mo
     assert "numpy<2.4" not in run_case(interpreted, SPEC, CASE).message
     monkeypatch.setattr(numpy, "__version__", "2.5.2")
     assert "numpy<2.4" not in run_case(lambda x: 1 / 0, SPEC, CASE).message
+    # the same hint where a test calls a kernel outside a case (gradcheck, properties)
+    from grader.core.checks import explained
+    from grader.core.loading import LoadedKernel
+
+    learner = LoadedKernel(module=None, path=None, namespace=None)
+    with pytest.raises(AssertionError, match="the course pins numpy<2.4"):
+        with explained(learner, "gradcheck"):
+            interpreted(None)
 
 
 def test_wrong_dtype_and_count_of_outputs():

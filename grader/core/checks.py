@@ -307,7 +307,8 @@ def explained(kernel: LoadedKernel, what: str):
         raise AssertionError(f"{error}{todos}") from None
     except Exception as error:  # the learner's code can raise anything
         text = str(error).strip().splitlines()
-        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}{todos}") from None
+        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}"
+                             f"{numpy_too_new(error)}{todos}") from None
 
 
 def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "",
