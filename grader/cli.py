@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -81,8 +82,6 @@ def cmd_lab(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import signal
-
     from grader.grade import runphase
     from grader.grade.cluster import ClusterError
     from grader.sandbox.isolation import GiB, Limits, SandboxError
@@ -106,7 +105,8 @@ def cmd_run(args) -> int:
         print(error)
         return 2
     except KeyboardInterrupt:
-        print("Stopped. Records written so far are kept; run the same command again to continue.")
+        print("Stopped. Records written so far are kept; run the same command again to continue.", flush=True)
+        runphase.exit_if_workers_linger(130)
         return 130
     graded = [o for o in summary.outcomes if o.record is not None]
     reused = sum(len(o.submissions) for o in graded if o.reused)

@@ -99,7 +99,10 @@ def _guarded(command):
             print(error)
             return 2
         except KeyboardInterrupt:
-            print("Stopped. Run the same command again to continue: finished work is reused.")
+            print("Stopped. Run the same command again to continue: finished work is reused.", flush=True)
+            from grader.grade.runphase import exit_if_workers_linger
+
+            exit_if_workers_linger(130)
             return 130
     return run
 

@@ -9,12 +9,13 @@ only: it may contain anything the learner's code chose to print).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import secrets
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,7 +31,11 @@ from grader.grade.store import (Submission, existing_record, find_submissions, k
                                 remove_stale_temporaries, sha256, update_index)
 from grader.sandbox.isolation import Sandbox, UnsafeSandbox
 
-__all__ = ["Options", "Outcome", "RunSummary", "run", "grade_submission"]
+__all__ = ["Options", "Outcome", "RunSummary", "run", "grade_submission", "exit_if_workers_linger"]
+
+# After Ctrl-C, how long the workers have to end their children (each does within a second or two).
+STOP_SECONDS = 60
+_WORKER_PREFIX = "grading-worker"
 
 
 @dataclass
@@ -178,6 +183,21 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
     return RunSummary(outcomes, results_dir, protections)
 
 
+def exit_if_workers_linger(code: int) -> None:
+    """After a stopped run: if a worker thread is still busy, say where every thread is and end
+    the process now, with ``code``, instead of waiting for it at exit. Its children die with the
+    process (the sandbox's boot step asks the kernel for that), and records are written whole or
+    not at all, so nothing is lost that a re-run would not redo."""
+    lingering = [t for t in threading.enumerate() if t.name.startswith(_WORKER_PREFIX) and t.is_alive()]
+    if not lingering:
+        return
+    print(f"{len(lingering)} worker(s) did not stop within {STOP_SECONDS} s; leaving without them. "
+          "Where each thread was, for a bug report:", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def _longest_first(results_dir: Path):
     """A sort key that puts the modules that take longest first, so that none starts last and
     keeps the run waiting: their mean time in earlier runs on this device, else their place in
@@ -252,16 +272,18 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
                 outcome.error = f"{type(error).__name__}: {error}"
             return outcome
 
-        with ThreadPoolExecutor(max_workers=options.workers or default_workers(options)) as pool:
-            futures = [pool.submit(work, key) for key in pending]
-            try:
-                for future in as_completed(futures):
-                    done(future.result())
-            except BaseException:
-                stop.set()  # workers stop their children within a second and write nothing
-                for future in futures:
-                    future.cancel()
-                raise
+        pool = ThreadPoolExecutor(max_workers=options.workers or default_workers(options),
+                                  thread_name_prefix=_WORKER_PREFIX)
+        futures = [pool.submit(work, key) for key in pending]
+        try:
+            for future in as_completed(futures):
+                done(future.result())
+        except BaseException:
+            stop.set()  # workers stop their children within a second and write nothing
+            pool.shutdown(wait=False, cancel_futures=True)
+            wait(futures, timeout=STOP_SECONDS)  # a worker still busy then: exit_if_workers_linger
+            raise
+        pool.shutdown()
         return protections
     finally:
         sandbox.close()
