@@ -1,4 +1,5 @@
-"""On a GPU: every optimization module's speed bar separates its starting kernel from its reference.
+"""On a GPU: the grader's timed case of every module measures the GPU, and every optimization
+module's speed bar separates its starting kernel from its reference.
 
 The starting kernel (the untouched learner stub, which is correct) must earn no performance
 credit, and the reference full credit, when both are timed in the same run against the reference,
@@ -15,6 +16,42 @@ from grader.core.markers import modules_with_solutions
 from grader.grade import timing
 
 MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
+TIMED = [m for m in modules_with_solutions() if cases.public(m)[0].bench_cases]
+BUSY = 0.9  # the GPU's share of the timed loop that the reference must reach
+
+
+def _gpu_ms_per_call(fn, input_sets: list, calls: int) -> float:
+    """Milliseconds of GPU work (kernels, copies) per call, from a trace of ``calls`` calls."""
+    from torch.autograd import DeviceType
+
+    timing.loop_ms(fn, input_sets, 1)  # compiled and tuned before the trace
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as trace:
+        for i in range(calls):
+            args, kwargs = input_sets[i % len(input_sets)]
+            fn(*args, **kwargs)
+        torch.cuda.synchronize()
+    work = [e for e in trace.events() if e.device_type == DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in work) / 1e3 / calls
+
+
+@pytest.mark.cuda
+@pytest.mark.timed
+@pytest.mark.parametrize("module", TIMED, ids=[m.id for m in TIMED])
+def test_the_graded_timing_measures_the_gpu_not_the_host(module):
+    """The grader times back-to-back calls by the wall clock. If the reference's GPU work per call
+    were shorter than its Python and launch work, the clock would measure the host, whose speed
+    moves with the machine's load, and identical files would get different grades."""
+    spec, _ = cases.public(module)
+    case = spec.bench_cases[0]
+    on = torch.device("cuda", torch.cuda.current_device())
+    reference = protocols.timed(spec.protocol, load_kernel(module, "solutions").api(spec.api), spec.api)
+    plan = timing.time_reference(timing.TimingInputs(case, timing.rotated_inputs(spec, case, 0, on)), reference, on)
+    busy = _gpu_ms_per_call(reference, plan.input_sets, min(plan.reps, 50)) / plan.reference_ms
+    print(f"{module.id}: {case.name}: GPU busy {busy:.2f} of the timed loop ({plan.reference_ms:.4f} ms a call)")
+    assert busy >= BUSY, (
+        f"{module.id}: on {case.name} the reference's GPU work fills only {busy:.0%} of its timed "
+        f"loop ({plan.reference_ms:.4f} ms a call): the grade would time the host. Make the module's "
+        "first benchmark case larger.")
 
 
 @pytest.mark.cuda
