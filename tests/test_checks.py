@@ -197,3 +197,22 @@ def test_a_case_of_another_function_is_checked_against_that_functions_spec():
     check_case(kernel, SPEC, CASE)
     check_case(kernel, SPEC, other)  # negate() is called and compared with -x, not 2 * x
     assert not run_case(double, SPEC, other).passed
+
+
+@pytest.mark.cuda
+def test_a_module_judge_sees_outputs_on_the_inputs_device():
+    """The grader reads a child's outputs from its file onto the CPU while the inputs stay on the
+    GPU; a module's own judge (dropout's statistics) compares the two, so it gets both on one device."""
+    from grader.core.checks import compare, reference_outputs
+
+    devices = []
+
+    def judge(outputs, references, args, kwargs, case):
+        devices.append({t.device.type for t in (*outputs, *references, *args)})
+        return [] if torch.equal(outputs[0], args[0] * 2) else ["wrong"]
+
+    spec = Spec(api="double", make_inputs=None, reference=lambda x: x * 2, judge=judge)
+    x = torch.randn(64, device="cuda")
+    references = reference_outputs(spec, (x,), {})
+    assert compare(spec, Case({}, torch.float32), ((x * 2).cpu(),), references, ((x,), {})) == []
+    assert devices == [{"cuda"}]

@@ -17,3 +17,33 @@ def test_a_module_can_raise_the_floor_above_its_slow_starting_kernel():
     spec = Spec(api="f", make_inputs=None, reference=None, learner_threshold=0.9, learner_floor=0.6)
     assert credit(0.55, spec.learner_threshold, spec.floor) == 0.0
     assert credit(0.75, spec.learner_threshold, spec.floor) == pytest.approx(0.5)
+
+
+def _timed_problem(monkeypatch, module_id: str, outputs_of) -> str:
+    """What the grader says of the outputs of a module's timed calls, read from ``outputs_of``
+    (the references -> what the child saved), on the module's first public case."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from grader.core import cases
+    from grader.core.catalog import find_module
+    from grader.core.checks import build_inputs, reference_outputs
+    from grader.grade import timing
+
+    spec, public = cases.public(find_module(module_id))
+    case = public[0]
+    args, kwargs = build_inputs(spec, case, 0, on=torch.device("cpu"))
+    references = reference_outputs(spec, args, kwargs)
+    monkeypatch.setattr(timing, "fetch", lambda child, name, a, k, refs: {"outputs": list(outputs_of(refs, case))})
+    grading = SimpleNamespace(plan=SimpleNamespace(spec=spec))
+    return timing._timed_outputs_problem(grading, None, timing.TimingPlan(case, [(args, kwargs)], reps=1))
+
+
+def test_the_timed_outputs_are_judged_with_the_inputs_of_their_call(monkeypatch):
+    """A module's own judge reads the call's inputs (debugging/03 compares y with x and the bias):
+    right outputs pass, wrong ones are named, and neither stops the grader."""
+    right = lambda refs, case: [r.to(case.dtype) for r in refs]  # noqa: E731
+    wrong = lambda refs, case: [r.to(case.dtype) + 1 for r in refs]  # noqa: E731
+    assert _timed_problem(monkeypatch, "debugging/03-performance-profiling", right) == ""
+    assert "wrong" in _timed_problem(monkeypatch, "debugging/03-performance-profiling", wrong)

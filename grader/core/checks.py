@@ -257,6 +257,10 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
                         + (f": {only}." if only else "."))
     if not problems and spec.judge is not None:
         args, kwargs = inputs if inputs is not None else ((), {})
+        # A judge reads outputs against inputs: both on the references' device (the grader reads
+        # a child's outputs from its file onto the CPU, while the inputs stay on the GPU).
+        on = next((r.device for r in references if isinstance(r, torch.Tensor)), None)
+        outputs = tuple(o.to(on) if on is not None and isinstance(o, torch.Tensor) else o for o in outputs)
         problems = list(spec.judge(outputs, references, args, kwargs, case))
     if problems and case.hint:
         problems.append(f"What this case checks: {case.hint}")

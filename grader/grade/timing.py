@@ -245,7 +245,7 @@ def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
         # Repeated in-place updates (an optimizer's steps) drift from a one-call reference: the
         # values were checked by the graded cases; here they need only be readable.
         return ""
-    problems = compare(grading.plan.spec, plan.case, outputs, references)
+    problems = compare(grading.plan.spec, plan.case, outputs, references, (args, kwargs))
     return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
 
 
