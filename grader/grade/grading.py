@@ -102,7 +102,8 @@ class Grading:
         self.options, self.stop, self.limits = options, stop, options.limits
         self.plan = plan(module, secret)
         self.on = torch.device(f"cuda:{slot.gpu or 0}") if device.is_cuda() else torch.device("cpu")
-        with self.profile.step("inputs"):
+        # On a GPU, input building waits while a kernel is timed (the GPU is the timing's alone).
+        with self.lease.shared(), self.profile.step("inputs"):
             self.inputs = {t.id: build_inputs(self.plan.spec, self.plan.cases[t.case_index][0], t.secret, on=self.on)
                            for t in self.plan.trials}
         self.verdicts: dict[int, Verdict] = {}
@@ -257,17 +258,19 @@ class Grading:
             suspects = [t for t in waiting if t.id in self.unconfirmed]
             ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
 
-    def start_child(self, n_calls: int, timed: bool = False):
+    def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
-        the others share the GPU's memory."""
+        the others share the GPU's memory. ``source``: another file to run instead (the reference
+        solution, timed the way the submission is), with a Triton cache of its own."""
         share = 1 if timed else self.options.children_per_gpu
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
         request = {"module": self.module.id, "api": self.api, "apis": [spec.api for spec in specs],
                    "kernel": "kernel.py", "gpu_memory_fraction": self.options.gpu_memory_fraction / max(1, share),
                    "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs)))}
-        return self.sandbox.start(self.slot, {"kernel.py": self.source}, child_command(REPO_ROOT),
-                                  request, n_calls, secrets.token_hex(16), shared=self.shared)
+        return self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
+                                  request, n_calls, secrets.token_hex(16),
+                                  shared=self.shared if source is None else None)
 
 
 @dataclass

@@ -1,13 +1,13 @@
-"""Performance grading for the run phase (CUDA only): the reference timed in the parent, the
-learner's kernel timed in a sandboxed child of its own.
+"""Performance grading for the run phase (CUDA only): the learner's kernel and the reference
+solution each timed in a sandboxed child, by the same method.
 
-The learner's kernel is timed in its sandboxed child, the reference solution in the parent, on the
-same inputs (the module's first benchmark case, drawn from the run's secret seed) and the same GPU,
-in the same run. The grade uses the parent's own wall clock around the child's timed loop, so a
-submission that patches timers, ``do_bench`` or ``torch.cuda.Event`` changes nothing; the child's
-event timing is only recorded beside it as a cross-check. The loop's last outputs are checked
-against the reference, so lazy or side-stream work cannot pass, and correctness must be perfect
-before speed is graded at all.
+Both are timed on the same inputs (the module's first benchmark case, drawn from the run's secret
+seed), on the same GPU, in the same run, with the GPU alone; the reference once per run and GPU.
+The grade uses the parent's own wall clock around each child's timed loop, so a submission that
+patches timers, ``do_bench`` or ``torch.cuda.Event`` changes nothing; the child's event timing is
+only recorded beside it as a cross-check. The loop's last outputs are checked against the
+reference, so lazy or side-stream work cannot pass, and correctness must be perfect before speed
+is graded at all.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from grader.core import device
 from grader.core.cases import Case, Spec
 from grader.core.catalog import Module
 from grader.core.checks import build_inputs, compare, reference_outputs
-from grader.core.loading import LoadError, load_kernel
-from grader.core.protocols import order_of, timed
+from grader.core.loading import kernel_path
+from grader.core.protocols import order_of
 from grader.grade.judging import fetch
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS
@@ -67,11 +67,16 @@ def loop_ms(fn, input_sets: list, reps: int) -> float:
     return (time.perf_counter() - started) * 1e3 / reps
 
 
+def reps_for(probe_ms: float) -> int:
+    """Calls in a timed window of about ``TARGET_WINDOW_SECONDS``, from one call's time."""
+    return max(10, min(2000, math.ceil(TARGET_WINDOW_SECONDS * 1e3 / max(probe_ms, 1e-3))))
+
+
 def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> TimingPlan:
-    """The repetitions for ``inputs`` and the reference's time on them (the GPU must be idle)."""
+    """The repetitions for ``inputs`` and the reference's time on them, in this process (the GPU
+    must be idle). The run phase times the reference in a child instead (``measure``)."""
     with _reference_lock, torch.cuda.device(on):
-        probe_ms = loop_ms(reference_fn, inputs.input_sets, 3)
-        reps = max(10, min(2000, math.ceil(TARGET_WINDOW_SECONDS * 1e3 / max(probe_ms, 1e-3))))
+        reps = reps_for(loop_ms(reference_fn, inputs.input_sets, 3))
         reference_ms = loop_ms(reference_fn, inputs.input_sets, reps)
     return TimingPlan(inputs.case, inputs.input_sets, reps, reference_ms)
 
@@ -118,40 +123,73 @@ def measure(grading, secret: int) -> dict:
 
     The child starts and imports the submission while sharing the GPU like a correctness child,
     then is frozen (``Child.pause``) until the GPU is this grading's alone: its start-up costs
-    no exclusive GPU time, and nothing of it runs while another grading is timed."""
+    no exclusive GPU time, and nothing of it runs while another grading is timed. The reference
+    solution is timed the same way, in a child of its own, once per run and GPU: in the grader's
+    process it would run beside the threads of other gradings (judging, building inputs) and
+    share their interpreter lock, and its time would depend on how busy they were."""
     if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
             not all(v.passed for v in grading.verdicts.values()):
         return _failed("not timed: the kernel must pass every case first")
     if not grading.plan.spec.bench_cases:
         return NOT_TIMED
-    child = None
+    child = reference = None
     try:
         waiting = time.monotonic()
         with grading.lease.shared():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("timing start"):
                 inputs = _inputs_for(grading.module, grading.plan.spec, secret, grading.on)
-                child = grading.start_child(3, timed=True)
-                grading.child_started()
-                grading.sandbox.wait_sandbox(child)
-                failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs)
-            if failure is not None:
-                return failure
+                child = _started(grading, inputs)
+                if isinstance(child, dict):
+                    return child
+                if _plan_wanted(grading.module, grading.on):
+                    reference = _reference_child(grading, inputs)
             child.pause()
+            if reference is not None:
+                reference.pause()
         waiting = time.monotonic()
         with grading.lease.exclusive():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("reference timing"):
-                plan = _plan_for(grading.module, grading.plan.spec, inputs, grading.on)
+                plan = _plan_for(grading, inputs, reference)
             if plan is None:
                 return NOT_TIMED
             child.resume()
             with grading.profile.step("learner timing"):
                 return _drive_timing(grading, child, plan)
     finally:
-        if child is not None:
-            grading.log.append(f"--- timing child: output ---\n{child.log_tail()}")
-            child.close()
+        for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
+            if process is not None and not isinstance(process, dict):
+                grading.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
+                process.close()
+
+
+def _started(grading, inputs: TimingInputs, source: bytes | None = None):
+    """A timed child of ``source`` (default: the submission), its file imported and the timing
+    inputs on the GPU; else the record's performance entry saying why not."""
+    child = grading.start_child(3, timed=True, source=source)
+    grading.child_started()
+    grading.sandbox.wait_sandbox(child)
+    failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs)
+    if failure is not None:
+        grading.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
+        child.close()
+        return failure
+    return child
+
+
+def _reference_child(grading, inputs: TimingInputs):
+    """The reference solution in a timed child, ready like the submission's; None without a
+    reference solution in this checkout. A reference that cannot be timed is the course's fault:
+    an error of the grader, not a student's zero."""
+    try:
+        source = kernel_path(grading.module, "solutions").read_bytes()
+    except OSError:
+        return None
+    child = _started(grading, inputs, source)
+    if isinstance(child, dict):
+        raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {child['reason']}")
+    return child
 
 
 NOT_TIMED = {"graded": False, "reason": "not graded: no benchmark case or no reference solution in this checkout"}
@@ -201,9 +239,20 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
 
 
 def _drive_timing(grading, child, plan: TimingPlan) -> dict:
+    window = _timed_window(grading, child, plan.reps)
+    if isinstance(window, dict):
+        return window
+    window_ms, event_ms = window
+    problem = _timed_outputs_problem(grading, child, plan)
+    return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
+
+
+def _timed_window(grading, child, reps: int):
+    """Order ``reps`` timed calls and wait until their outputs are saved: (the parent's window in
+    ms, the child's own event time or None); else the record's performance entry saying why not."""
     spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
     try:
-        child.order({"timing": plan.reps, "call": order_of(spec.protocol, spec.mutates)}, time.monotonic() + 10)
+        child.order({"timing": reps, "call": order_of(spec.protocol, spec.mutates)}, time.monotonic() + 10)
     except ChildEnded as ended:
         return _ended(ended)
     ordered = time.monotonic()
@@ -225,8 +274,7 @@ def _drive_timing(grading, child, plan: TimingPlan) -> dict:
         elif kind == "timing_end" and started is not None:
             window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
         elif kind == "timing_saved" and window_ms is not None:
-            problem = _timed_outputs_problem(grading, child, plan)
-            return verdict(spec, plan, window_ms, event_ms, not problem, problem)
+            return window_ms, event_ms
         elif kind == "finished":
             return _failed("the kernel was not timed (it ended early)")
 
@@ -265,16 +313,30 @@ def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> Ti
         return _timing_inputs[key]
 
 
-def _plan_for(module: Module, spec: Spec, inputs: TimingInputs, on: torch.device) -> TimingPlan | None:
-    """The reference's time on ``inputs``, measured once per run and GPU (with the GPU alone);
-    None without a reference solution in this checkout."""
-    key = (module.id, str(on))
+def _plan_wanted(module: Module, on: torch.device) -> bool:
+    """Whether the reference still has to be timed for ``module`` on this GPU in this run."""
     with _timing_plans_lock:
-        if key not in _timing_plans:
-            try:
-                reference = timed(spec.protocol, load_kernel(module, "solutions").api(spec.api), spec.api)
-            except LoadError:
-                _timing_plans[key] = None
-            else:
-                _timing_plans[key] = time_reference(inputs, reference, on)
-        return _timing_plans[key]
+        return (module.id, str(on)) not in _timing_plans
+
+
+def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
+    """The reference's time on ``inputs``, measured once per run and GPU (with the GPU alone) in
+    its timed child ``reference`` (None: measured already, or no reference solution here). Two
+    gradings of one module may both have started a reference child; the first to get the GPU
+    times it."""
+    key = (grading.module.id, str(grading.on))
+    with _timing_plans_lock:
+        if key in _timing_plans:
+            return _timing_plans[key]
+    if reference is None:
+        plan = None
+    else:
+        reference.resume()
+        probe = _timed_window(grading, reference, 3)
+        reps = 0 if isinstance(probe, dict) else reps_for(probe[0] / 3)
+        window = probe if isinstance(probe, dict) else _timed_window(grading, reference, reps)
+        if isinstance(window, dict):
+            raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {window['reason']}")
+        plan = TimingPlan(inputs.case, inputs.input_sets, reps, window[0] / reps)
+    with _timing_plans_lock:
+        return _timing_plans.setdefault(key, plan)
