@@ -17,11 +17,17 @@ from grader.grade import timing
 
 MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
 TIMED = [m for m in modules_with_solutions() if cases.public(m)[0].bench_cases]
-BUSY = 0.9  # the GPU's share of the timed loop that the reference must reach
+# The GPU's share of the timed loop that the reference must reach. The kernels' time and the
+# loop's are two measurements, and a compute-bound kernel's clocks move between them (busy 0.87 to
+# 1.02 for the matmul modules on an H100), so this catches a case whose host work is about as long
+# as its GPU work (conv2d at batch 32: 0.76), not a small share.
+BUSY = 0.8
 
 
 def _gpu_ms_per_call(fn, input_sets: list, calls: int) -> float:
-    """Milliseconds of GPU work (kernels, copies) per call, from a trace of ``calls`` calls."""
+    """Milliseconds of GPU work (kernels, copies) per call, from a trace of ``calls`` calls. Not
+    measured with the timed loop's own clock: the trace slows the host side of each call, which
+    would make a call with much host work look host-bound."""
     from torch.autograd import DeviceType
 
     timing.loop_ms(fn, input_sets, 1)  # compiled and tuned before the trace

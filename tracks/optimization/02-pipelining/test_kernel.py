@@ -28,7 +28,8 @@ SPEC = Spec(
     ceiling="torch",
     target=0.85,
     # The unpipelined start with small tiles runs at about a third of the reference's speed.
-    learner_threshold=0.85,
+    # The reference timed against itself, as the grader times, gave 0.83 to 0.96 on an H100.
+    learner_threshold=0.8,
     learner_floor=0.5,
 )
 

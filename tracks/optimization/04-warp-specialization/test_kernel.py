@@ -36,16 +36,17 @@ SPEC = Spec(
     bytes_moved=lambda case: matmul_bytes(case) + case.params["mnk"][1] * case.dtype.itemsize,  # and the bias
     torch_baseline=reference,  # unfused: a matmul, an add and a GELU, three kernels
     # First (the graded one), a wide output and a short K: the epilogue's extra trips through memory
-    # are a large share. Then 8192^3, whose operands overflow L2, where the program order shows.
-    bench_cases=(Case({"mnk": (8192, 8192, 512)}, torch.float16), Case({"mnk": (8192, 8192, 8192)}, torch.float16),
+    # are a large share. 16384 rows, not 8192: at 8192 a call's GPU work (0.15 ms) was barely longer
+    # than its host work, and the wall clock partly timed the CPU. Then 8192^3, whose operands
+    # overflow L2, where the program order shows.
+    bench_cases=(Case({"mnk": (16384, 8192, 512)}, torch.float16), Case({"mnk": (8192, 8192, 8192)}, torch.float16),
                  Case({"mnk": (4096, 4096, 4096)}, torch.float16)),
     ceiling="torch",
     target=1.2,
     learner_threshold=0.9,
-    # Measured on an H100 (Triton 3.6), timed as the grader times: the starting kernel ran at 0.71
-    # to 0.81 x the reference on the graded case, and the reference against itself at 0.91 to
-    # 1.11 (from one 0.3 s window to the next, likely the clocks under a matmul's power draw), so
-    # the band of partial credit is narrow.
+    # Measured on an H100 (Triton 3.6), timed as the grader times, on the graded case: the starting
+    # kernel ran at 0.71 to 0.74 x the reference, and the reference against itself at 0.98 to 1.02
+    # (at 8192 rows: 0.71 to 0.81, and 0.86 to 1.11), so the band of partial credit is narrow.
     learner_floor=0.85,
 )
 

@@ -29,8 +29,9 @@ SPEC = Spec(
     target=0.95,
     # The starting file: one small untuned config, one program per tile. Timed as the grader times,
     # on an H100, it ran at 0.43 to 0.48 x the reference, and the reference against itself at 0.89
-    # to 1.04 (from one window to the next, likely the clocks under a matmul's power draw).
-    learner_threshold=0.85,
+    # to 1.04 (from one window to the next, likely the clocks under a matmul's power draw), and at
+    # 0.85 in the run phase grading all 19 modules at once.
+    learner_threshold=0.8,
     learner_floor=0.6,
     # The autotuner's early_config_prune is the lesson; the call monitor still watches it.
     allowed_hooks=frozenset({"prune_configs_by"}),
