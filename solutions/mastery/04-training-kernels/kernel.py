@@ -110,6 +110,18 @@ def sum_partials(partial: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_MULTIPROCESSORS = {}
+
+
+def multiprocessors(where: torch.device) -> int:
+    """The GPU's multiprocessor count, asked once per device: the backward passes run on the
+    autograd engine's thread next to the GPU's work, and every microsecond of host time there
+    shows in a step that takes half a millisecond."""
+    if where not in _MULTIPROCESSORS:
+        _MULTIPROCESSORS[where] = torch.cuda.get_device_properties(where).multi_processor_count
+    return _MULTIPROCESSORS[where]
+
+
 def backward_programs(n_rows: int, n_cols: int, where: torch.device) -> tuple[int, int]:
     """(programs, rows_per_program) for a norm's backward. Every program writes one partial row of
     the weight gradient, so the programs should be few (the partial rows stay small) but enough to
@@ -117,7 +129,7 @@ def backward_programs(n_rows: int, n_cols: int, where: torch.device) -> tuple[in
     H100: 2 for rows of 4096 and longer, 8 for rows of 1024). Without a GPU, four programs."""
     if where.type == "cuda":
         per_multiprocessor = min(max(8192 // triton.next_power_of_2(n_cols), 2), 8)
-        wanted = per_multiprocessor * torch.cuda.get_device_properties(where).multi_processor_count
+        wanted = per_multiprocessor * multiprocessors(where)
     else:
         wanted = 4
     rows_per_program = triton.cdiv(n_rows, max(min(wanted, n_rows), 1))
@@ -268,12 +280,12 @@ def layer_norm_forward_kernel(x_ptr, weight_ptr, bias_ptr, y_ptr, mean_ptr, rstd
 
 
 @triton.jit
-def layer_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, mean_ptr, rstd_ptr, dx_ptr,
-                               partial_dw_ptr, partial_db_ptr,
+def layer_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, mean_ptr, rstd_ptr, dx_ptr, partial_ptr,
                                dy_row_stride, x_row_stride, dx_row_stride, n_rows, n_cols, rows_per_program,
                                BLOCK_N: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
-    """As rms_norm_backward_kernel, with the mean: dx per row, and one partial row of dweight and
-    one of dbias per program."""
+    """As rms_norm_backward_kernel, with the mean: dx per row, and per program one partial row of
+    dweight followed by one of dbias, in a (programs, 2 * n_cols) buffer, so that a single launch
+    of the summing kernel adds up both."""
     program = tl.program_id(axis=0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < n_cols
@@ -309,8 +321,9 @@ def layer_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, mean_ptr, rstd_ptr, dx
         partial_dw += dy * x_hat
         partial_db += dy
         # END TODO
-    tl.store(partial_dw_ptr + program * n_cols + cols, partial_dw, mask=mask)
-    tl.store(partial_db_ptr + program * n_cols + cols, partial_db, mask=mask)
+    partial_row_ptr = partial_ptr + program * 2 * n_cols
+    tl.store(partial_row_ptr + cols, partial_dw, mask=mask)
+    tl.store(partial_row_ptr + n_cols + cols, partial_db, mask=mask)
 
 
 class LayerNormFunction(torch.autograd.Function):
@@ -339,15 +352,15 @@ class LayerNormFunction(torch.autograd.Function):
         dy_rows = as_rows(dy)
         dx = torch.empty((n_rows, n_cols), dtype=x_rows.dtype, device=x_rows.device)
         programs, rows_per_program = backward_programs(n_rows, n_cols, x_rows.device)
-        partial_dw = torch.empty((programs, n_cols), dtype=rstd.dtype, device=x_rows.device)
-        partial_db = torch.empty((programs, n_cols), dtype=rstd.dtype, device=x_rows.device)
+        partial = torch.empty((programs, 2 * n_cols), dtype=rstd.dtype, device=x_rows.device)
         if n_rows:
             block_n, num_warps = row_block(n_cols)
             layer_norm_backward_kernel[(programs,)](
-                dy_rows, x_rows, weight, mean, rstd, dx, partial_dw, partial_db,
+                dy_rows, x_rows, weight, mean, rstd, dx, partial,
                 dy_rows.stride(0), x_rows.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program,
                 BLOCK_N=block_n, COMPUTE_DTYPE=compute_dtype(x_rows), num_warps=num_warps)
-        return dx.view(ctx.x_shape), sum_partials(partial_dw, weight), sum_partials(partial_db, weight), None
+        dweight_dbias = sum_partials(partial, weight)
+        return dx.view(ctx.x_shape), dweight_dbias[:n_cols], dweight_dbias[n_cols:], None
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
