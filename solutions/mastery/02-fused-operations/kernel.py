@@ -360,16 +360,22 @@ def _or_constant(vector, length: int, value: float, x):
     return vector
 
 
-_SHARED_MEMORY = {}
+_PROPERTIES = {}
+
+
+def _properties(device: torch.device):
+    """The GPU's properties, asked once per device: asking on every call adds host time to calls
+    whose GPU work may take only a tenth of a millisecond."""
+    if device not in _PROPERTIES:
+        _PROPERTIES[device] = torch.cuda.get_device_properties(device)
+    return _PROPERTIES[device]
 
 
 def _shared_memory(device: torch.device) -> int:
     """How much shared memory one program may use on ``device`` (no limit for the interpreter)."""
     if device.type != "cuda":
         return 1 << 30
-    if device not in _SHARED_MEMORY:  # asking the driver costs more than a small launch
-        _SHARED_MEMORY[device] = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-    return _SHARED_MEMORY[device]
+    return _properties(device).shared_memory_per_block_optin
 
 
 def _matmul_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
@@ -388,13 +394,8 @@ def _matmul_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.dev
                 num_stages=num_stages, num_warps=8 if block_m * block_n >= 128 * 256 else 4)
 
 
-_MULTIPROCESSORS = {}
-
-
 def _multiprocessors(device: torch.device) -> int:
-    if device not in _MULTIPROCESSORS:
-        _MULTIPROCESSORS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _MULTIPROCESSORS[device]
+    return _properties(device).multi_processor_count
 
 
 def _takes_hopper_path(x_rows, weight, y, config: dict) -> bool:
@@ -403,7 +404,7 @@ def _takes_hopper_path(x_rows, weight, y, config: dict) -> bool:
     16-byte boundary, as a tensor descriptor needs. Everything else takes the pointer kernel."""
     if x_rows.device.type != "cuda" or x_rows.element_size() != 2:
         return False
-    if torch.cuda.get_device_capability(x_rows.device)[0] != 9:
+    if _properties(x_rows.device).major != 9:
         return False
     if (config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_warps"]) != (128, 256, 64, 8):
         return False

@@ -225,16 +225,17 @@ LN_LINEAR = Spec(
     flops=matmul_flops,
     bytes_moved=layer_norm_linear_bytes,
     torch_baseline=layer_norm_linear_unfused,
-    # First (the graded one) a narrow output: the fewer output columns, the larger the share of the
-    # time that PyTorch spends writing and reading LayerNorm(x). Then a square one, where the
-    # prologue's arithmetic, repeated for every tile column, costs more than it saves (README).
-    bench_cases=(Case({"mnk": (16384, 1024, 4096)}, torch.float16),
-                 Case({"mnk": (16384, 1024, 4096)}, torch.bfloat16),
+    # First (the graded one) an output one tile wide, a projection of 8192 features down to 256 (a
+    # mixture-of-experts router over 256 experts, or a low-rank bottleneck): every element of x is
+    # normalised once, and the unfused sequence's write and re-read of LayerNorm(x) is most of its
+    # time. Then wider outputs, where the prologue is repeated for every column of output tiles and
+    # costs more than it saves (README, "Where prologue fusion does not pay").
+    bench_cases=(Case({"mnk": (16384, 256, 8192)}, torch.float16),
+                 Case({"mnk": (16384, 256, 8192)}, torch.bfloat16),
+                 Case({"mnk": (16384, 1024, 4096)}, torch.float16),
                  Case({"mnk": (16384, 4096, 4096)}, torch.float16)),
     ceiling="torch",
-    # No target in the curriculum: measured on an H100 (Triton 3.6), the reference ran at 0.93 x
-    # the unfused sequence on the graded case and 0.89 x in bf16; 0.85 leaves room for noise.
-    target=0.85,
+    target=1.2,
 )
 
 # ---- what the cases probe -------------------------------------------------------------------------
