@@ -12,7 +12,7 @@ from grader.core import device
 from grader.learn import progress
 from grader.authoring import stubs
 from grader.core.catalog import REPO_ROOT, available_modules, find_module
-from grader.grade.commands import add_commands as add_instructor_commands, add_ray_argument
+from grader.grade.commands import add_commands as add_instructor_commands, add_ray_argument, add_workers_argument
 
 
 def _module_or_next(name: str | None):
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--results", required=True, help="folder for the result records")
     run_cmd.add_argument("--profile", action="store_true", help="print where the time went, per module and step")
     run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
-    run_cmd.add_argument("--workers", type=int, help="parallel children (default: GPUs, or min(4, CPUs))")
+    add_workers_argument(run_cmd)
     run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="CPU seconds per call (default 60; wall time may run 10x longer)")
     run_cmd.add_argument("--startup-timeout", type=float, default=90.0,
                          help="CPU seconds to start and import kernel.py (default 90)")

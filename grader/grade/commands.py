@@ -22,6 +22,13 @@ def add_ray_argument(parser) -> None:
                              "machine (`ray start --head`), or a private one for this run")
 
 
+def add_workers_argument(parser) -> None:
+    """``--workers N``, for ``run`` and ``grade``."""
+    parser.add_argument("--workers", type=int,
+                        help="gradings at a time (default: 4 per GPU, or min(4, CPUs) without one; with "
+                             "16 or more CPU cores per GPU, 8 per GPU is faster)")
+
+
 def _modules(names):
     from grader.core.catalog import find_module
 
@@ -124,7 +131,7 @@ def add_commands(commands) -> None:
     grade_cmd.add_argument("source", nargs="?", help="as for collect (default: the bundled examples)")
     grade_cmd.add_argument("--out", default=str(REPO_ROOT / "build" / "grades"),
                            help="folder for grades.csv and report.md (default build/grades)")
-    grade_cmd.add_argument("--workers", type=int, help="parallel run-phase children (default: GPUs, or min(4, CPUs))")
+    add_workers_argument(grade_cmd)
     grade_cmd.add_argument("--case-timeout", type=float,
                            help="CPU seconds per call before a case is stopped (default 60; 20 for the examples)")
     grade_cmd.add_argument("--allow-unsafe", action="store_true",
