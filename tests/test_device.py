@@ -140,3 +140,32 @@ def test_a_config_too_big_for_one_dtype_is_still_used_for_another(monkeypatch):
                             prune_configs_by={"early_config_prune": fresh_configs})(BigTilesNeedHalves())
     fp32, fp16 = torch.zeros(4), torch.zeros(4, dtype=torch.float16)
     assert [tuned[(1,)](fp32), tuned[(1,)](fp16), tuned[(1,)](fp32), tuned[(1,)](fp16)] == [32, 128, 32, 128]
+
+
+def test_retuning_forgets_every_tuning_made_since_it_began(monkeypatch):
+    from triton.runtime import autotuner
+
+    monkeypatch.setattr(autotuner.Autotuner, "__init__", autotuner.Autotuner.__init__)  # undone afterwards
+    before = autotuner.autotune(configs=[triton.Config({"BLOCK": 32})], key=["n"])(_fill_kernel())
+    forget = device.retuning()
+    configs = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})]
+    tuned = autotuner.autotune(configs=configs, key=["n"])(_fill_kernel())
+    kept_on_disk = autotuner.autotune(configs=configs, key=["n"], cache_results=True)(_fill_kernel())
+    for tuner in (before, tuned, kept_on_disk):
+        tuner.cache[(100,)] = configs[-1]
+    kept_on_disk.cache_results = True  # as on a GPU, where the interpreter does not turn it off
+
+    forget()
+
+    assert tuned.cache == {} and kept_on_disk.cache == {}, "the next launch must time the configs again"
+    assert not kept_on_disk.cache_results, "a tuning kept on disk would come back untimed"
+    assert before.cache == {(100,): configs[-1]}, "only kernels decorated after retuning() began are tracked"
+
+
+def _fill_kernel():
+    @triton.jit
+    def fill(out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, offsets * 0 + BLOCK, mask=offsets < n)
+
+    return fill

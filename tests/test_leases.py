@@ -98,3 +98,45 @@ def test_timed_children_started_side_by_side_take_the_gpu_in_turn():
         thread.join(HANG_GUARD)
         assert not thread.is_alive()
     assert sorted(order) == ["a", "b", "c"]
+
+
+def test_the_lease_counts_its_timings_and_how_long_they_waited_for_the_calls_in_progress(monkeypatch):
+    from grader.grade import leases
+
+    clock = [100.0]
+    monkeypatch.setattr(leases.time, "monotonic", lambda: clock[0])
+    lease = GpuLease()
+    with lease.exclusive():  # nobody sharing: no waiting
+        clock[0] += 1.0
+    assert (lease.usage.timings, lease.usage.alone_seconds, lease.usage.draining_seconds) == (1, 1.0, 0.0)
+
+    sharing, timed, release_timing = threading.Event(), threading.Event(), threading.Event()
+
+    def timing():
+        with lease.exclusive():
+            timed.set()
+            assert release_timing.wait(HANG_GUARD)
+
+    with lease.shared():
+        sharing.set()
+        timer = threading.Thread(target=timing)
+        timer.start()
+        while not lease._waiting:
+            threading.Event().wait(0.01)
+        clock[0] += 5.0  # the call in progress takes 5 s more
+    assert timed.wait(HANG_GUARD)
+    clock[0] += 2.0
+    release_timing.set()
+    timer.join(HANG_GUARD)
+    assert (lease.usage.timings, lease.usage.alone_seconds, lease.usage.draining_seconds) == (2, 3.0, 5.0)
+    assert lease.usage.since(leases.Usage(1, 1.0, 0.0)) == leases.Usage(1, 2.0, 5.0)
+
+
+def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
+    from grader.grade import leases, runphase
+
+    summary = runphase.RunSummary([], tmp_path, {}, {0: leases.Usage(2, 3.0, 5.0), 1: leases.Usage()})
+    lines = summary.profile_table().splitlines()
+    assert [line for line in lines if line.startswith("GPU")] == [
+        "GPU 0: 2 timings had it alone for 3.0 s in all; they waited 5.0 s for the calls in progress to end "
+        "(children whose call had ended frozen meanwhile)."]

@@ -91,6 +91,16 @@ def test_gpu_performance_is_graded_against_the_reference_in_the_same_run(timed_g
     assert 0.35 < twice["ratio"] < 0.65 and 0.0 < twice["credit"] < 1.0, twice
 
 
+@pytest.mark.timed
+def test_gpu_kernels_compile_before_the_gpu_is_held_alone(timed_gpu):
+    """The timed children (the submission's, the reference's) call the kernel once while sharing
+    the GPU, so that nothing compiles in the exclusive time."""
+    profile = next(o.profile for o in timed_gpu.outcomes if o.submissions[0].student == "complete")
+    assert profile.seconds.get("compiling", 0) > 0, "Triton's compile listener reported nothing"
+    assert profile.seconds.get("compiling alone", 0) == 0, profile.seconds
+    assert profile.seconds.get("warm-up", 0) > 0 and profile.seconds.get("timing start", 0) > 0
+
+
 def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path, graded_record):
     root = tmp_path / "submissions"
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])

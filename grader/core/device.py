@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Callable
 
 import torch
 
@@ -83,6 +84,36 @@ def run_first_autotune_config() -> None:
 
     autotune._interpreter_shim = True
     triton.autotune = autotune
+
+
+def retuning() -> Callable[[], None]:
+    """Keep track of every ``@triton.autotune`` kernel decorated from now on, and return a
+    function that makes them all tune again at their next launch.
+
+    The grader's timed child warms up (compiles, and tunes) while other processes share the GPU,
+    so that compiling costs no exclusive GPU time; the choices made then were timed beside other
+    work, so they are forgotten once the GPU is the child's alone. The compiled configs stay in
+    memory: tuning again only times them. A tuning kept on disk (``cache_results``) is not read
+    back, since it was made beside other work too."""
+    from triton.runtime.autotuner import Autotuner
+
+    made: list = []
+    original = Autotuner.__init__
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    Autotuner.__init__ = init
+
+    def forget() -> None:
+        for tuner in made:
+            if isinstance(getattr(tuner, "cache", None), dict):
+                tuner.cache.clear()
+            tuner.cache_results = False
+
+    return forget
 
 
 class _FirstConfig:

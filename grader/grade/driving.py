@@ -10,6 +10,7 @@ import time
 from grader.grade.budget import Budget, with_limits_hint
 from grader.grade.endings import after_exit, after_timeout
 from grader.grade.judging import Trial, Verdict, fetch, judge
+from grader.grade.profile import claimed_seconds
 from grader.sandbox import wire
 from grader.sandbox.child import input_name, output_name
 from grader.sandbox.isolation import ChildEnded, SandboxError
@@ -107,8 +108,8 @@ class ChildRun:
                     (kind == "done" and current is not None and event.get("trial") == current.id):
                 if kind == "done":
                     grading.profile.add("cases", time.monotonic() - started_at)
-                    grading.profile.add("compiling", _number(event.get("compile_seconds")))
-                    grading.profile.add("autotuning", _number(event.get("autotune_seconds")))
+                    grading.profile.add("compiling", claimed_seconds(event.get("compile_seconds")))
+                    grading.profile.add("autotuning", claimed_seconds(event.get("autotune_seconds")))
                     with grading.profile.step("judging"):
                         judged[current.id] = _judge(grading, child, current, event,
                                                     time.monotonic() - started_at, judged)
@@ -152,7 +153,7 @@ class ChildRun:
     def _profile_started(self, event: dict) -> None:
         """The child is up: its own imports (as it reports them) and the sandbox's start before."""
         now = time.monotonic()
-        imports = min(_number(event.get("imports_seconds")), now - self.step_started)
+        imports = min(claimed_seconds(event.get("imports_seconds")), now - self.step_started)
         self.grading.profile.add("imports", imports)
         self.grading.profile.add("sandbox", now - self.step_started - imports)
         self.step_started = now
@@ -176,8 +177,3 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
         verdict.seconds = wall_seconds
     grading.traced = grading.traced or isinstance(done.get("kernels"), list)
     return verdict
-
-
-def _number(value) -> float:
-    """A duration a child reported, or 0 for anything that is not a plain non-negative number."""
-    return float(value) if type(value) in (int, float) and 0 <= value < 1e6 else 0.0

@@ -17,6 +17,20 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+
+@dataclass
+class Usage:
+    """How a GPU's lease was held (``--profile``): the timings that had it alone, and how long
+    waiting timings stalled the children sharing it until the calls in progress ended."""
+    timings: int = 0
+    alone_seconds: float = 0.0
+    draining_seconds: float = 0.0
+
+    def since(self, earlier: "Usage") -> "Usage":
+        return Usage(self.timings - earlier.timings, self.alone_seconds - earlier.alone_seconds,
+                     self.draining_seconds - earlier.draining_seconds)
 
 
 class GpuLease:
@@ -25,6 +39,8 @@ class GpuLease:
         self._sharing = 0  # children holding the lease together
         self._exclusive = False
         self._waiting = 0  # timings waiting for the GPU
+        self._draining_since: float | None = None  # a timing waits for the sharing children
+        self.usage = Usage()
 
     @contextmanager
     def shared(self):
@@ -58,19 +74,38 @@ class GpuLease:
     def exclusive(self):
         with self._lock:
             self._waiting += 1
+            if self._sharing and not self._exclusive and self._draining_since is None:
+                self._draining_since = time.monotonic()
             self._lock.wait_for(lambda: not self._exclusive and not self._sharing)
             self._waiting -= 1
             self._exclusive = True
+            started = time.monotonic()
+            if self._draining_since is not None:
+                self.usage.draining_seconds += started - self._draining_since
+                self._draining_since = None
         try:
             yield
         finally:
             with self._lock:
                 self._exclusive = False
+                self.usage.timings += 1
+                self.usage.alone_seconds += time.monotonic() - started
                 self._lock.notify_all()
 
 
 _leases: dict[int | None, GpuLease] = {}
 _leases_lock = threading.Lock()
+
+
+def usage() -> dict[int | None, Usage]:
+    """A copy of every lease's usage so far in this process, by GPU."""
+    with _leases_lock:
+        leases = dict(_leases)
+    copies = {}
+    for index, lease in leases.items():
+        with lease._lock:
+            copies[index] = replace(lease.usage)
+    return copies
 
 
 def for_gpu(index: int | None) -> GpuLease:

@@ -26,15 +26,22 @@ STEPS = (
     ("compiling", "of which Triton compiling, where Triton reports it"),
     ("autotuning", "of which autotuning (its configs' compiling included), where reported"),
     ("judging", "references and comparisons in the grader"),
-    ("timing start", "starting the timed child, before it has the GPU alone"),
+    ("timing start", "starting the timed children and their first call (compiling), sharing the GPU"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),
     ("learner timing", "timing the submission's kernel, with the GPU alone"),
-    ("warm-up", "of which its first calls (compiling, autotuning) before the timed loop"),
+    ("warm-up", "of the two timings, the first calls before each timed loop (tuning again, alone)"),
+    ("tuning alone", "of which autotuning, where reported"),
+    ("compiling alone", "of which compiling that the first call beside other processes left (normally 0)"),
     ("exits", "children exiting after their last case"),
     ("other", "the rest: records, logs, feedback to the grader's threads"),
 )
-_INSIDE = {"compiling", "autotuning", "warm-up"}  # part of another step, not added to the total
+_INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone"}  # part of another step, not added to the total
 _adding = threading.Lock()
+
+
+def claimed_seconds(value) -> float:
+    """A duration a child reported, or 0 for anything that is not a plain non-negative number."""
+    return float(value) if type(value) in (int, float) and 0 <= value < 1e6 else 0.0
 
 
 @dataclass
@@ -84,6 +91,13 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
     lines.append("Steps: " + "; ".join(f"{name}: {what}" for name, what in STEPS) + ".")
     lines.append("Gradings run side by side, so the totals add up to more than the run's wall time.")
     return "\n".join(lines)
+
+
+def lease_line(gpu, usage) -> str:
+    """One GPU's exclusive use during a run (``grader.grade.leases.Usage``), in words."""
+    return (f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all; "
+            f"they waited {usage.draining_seconds:.1f} s for the calls in progress to end (children whose "
+            f"call had ended frozen meanwhile).")
 
 
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:

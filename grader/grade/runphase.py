@@ -16,14 +16,14 @@ import secrets
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from grader.core import device
 from grader.core.catalog import Module, available_modules, find_module
-from grader.grade import profile, store
+from grader.grade import leases, profile, store
 from grader.grade.grading import Cancelled, Graded, Options, grade_one
 from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
@@ -58,6 +58,7 @@ class RunSummary:
     outcomes: list[Outcome]
     results_dir: Path
     protections: dict
+    gpu_usage: dict = field(default_factory=dict)  # GPU index -> leases.Usage during this run
 
     @property
     def children_started(self) -> int:
@@ -68,7 +69,9 @@ class RunSummary:
         return [o for o in self.outcomes if o.error]
 
     def profile_table(self) -> str:
-        return profile.table([(o.submissions[0].module.id, o.profile) for o in self.outcomes if o.profile])
+        table = profile.table([(o.submissions[0].module.id, o.profile) for o in self.outcomes if o.profile])
+        return "\n".join([table] + [profile.lease_line(gpu, usage) for gpu, usage in sorted(self.gpu_usage.items())
+                                    if usage.timings])
 
     def record_for(self, student: str, module_id: str) -> dict | None:
         for outcome in self.outcomes:
@@ -175,12 +178,14 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
 
     pending.sort(key=_longest_first(results_dir))
     protections: dict = {}
+    used_before = leases.usage()
     try:
         if pending:
             protections = _grade_pending(pending, jobs, sources, results_dir, submissions_root, options, progress_bar)
     finally:
         update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
-    return RunSummary(outcomes, results_dir, protections)
+    used = {gpu: usage.since(used_before.get(gpu, leases.Usage())) for gpu, usage in leases.usage().items()}
+    return RunSummary(outcomes, results_dir, protections, used)
 
 
 def exit_if_workers_linger(code: int) -> None:

@@ -26,6 +26,7 @@ from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
 from grader.core.protocols import order_of
 from grader.grade.judging import fetch
+from grader.grade.profile import claimed_seconds
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS
 from grader.sandbox.isolation import ChildEnded
@@ -170,7 +171,7 @@ def _started(grading, inputs: TimingInputs, source: bytes | None = None):
     child = grading.start_child(3, timed=True, source=source)
     grading.child_started()
     grading.sandbox.wait_sandbox(child)
-    failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs)
+    failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(grading, child)
     if failure is not None:
         grading.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
         child.close()
@@ -238,8 +239,35 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
             return _failed("the kernel was not timed (it did not load, or ended early)")
 
 
+def _warm_up(grading, child) -> dict | None:
+    """Have the timed child call the kernel once on the timing inputs while it still shares the
+    GPU: its compiling (and a first, untrusted tuning) then costs no exclusive time. What the call
+    returns is not judged; a call that fails fails again when timed, which says why."""
+    try:
+        child.order({"warm_up": True, "call": order_of(grading.plan.spec.protocol, grading.plan.spec.mutates)},
+                    time.monotonic() + 10)
+    except ChildEnded as ended:
+        return _ended(ended)
+    deadline = time.monotonic() + 3 * grading.limits.case_seconds
+    while True:
+        try:
+            event = child.next_event(deadline)
+        except ChildEnded as ended:
+            return _ended(ended)
+        if event is None:
+            child.kill()
+            return _failed(f"the first call on the timing inputs did not finish within "
+                           f"{3 * grading.limits.case_seconds:g} s")
+        if event.get("event") == "warmed_up":
+            if event.get("error"):
+                grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
+            return None
+        if event.get("event") == "finished":
+            return _failed("the kernel was not timed (it ended early)")
+
+
 def _drive_timing(grading, child, plan: TimingPlan) -> dict:
-    window = _timed_window(grading, child, plan.reps)
+    window = _timed_window(grading, child, plan.reps, retune=True)
     if isinstance(window, dict):
         return window
     window_ms, event_ms = window
@@ -247,12 +275,15 @@ def _drive_timing(grading, child, plan: TimingPlan) -> dict:
     return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
 
 
-def _timed_window(grading, child, reps: int):
+def _timed_window(grading, child, reps: int, retune: bool = False):
     """Order ``reps`` timed calls and wait until their outputs are saved: (the parent's window in
-    ms, the child's own event time or None); else the record's performance entry saying why not."""
+    ms, the child's own event time or None); else the record's performance entry saying why not.
+    ``retune``: the child's first timing with the GPU alone, whose autotuners must forget what the
+    warm-up chose beside other processes."""
     spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
     try:
-        child.order({"timing": reps, "call": order_of(spec.protocol, spec.mutates)}, time.monotonic() + 10)
+        child.order({"timing": reps, "call": order_of(spec.protocol, spec.mutates), "retune": retune},
+                    time.monotonic() + 10)
     except ChildEnded as ended:
         return _ended(ended)
     ordered = time.monotonic()
@@ -269,6 +300,8 @@ def _timed_window(grading, child, reps: int):
         if kind == "timing_start":
             started = event["received_at"]
             grading.profile.add("warm-up", started - ordered)
+            grading.profile.add("tuning alone", claimed_seconds(event.get("autotune_seconds")))
+            grading.profile.add("compiling alone", claimed_seconds(event.get("compile_seconds")))
         elif kind == "timing_error":
             return _failed(f"a timed call failed: {event.get('error')}")
         elif kind == "timing_end" and started is not None:
@@ -332,7 +365,7 @@ def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
         plan = None
     else:
         reference.resume()
-        probe = _timed_window(grading, reference, 3)
+        probe = _timed_window(grading, reference, 3, retune=True)
         reps = 0 if isinstance(probe, dict) else reps_for(probe[0] / 3)
         window = probe if isinstance(probe, dict) else _timed_window(grading, reference, reps)
         if isinstance(window, dict):

@@ -160,6 +160,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
     cuda = device.is_cuda()
     if cuda and not request.get("autotune", True):
         device.run_first_autotune_config()  # before the learner's file applies the decorator
+    # A timed child tunes twice: once warming up beside other processes, again with the GPU alone.
+    retune = device.retuning() if cuda and request.get("autotune", True) else (lambda: None)
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
     module = find_module(request["module"])
@@ -230,14 +232,18 @@ def main(argv: list[str], booted: float | None = None) -> int:
         elif "timing_inputs" in order and cuda:  # handed over before the GPU is this child's alone
             timing_sets = _timing_sets(tools, on)
             channel.send("timing_inputs_loaded")
+        elif "warm_up" in order and cuda:  # still sharing the GPU: compile (and tune) beforehand
+            _warm_up(channel, timed(from_order(order.get("call"))[0], raw, api), tools, timing_sets)
         elif "timing" in order and cuda:
             # Unwatched: the monitor's Python hooks would slow the learner's calls, not the
             # reference's. The outputs of the timed calls are still checked by the parent.
             if timing_sets is None:
                 channel.send("timing_error", error="the timing inputs were not handed over first")
             else:
+                if order.get("retune"):
+                    retune()
                 _timed_loop(channel, timed(from_order(order.get("call"))[0], raw, api), int(order["timing"]),
-                            tools, timing_sets)
+                            tools, timing_sets, compile_clock)
         else:
             break
     channel.send("finished")
@@ -267,7 +273,24 @@ def _timing_sets(tools: _Tools, on) -> list:
     return [(tuple(entry["args"]), entry["kwargs"]) for entry in sets]
 
 
-def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list) -> None:
+def _warm_up(channel, fn, tools: _Tools, sets: list | None) -> None:
+    """One call on the first timing inputs, before the GPU is this child's alone, so that its
+    kernels compile then and not in the timed child's exclusive time. Its outcome grades nothing:
+    a call that fails here fails again when timed, and says so there."""
+    from grader.core.checks import short_error
+
+    try:
+        if sets is None:
+            raise RuntimeError("the timing inputs were not handed over first")
+        args, kwargs = sets[0]
+        fn(*args, **kwargs)
+        tools.synchronize()
+        channel.send("warmed_up")
+    except BaseException as failure:
+        channel.send("warmed_up", error=f"{type(failure).__name__}: {short_error(failure, 3)}")
+
+
+def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock) -> None:
     """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
 
     The closing message follows a device-wide synchronize taken before the learner's import, so
@@ -276,11 +299,12 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list) -> None:
     from grader.core.checks import as_tuple, short_error
 
     try:
-        for args, kwargs in sets:  # compile and warm up
+        compile_clock.take()
+        for args, kwargs in sets:  # warm up: tune, and compile what the warm-up left
             fn(*args, **kwargs)
         tools.synchronize()
         start, end = tools.event(enable_timing=True), tools.event(enable_timing=True)
-        channel.send("timing_start")
+        channel.send("timing_start", **compile_clock.take())
         start.record()
         for i in range(reps):
             args, kwargs = sets[i % len(sets)]
