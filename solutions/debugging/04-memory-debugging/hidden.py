@@ -27,7 +27,10 @@ CASES = [
     Case({"shape": (129, 129)}, torch.float16, spec=COLUMN_SUM, label="one past a power of two"),
     Case({"shape": (50, 40), "layout": "transposed"}, torch.bfloat16, spec=COLUMN_SUM, label="x a transpose"),
     Case({"shape": (3, 0)}, spec=COLUMN_SUM, label="no columns"),
-    Case({"shape": (100_000, 64)}, spec=COLUMN_SUM, label="many rows", cuda_only=True),
+    # Totals near 300 (100000 values of size 1), built from about a hundred atomic adds that each
+    # round by up to 2e-5: the error grows with the number of adds, past the spec's 2e-4.
+    Case({"shape": (100_000, 64)}, spec=COLUMN_SUM, label="many rows", cuda_only=True,
+         tolerances={torch.float32: (1e-3, 1e-4)}),
 
     Case({"shape": (1,)}, torch.float16, spec=SCALE, label="one fp16 element"),
     Case({"shape": (1025,)}, spec=SCALE, label="one past a block"),

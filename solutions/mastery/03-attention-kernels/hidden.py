@@ -23,7 +23,10 @@ CASES = [
 
     Case({"shape": (1, 2, 70, 16), "seq_k": 33, "causal": True}, torch.bfloat16, spec=FORWARD_LSE,
          label="lse, more queries than keys"),
-    Case({"shape": (1, 1, 40, 64), "scale": 30.0}, spec=FORWARD_LSE, label="lse of large scores"),
+    # Scores up to about 100: rounding sm_scale * log2(e) * s to float32 moves the exponent by
+    # |s| x 6e-8, so every probability by about 1e-5 of itself, past the default atol of 1e-5.
+    Case({"shape": (1, 1, 40, 64), "scale": 30.0}, spec=FORWARD_LSE, label="lse of large scores",
+         tolerances={torch.float32: (1e-4, 1e-4)}),
 
     Case({"shape": (1, 2, 24, 16), "causal": True, "layout": "bshd"}, torch.bfloat16, spec=NAIVE,
          label="naive, bf16, (B, S, H, D)"),

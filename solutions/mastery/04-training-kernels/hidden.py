@@ -81,8 +81,10 @@ TRAINING_STATE_CASES = [
          label="zero gradients: only the decay moves p"),
     Case({"sizes": [(1 << 22,), (777,), (1 << 20,)], "steps": 2, "weight_decay": 0.1}, spec=ADAMW, label="large",
          cuda_only=True),
+    # The buffers see weight_decay * p, and p is rounded to fp16 after every step while the float64
+    # reference keeps it exact: 0.01 x |p| x 2^-11 per step, past the float32 atol of 1e-5.
     Case({"sizes": [(90,), (3, 7)], "steps": 3, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
-         torch.float16, spec=SGD, label="fp16, dampening and decay"),
+         torch.float16, spec=SGD, label="fp16, dampening and decay", tolerances={torch.float32: (1e-4, 1e-4)}),
     Case({"sizes": [(1,)], "steps": 5, "momentum": 0.99, "nesterov": True}, spec=SGD, label="one element, Nesterov"),
     Case({"sizes": [(40,), (2, 2)], "steps": 1, "momentum": 0.9, "dampening": 0.9}, spec=SGD,
          label="one step: the buffer is the gradient"),

@@ -466,7 +466,10 @@ N_EQUALS_ONE = {torch.float32: (1e-4, 1e-4)}
 
 CASES = [
     Case({"shape": (16, 100)}, label="masked lanes, rows shared", hint=ROWS_SHARED),
-    Case({"shape": (5, 1)}, label="N = 1"),
+    # With N = 1, dx = rstd * g * eps / (x^2 + eps): at the default eps (1e-6) a difference of two
+    # nearly equal terms, whose float32 rounding rstd (up to 1000) magnifies past the tolerance.
+    # A larger eps keeps the case about one-element rows, not about that cancellation.
+    Case({"shape": (5, 1), "eps": 0.5}, label="N = 1"),
     Case({"shape": (1, 7)}, label="one short row"),
     Case({"shape": (8, 64)}, label="power of two"),
     Case({"shape": (3, 4, 33)}, label="3-D, rows shared", hint=ROWS_SHARED),
