@@ -141,25 +141,3 @@ def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing, gr
     assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
     assert "check every mask" in record["note"] and record["note"] in record["summary"]
     assert record["note"] in feedback.part_report(record, "public", 4)[0]
-
-
-def test_many_cases_run_in_several_children_at_once_and_the_repeat_stays_with_its_case(tmp_path, platform_protections,
-                                                                                       graded_record):
-    if not platform_protections.get("pid_namespace"):
-        pytest.skip("children of one grading run side by side only where each has its own PID namespace")
-    example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
-    for name in ("complete", "caches-outputs"):
-        shutil.copytree(tmp_path / "examples" / name, tmp_path / "submissions" / name)
-    options = runphase.Options(limits=LIMITS, policy_gate=False, side_by_side=True, cases_per_child=4,
-                               most_children_per_visibility=3,
-                               allow_unsafe=not offers(platform_protections, "processes"))
-    summary = runphase.run(tmp_path / "submissions", tmp_path / "results", [VECTOR_ADD], options, progress=False)
-
-    complete = graded_record(summary, "complete")
-    assert complete["totals"]["passed"] == complete["totals"]["total"]
-    public = sum(row["visibility"] == "public" for row in complete["cases"]) + 1  # and the repeat
-    hidden = complete["totals"]["total"] - public + 1
-    expected = sum(min(3, math.ceil(n / 4)) for n in (public, hidden))
-    assert expected >= 4 and complete["child_processes"] == expected, complete["child_processes"]
-    cached = graded_record(summary, "caches-outputs")["cases"][0]
-    assert not cached["passed"] and "reuses an earlier result" in cached["message"]

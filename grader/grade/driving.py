@@ -53,7 +53,7 @@ class ChildRun:
             finally:
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
-                grading.child_ended(self.child_cpu, self.visibility, self)
+                grading.child_ended(self.child_cpu, self.visibility)
                 grading.log.append(f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
                                    f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
                                    + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
@@ -63,14 +63,13 @@ class ChildRun:
     def _cpu(self, child) -> float:
         """The running child's CPU seconds, kept as last seen: a dead process has no /proc entry."""
         self.child_cpu = max(self.child_cpu, child.cpu_seconds())
-        self.grading.child_running(self, self.visibility, self.child_cpu)
         return self.child_cpu
 
     def _limit(self, child, seconds: float) -> Budget:
         """``seconds`` of CPU time for the child's next step, or what is left of the budget."""
         grading = self.grading
         return Budget(lambda: self._cpu(child), seconds, grading.limits.wall_factor,
-                      self.until - grading.spent(self.visibility, self) - self._cpu(child), grading.wall_end)
+                      self.until - grading.spent(self.visibility) - self._cpu(child), grading.wall_end)
 
     def _drive(self, child, queue: list[Trial]) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each

@@ -63,11 +63,6 @@ class Options:
     children_per_gpu: int = 4
     # A grading's public and hidden children at the same time (None: on a GPU).
     side_by_side: bool | None = None
-    # Side by side, a visibility with more cases than this is split into runs of consecutive
-    # cases, each in a child of its own, up to ``most_children_per_visibility`` at once: a large
-    # module's grading then ends sooner, and is frozen for fewer of the other gradings' timings.
-    cases_per_child: int = 40
-    most_children_per_visibility: int = 3
     # Grade on a Ray cluster (grader.grade.cluster): its address, or "" for this machine's; None: locally.
     ray: str | None = None
 
@@ -116,7 +111,6 @@ class Grading:
         self.protections: dict = {}
         self.children = 0
         self._counting = threading.Lock()  # the public and hidden children may end at once
-        self.running: dict = {}  # ChildRun -> (visibility, CPU seconds so far), children still running
         # Verdicts of cases that ran in a child that crashed afterwards: the crash may be theirs,
         # or an earlier case's damage may have decided them; each runs again alone (see run()).
         self.unconfirmed: dict[int, Verdict] = {}
@@ -143,31 +137,22 @@ class Grading:
         with self._counting:
             self.children += 1
 
-    def child_ended(self, cpu_seconds: float, visibility: str, run=None) -> None:
+    def child_ended(self, cpu_seconds: float, visibility: str) -> None:
         with self._counting:
             self.cpu_spent += cpu_seconds
             if visibility == "public":
                 self.public_spent += cpu_seconds
-            self.running.pop(run, None)
 
-    def child_running(self, run, visibility: str, cpu_seconds: float) -> None:
-        """A child's CPU seconds so far, for the limits of the others of its visibility."""
-        with self._counting:
-            self.running[run] = (visibility, cpu_seconds)
-
-    def spent(self, visibility: str, besides=None) -> float:
+    def spent(self, visibility: str) -> float:
         """CPU seconds that count against ``visibility``'s limit: public cases have a share of
         their own (hidden children running beside them do not eat it); hidden cases have what
         is left of the whole budget, less what public children beside them may still spend (a
-        hidden step's limit is fixed when it starts, and both must fit in the budget). Other
-        children of the same visibility still running count with what they have spent so far
-        (``besides``: the asking child's own run, which counts itself)."""
+        hidden step's limit is fixed when it starts, and both must fit in the budget)."""
+        if visibility == "public":
+            return self.public_spent
         with self._counting:
-            others = sum(cpu for run, (seen, cpu) in self.running.items() if seen == visibility and run is not besides)
-            if visibility == "public":
-                return self.public_spent + others
             reserved = 0.0 if self.public_done else max(0.0, self.public_share - self.public_spent)
-            return self.cpu_spent + reserved + others
+            return self.cpu_spent + reserved
 
     @property
     def api(self) -> str:
@@ -221,50 +206,34 @@ class Grading:
         public = sum(self._visibility(t) == "public" for t in self.plan.trials)
         share = self.public_share = self.budget * public / max(1, len(self.plan.trials))
         if not self._side_by_side():
-            try:
-                self._run_visibility("public", share)
-            finally:
-                with self._counting:
-                    self.public_done = True
+            self._run_public(share)
             self._run_visibility("hidden", self.budget)
             return
         # The hidden children run beside the public ones; the public ones still spend at most
-        # their share, so the hidden cases keep theirs. A visibility with many cases runs in
-        # several children at once (``Options.cases_per_child``).
-        lanes = [("public", lane) for lane in self._lanes("public")] + \
-                [("hidden", lane) for lane in self._lanes("hidden")]
-        public_left = [sum(visibility == "public" for visibility, _ in lanes)]
+        # their share, so the hidden cases keep theirs.
         failure: list[BaseException] = []
 
-        def run_lane(visibility: str, lane: frozenset) -> None:
+        def hidden() -> None:
             try:
-                self._run_visibility(visibility, share if visibility == "public" else self.budget, lane)
+                self._run_visibility("hidden", self.budget)
             except BaseException as error:  # Cancelled, SandboxError: raised again below
                 failure.append(error)
-            finally:
-                if visibility == "public":
-                    with self._counting:
-                        public_left[0] -= 1
-                        self.public_done = public_left[0] == 0
 
-        threads = [threading.Thread(target=run_lane, args=lane, daemon=True,
-                                    name=f"{lane[0]} cases of {self.module.id}") for lane in lanes]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        beside = threading.Thread(target=hidden, name=f"hidden cases of {self.module.id}", daemon=True)
+        beside.start()
+        try:
+            self._run_public(share)
+        finally:
+            beside.join()
         if failure:
             raise failure[0]
 
-    def _lanes(self, visibility: str) -> list[frozenset]:
-        """The trial ids of ``visibility`` in runs of consecutive trials, one per child running at
-        once (a single run, possibly empty, for up to ``Options.cases_per_child`` cases). The
-        first case and its repeat stay together: the repeat must follow it in the same process."""
-        ids = [t.id for t in self.plan.trials if self._visibility(t) == visibility]
-        count = max(1, min(self.options.most_children_per_visibility,
-                           math.ceil(len(ids) / max(1, self.options.cases_per_child))))
-        size = max(2, math.ceil(len(ids) / count))
-        return [frozenset(ids[i:i + size]) for i in range(0, len(ids), size)] or [frozenset()]
+    def _run_public(self, share: float) -> None:
+        try:
+            self._run_visibility("public", share)
+        finally:
+            with self._counting:
+                self.public_done = True
 
     def _side_by_side(self) -> bool:
         """Whether the public and hidden children run at the same time (``Options.side_by_side``;
@@ -276,11 +245,9 @@ class Grading:
             wanted = device.is_cuda()
         return bool(wanted) and bool(self.sandbox.probe().get("pid_namespace"))
 
-    def _run_visibility(self, visibility: str, until: float, lane: frozenset | None = None) -> None:
-        """Run the pending trials of one visibility (of them, those of ``lane``), child after
-        child, while the budget lasts."""
-        while (waiting := [t for t in self.pending(visibility) if lane is None or t.id in lane]) \
-                and self.load_error is None:
+    def _run_visibility(self, visibility: str, until: float) -> None:
+        """Run the pending trials of one visibility, child after child, while the budget lasts."""
+        while (waiting := self.pending(visibility)) and self.load_error is None:
             if self.stop.is_set():
                 raise Cancelled()
             if self.spent(visibility) + self.import_cpu >= until or time.monotonic() >= self.wall_end:
