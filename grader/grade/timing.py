@@ -243,27 +243,44 @@ def _warm_up(grading, child) -> dict | None:
     """Have the timed child call the kernel once on the timing inputs while it still shares the
     GPU: its compiling (and a first, untrusted tuning) then costs no exclusive time. What the call
     returns is not judged; a call that fails fails again when timed, which says why."""
-    try:
-        child.order({"warm_up": True, "call": order_of(grading.plan.spec.protocol, grading.plan.spec.mutates)},
-                    time.monotonic() + 10)
-    except ChildEnded as ended:
-        return _ended(ended)
+    spec = grading.plan.spec
+    failure = _order(child, {"warm_up": True, "call": order_of(spec.protocol, spec.mutates)})
+    if failure is not None:
+        return failure
     deadline = time.monotonic() + 3 * grading.limits.case_seconds
     while True:
-        try:
-            event = child.next_event(deadline)
-        except ChildEnded as ended:
-            return _ended(ended)
-        if event is None:
-            child.kill()
-            return _failed(f"the first call on the timing inputs did not finish within "
-                           f"{3 * grading.limits.case_seconds:g} s")
+        event, failure = _next_event(child, deadline, "the first call on the timing inputs did not finish "
+                                                      f"within {3 * grading.limits.case_seconds:g} s")
+        if failure is not None:
+            return failure
         if event.get("event") == "warmed_up":
             if event.get("error"):
                 grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
             return None
         if event.get("event") == "finished":
             return _failed("the kernel was not timed (it ended early)")
+
+
+def _order(child, order: dict) -> dict | None:
+    """Give the timed child ``order``: None, or the performance entry saying why it could not."""
+    try:
+        child.order(order, time.monotonic() + 10)
+    except ChildEnded as ended:
+        return _ended(ended)
+    return None
+
+
+def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | None]:
+    """(the timed child's next event, None), or (None, the performance entry saying why there is
+    none: the child ended, or ``late``, what it did not finish by ``deadline``, and is killed)."""
+    try:
+        event = child.next_event(deadline)
+    except ChildEnded as ended:
+        return None, _ended(ended)
+    if event is None:
+        child.kill()
+        return None, _failed(late)
+    return event, None
 
 
 def _drive_timing(grading, child, plan: TimingPlan) -> dict:
@@ -281,21 +298,16 @@ def _timed_window(grading, child, reps: int, retune: bool = False):
     ``retune``: the child's first timing with the GPU alone, whose autotuners must forget what the
     warm-up chose beside other processes."""
     spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
-    try:
-        child.order({"timing": reps, "call": order_of(spec.protocol, spec.mutates), "retune": retune},
-                    time.monotonic() + 10)
-    except ChildEnded as ended:
-        return _ended(ended)
+    failure = _order(child, {"timing": reps, "call": order_of(spec.protocol, spec.mutates), "retune": retune})
+    if failure is not None:
+        return failure
     ordered = time.monotonic()
     deadline = ordered + 3 * grading.limits.case_seconds
     while True:
-        try:
-            event = child.next_event(deadline)
-        except ChildEnded as ended:
-            return _ended(ended)
-        if event is None:
-            child.kill()
-            return _failed(f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s")
+        event, failure = _next_event(child, deadline,
+                                     f"the timed calls did not finish within {3 * grading.limits.case_seconds:g} s")
+        if failure is not None:
+            return failure
         kind = event.get("event")
         if kind == "timing_start":
             started = event["received_at"]
