@@ -6,6 +6,7 @@
 #   make progress | make bench M=... | make lab | make stubs | make test
 #   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
+#   make verify-secrets [M=...] [SECRETS=8]   (maintainers: every case of the references, many secrets)
 
 PYTHON ?= .venv/bin/python
 BOOTSTRAP_PYTHON ?= python3
@@ -13,6 +14,7 @@ M ?=
 IMPL ?= learner
 MEMCHECK ?= 1
 SUBMISSIONS ?=
+SECRETS ?= 8
 # make verify-gpu's parallel pass is mostly Triton compiling (CPU work): three workers per four cores.
 GPU_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 4); echo $$(( n * 3 / 4 > 1 ? n * 3 / 4 : 1 )))
 TORCH_VERSION ?= 2.13.0
@@ -24,10 +26,10 @@ else
 ENV :=
 endif
 
-.PHONY: help check progress bench stubs test verify-gpu lab grade release clean-env
+.PHONY: help check progress bench stubs test verify-gpu verify-secrets lab grade release clean-env
 
 help:
-	@sed -n '1,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
 
 .venv/.ready: pyproject.toml
 	$(BOOTSTRAP_PYTHON) -m venv .venv
@@ -71,6 +73,10 @@ verify-gpu: $(ENV)
 	$(PYTHON) -m pytest --impl=solutions -m timed
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
+
+# A hidden case's inputs come from the run's secret: the references must pass for any of them.
+verify-secrets: $(ENV)
+	GRADER_AUTOTUNE=first $(PYTHON) -m grader sweep-secrets $(if $(M),--module $(M)) --secrets $(SECRETS)
 
 lab: $(ENV)
 	@$(PYTHON) -m grader lab -- $(LAB_ARGS)

@@ -75,6 +75,21 @@ def cmd_stubs(args) -> int:
     return 1 if kept else 0
 
 
+def cmd_sweep_secrets(args) -> int:
+    from grader.authoring import secret_sweep
+
+    modules = [find_module(args.module)] if args.module else [m for m in available_modules() if m.api]
+    failed = False
+    for module in modules:
+        result = secret_sweep.sweep(module, args.secrets, args.seed, args.impl)
+        print(secret_sweep.report(result), flush=True)
+        failed = failed or bool(result.failures)
+    if failed:
+        print("Each failure names the secret that reproduces it. A correct kernel that fails only for some "
+              "secrets usually means a tolerance too tight for what float32 rounding does on those inputs.")
+    return 1 if failed else 0
+
+
 def cmd_lab(args) -> int:
     from grader.learn.lab import run
 
@@ -148,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     stubs_cmd.add_argument("--force", action="store_true",
                            help="also overwrite stubs that hold hand edits (a learner's work is lost)")
     stubs_cmd.set_defaults(run=cmd_stubs)
+
+    sweep_cmd = commands.add_parser("sweep-secrets",
+                                    help="every case of the references under many secrets (maintainers)")
+    sweep_cmd.add_argument("--module", help="one module (default: every available one)")
+    sweep_cmd.add_argument("--secrets", type=int, default=8, help="how many secrets (default 8)")
+    sweep_cmd.add_argument("--seed", type=int, default=0, help="draws the secrets (default 0)")
+    sweep_cmd.add_argument("--impl", default="solutions", help="solutions (default), or a folder/file")
+    sweep_cmd.set_defaults(run=cmd_sweep_secrets)
 
     lab_cmd = commands.add_parser("lab", help="JupyterLab on the study notebooks")
     lab_cmd.add_argument("jupyter_args", nargs="*",
