@@ -56,7 +56,8 @@ def sweep(module: Module, count: int, seed: int = 0, impl: str | Path = "solutio
 def report(result: Sweep, shown: int = 5) -> str:
     """A line for the module, then the first ``shown`` failures, each with its secret."""
     outcome = f"{len(result.failures)} failed" if result.failures else "all passed"
-    lines = [f"{result.module.id}: {result.cases} cases x {result.secrets} secrets, {outcome}"]
+    secrets = f"{result.secrets} secret" + ("s" if result.secrets != 1 else "")
+    lines = [f"{result.module.id}: {result.cases} cases x {secrets}, {outcome}"]
     for failure in result.failures[:shown]:
         said = " ".join(failure.message.splitlines()[:2])
         lines.append(f"  secret {failure.secret}: {failure.case}: {said[:300]}")
