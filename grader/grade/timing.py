@@ -222,17 +222,14 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
     """Wait for the timed child's ``awaited`` event (the submission imported, the inputs held):
     None once it came, else the record's performance entry saying why it could not be timed."""
     deadline = time.monotonic() + grading.limits.startup_seconds
+    step = "import kernel.py" if awaited == "loaded" else "load its timing inputs"
+    late = (f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
+            "(time spent at import, in kernel.py's top-level code, counts here)")
     while True:
-        try:
-            event = child.next_event(deadline)
-        except ChildEnded as ended:
-            return _ended(ended)
-        kind = (event or {}).get("event")
-        if event is None:
-            child.kill()
-            step = "import kernel.py" if awaited == "loaded" else "load its timing inputs"
-            return _failed(f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
-                           "(time spent at import, in kernel.py's top-level code, counts here)")
+        event, failure = _next_event(child, deadline, late)
+        if failure is not None:
+            return failure
+        kind = event.get("event")
         if kind == awaited:
             return None
         if kind in ("load_error", "finished"):
@@ -249,8 +246,9 @@ def _warm_up(grading, child) -> dict | None:
         return failure
     deadline = time.monotonic() + 3 * grading.limits.case_seconds
     while True:
-        event, failure = _next_event(child, deadline, "the first call on the timing inputs did not finish "
-                                                      f"within {3 * grading.limits.case_seconds:g} s")
+        event, failure = _next_event(child, deadline, f"the first call on the benchmark inputs did not finish within "
+                                     f"{3 * grading.limits.case_seconds:g} s; time your kernel on the module's benchmark "
+                                     "case with `make bench` on a GPU")
         if failure is not None:
             return failure
         if event.get("event") == "warmed_up":
