@@ -47,3 +47,56 @@ def test_the_timed_outputs_are_judged_with_the_inputs_of_their_call(monkeypatch)
     wrong = lambda refs, case: [r.to(case.dtype) + 1 for r in refs]  # noqa: E731
     assert _timed_problem(monkeypatch, "debugging/03-performance-profiling", right) == ""
     assert "wrong" in _timed_problem(monkeypatch, "debugging/03-performance-profiling", wrong)
+
+
+class _ScriptedChild:
+    """A timed child that answers with the events it is given, then nothing (a time-out)."""
+
+    def __init__(self, *events):
+        self.events, self.orders, self.killed = list(events), [], False
+
+    def order(self, order, deadline):
+        self.orders.append(order)
+
+    def next_event(self, deadline):
+        return self.events.pop(0) if self.events else None
+
+    def kill(self):
+        self.killed = True
+
+
+def _grading():
+    from types import SimpleNamespace
+
+    from grader.sandbox.isolation import Limits
+
+    spec = Spec(api="f", make_inputs=None, reference=None)
+    return SimpleNamespace(limits=Limits(case_seconds=2, startup_seconds=3), log=[], plan=SimpleNamespace(spec=spec))
+
+
+def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends():
+    from grader.grade import timing
+
+    failed = _ScriptedChild({"event": "warmed_up", "error": "RuntimeError: boom"})
+    grading = _grading()
+    assert timing._warm_up(grading, failed) is None, "a failing first call fails again when timed, saying why"
+    assert failed.orders[0]["warm_up"] and "boom" in grading.log[0]
+
+    hung = _ScriptedChild()
+    entry = timing._warm_up(_grading(), hung)
+    assert hung.killed and entry["credit"] == 0.0 and "within 6 s" in entry["reason"]
+    assert "make bench" in entry["reason"]
+
+    ended = timing._warm_up(_grading(), _ScriptedChild({"event": "finished"}))
+    assert ended["credit"] == 0.0 and "ended early" in ended["reason"]
+
+
+def test_the_timed_child_must_import_kernel_py_within_the_startup_limit():
+    from grader.grade import timing
+
+    assert timing._until_loaded(_grading(), _ScriptedChild({"event": "started"}, {"event": "loaded"})) is None
+    slow = _ScriptedChild({"event": "started"})
+    entry = timing._until_loaded(_grading(), slow)
+    assert slow.killed and "did not import kernel.py within 3 s" in entry["reason"]
+    inputs = timing._until_loaded(_grading(), _ScriptedChild(), "timing_inputs_loaded")
+    assert "did not load its timing inputs" in inputs["reason"]
