@@ -140,3 +140,71 @@ def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
     assert [line for line in lines if line.startswith("GPU")] == [
         "GPU 0: 2 timings had it alone for 3.0 s in all; they waited 5.0 s for the calls in progress to end "
         "(children whose call had ended frozen meanwhile)."]
+
+
+def test_a_timing_does_not_wait_for_a_child_that_compiles_but_freezes_it_until_done():
+    """A child that left mid-call (compiling) lets a timing start at once; it is frozen while
+    the timing runs, and taking the GPU back waits for the timing to end."""
+    lease, events = GpuLease(), []
+    timing_in, release_timing = threading.Event(), threading.Event()
+
+    def timing():
+        with lease.exclusive():
+            events.append("timing")
+            timing_in.set()
+            assert release_timing.wait(HANG_GUARD)
+            events.append("timing ends")
+
+    with lease.shared():
+        lease.leave("child", lambda: events.append("paused"), lambda: events.append("resumed"))
+        assert lease._sharing == 0
+        timer = threading.Thread(target=timing)
+        timer.start()
+        assert timing_in.wait(HANG_GUARD), "the timing waited for a compiling child"
+        rejoined = []
+        rejoiner = threading.Thread(target=lambda: rejoined.append(lease.rejoin("child")))
+        rejoiner.start()
+        rejoiner.join(0.2)
+        assert rejoiner.is_alive() and not rejoined, "took the GPU back while a timing had it"
+        release_timing.set()
+        for thread in (timer, rejoiner):
+            thread.join(HANG_GUARD)
+            assert not thread.is_alive()
+        assert rejoined[0] > 0 and lease._sharing == 1
+        assert lease.rejoin("child") == 0.0, "rejoining twice changes nothing"
+    assert events == ["paused", "timing", "timing ends", "resumed"] and lease._sharing == 0
+
+
+def test_a_child_that_left_and_ended_leaves_the_lease_balanced():
+    lease, events = GpuLease(), []
+    with lease.shared():
+        lease.leave("child", lambda: events.append("paused"), lambda: events.append("resumed"))
+        lease.leave("child", lambda: events.append("twice"), lambda: None)  # a repeated report
+        assert lease._sharing == 0
+        lease.forget("child")  # the child crashed while compiling
+        lease.forget("child")
+        assert lease._sharing == 1
+    assert lease._sharing == 0 and not lease._off and events == []
+    with lease.exclusive():  # nothing left for a timing to wait for
+        assert lease._sharing == 0
+
+
+def test_a_child_announces_each_compile_and_launches_only_on_the_parents_go(monkeypatch):
+    """The child's half (``CompileGate``): nothing of it left on the GPU when it says it
+    compiles, and the compiled kernel waits for the parent's go."""
+    from types import SimpleNamespace
+
+    from triton import knobs
+
+    from grader.sandbox.child import CompileGate
+
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", None)
+    steps = []
+    channel = SimpleNamespace(send=lambda kind, **fields: steps.append(kind))
+    orders = SimpleNamespace(next=lambda: steps.append("go") or {"go": True})
+    CompileGate(channel, orders, lambda: steps.append("synchronized"))
+    assert knobs.runtime.jit_cache_hook(key="k", repr="kernel", fn=None) is False, "a true value skips the compile"
+    assert steps == ["synchronized", "compiling"]
+    knobs.runtime.jit_post_compile_hook(key="k", repr="kernel", fn=None)
+    assert steps == ["synchronized", "compiling", "compiled", "go"]

@@ -70,8 +70,11 @@ def _grading():
 
     from grader.sandbox.isolation import Limits
 
+    from grader.grade.profile import Profile
+
     spec = Spec(api="f", make_inputs=None, reference=None)
-    return SimpleNamespace(limits=Limits(case_seconds=2, startup_seconds=3), log=[], plan=SimpleNamespace(spec=spec))
+    return SimpleNamespace(limits=Limits(case_seconds=2, startup_seconds=3), log=[], plan=SimpleNamespace(spec=spec),
+                           profile=Profile())
 
 
 def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends():
@@ -100,3 +103,29 @@ def test_the_timed_child_must_import_kernel_py_within_the_startup_limit():
     assert slow.killed and "did not import kernel.py within 3 s" in entry["reason"]
     inputs = timing._until_loaded(_grading(), _ScriptedChild(), "timing_inputs_loaded")
     assert "did not load its timing inputs" in inputs["reason"]
+
+
+def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_it(monkeypatch):
+    """The exclusive part ends when the timed calls do; the saved outputs are awaited and checked
+    afterwards, and a child that never saves them gets no credit."""
+    from grader.grade import timing
+
+    child = _ScriptedChild({"event": "timing_start", "received_at": 10.0},
+                           {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0})
+    window = timing._timed_window(_grading(), child, 100, retune=True, save=True)
+    assert window == (500.0, 480.0)
+    assert child.orders[0]["timing"] == 100 and child.orders[0]["save"] and child.orders[0]["retune"]
+    assert not child.killed, "the window returns at timing_end, before the outputs are saved"
+
+    monkeypatch.setattr(timing, "_timed_outputs_problem", lambda grading, child, plan: "")
+    from grader.core.cases import Case
+
+    plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=100, reference_ms=4.0)
+    entry = timing._checked(_grading(), _ScriptedChild({"event": "timing_saved"}), plan, window)
+    assert entry["ratio"] == 0.8 and entry["learner_ms"] == 5.0 and entry["credit"] == 1.0
+
+    never = _ScriptedChild()
+    entry = timing._checked(_grading(), never, plan, window)
+    assert never.killed and entry["credit"] == 0.0 and "not saved within 2 s" in entry["reason"]
+    failed = timing._checked(_grading(), _ScriptedChild({"event": "timing_error", "error": "x"}), plan, window)
+    assert failed["credit"] == 0.0 and "could not be saved" in failed["reason"]

@@ -12,6 +12,7 @@ from grader.sandbox import wire
 
 def _forged(storages, tensors, value, payload=b""):
     header = json.dumps({"storages": storages, "tensors": tensors, "value": value}).encode()
+    header += b" " * (-(8 + len(header)) % wire.ALIGN)  # the storages start aligned
     return wire.MAGIC + struct.pack("<I", len(header)) + header + payload
 
 
@@ -60,3 +61,21 @@ def test_references_to_missing_tensors_stay_plain_data():
 def test_objects_outside_the_format_cannot_be_sent():
     with pytest.raises(TypeError):
         wire.dump({"f": lambda: 0})
+
+
+def test_storages_of_any_size_start_aligned_and_are_read_where_they_lie():
+    """Odd-sized storages (3 bools, one half) do not misalign the ones after them, and a parsed
+    bytearray's tensors are views of its bytes, not copies."""
+    sent = [torch.tensor([True, False, True]), torch.randn(1).half(), torch.randn(5, dtype=torch.float64),
+            torch.empty(0), torch.arange(7, dtype=torch.int64)]
+    data = wire.dump(sent)
+    got = wire.parse(data, 1000)
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(got, sent))
+    start = torch.frombuffer(data, dtype=torch.uint8).data_ptr()
+    for tensor in got:
+        if tensor.numel():
+            assert start <= tensor.data_ptr() < start + len(data), "parsed by copying"
+            assert (tensor.data_ptr() - start) % wire.ALIGN == 0
+    assert torch.equal(wire.parse(bytes(data), 1000)[4], sent[4]), "plain bytes are accepted too"
+    with pytest.raises(wire.WireError, match="do not match"):
+        wire.parse(data + b"\0", 1000)

@@ -32,6 +32,7 @@ class ChildRun:
         self.step_started = 0.0  # when the child's current step (start, import) began
         self.exiting_since: float | None = None  # when the child was told its orders are done
         self.child_cpu = 0.0  # the child's CPU seconds, as last seen
+        self.aside = 0.0  # seconds the current step spent off the GPU, frozen or waiting for it
 
     def run(self) -> None:
         """Import the submission, then run the trials one by one, handing each its inputs only
@@ -51,6 +52,7 @@ class ChildRun:
                 grading.protections = grading.protections or protections
                 self._drive(child, list(trials))
             finally:
+                grading.lease.forget(child)
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
                 grading.child_ended(self.child_cpu, self.visibility)
@@ -104,22 +106,37 @@ class ChildRun:
             elif kind == "load_error":
                 grading.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
                 return
+            elif kind == "compiling":  # off the GPU until "compiled" (grader.sandbox.child.CompileGate)
+                grading.lease.leave(child, child.pause, child.resume)
+            elif kind == "compiled":
+                self._rejoin(child, budget)
+                if phase in ("finishing", "exiting"):  # its orders are closed: it reads their end and goes on
+                    continue
+                try:
+                    child.order({"go": True}, time.monotonic() + 30)
+                except ChildEnded as ended:
+                    after_exit(grading, child, phase, current, ended, judged)
+                    return
             elif (kind == "loaded" and phase == "importing") or \
                     (kind == "done" and current is not None and event.get("trial") == current.id):
+                self._rejoin(child, budget)  # a compile that failed never reported "compiled"
+                off_gpu, self.aside = self.aside, 0.0
+                call_seconds = time.monotonic() - started_at - off_gpu
                 if kind == "done":
-                    grading.profile.add("cases", time.monotonic() - started_at)
+                    grading.profile.add("cases", call_seconds)
                     grading.profile.add("compiling", claimed_seconds(event.get("compile_seconds")))
                     grading.profile.add("autotuning", claimed_seconds(event.get("autotune_seconds")))
-                    with grading.profile.step("judging"):
-                        judged[current.id] = _judge(grading, child, current, event,
-                                                    time.monotonic() - started_at, judged)
                 else:
                     grading.import_cpu = max(grading.import_cpu, self._cpu(child))
-                    grading.profile.add("learner import", time.monotonic() - self.step_started)
-                if queue:  # a timing waiting for the GPU goes first, this child frozen meanwhile
-                    aside = grading.lease.step_aside(child.pause, child.resume)
-                    grading.profile.add("waiting", aside)
-                    grading.wall_end += aside
+                    grading.profile.add("learner import", time.monotonic() - self.step_started - off_gpu)
+                # A timing waiting for the GPU goes first, this child frozen meanwhile; before
+                # judging, which uses the GPU in the grader and would keep the timing waiting.
+                aside = grading.lease.step_aside(child.pause, child.resume)
+                grading.profile.add("waiting", aside)
+                grading.wall_end += aside
+                if kind == "done":
+                    with grading.profile.step("judging"):
+                        judged[current.id] = _judge(grading, child, current, event, call_seconds, judged)
                 budget = self._limit(child, limits.case_seconds)
                 if not queue:
                     self.exiting_since = time.monotonic()
@@ -149,6 +166,16 @@ class ChildRun:
             elif kind == "finished":
                 # An exit that takes longer is stopped, and counts as clean: no crash was seen.
                 phase, budget = "exiting", Budget(lambda: self._cpu(child), _EXIT_SECONDS, 1.0)
+
+    def _rejoin(self, child, budget: Budget) -> None:
+        """Share the GPU again after a compile; the time frozen or waiting meanwhile extends the
+        step's and the grading's wall-time limits."""
+        aside = self.grading.lease.rejoin(child)
+        if aside:
+            self.aside += aside
+            self.grading.profile.add("waiting", aside)
+            self.grading.wall_end += aside
+            budget.wall_end += aside
 
     def _profile_started(self, event: dict) -> None:
         """The child is up: its own imports (as it reports them) and the sandbox's start before."""

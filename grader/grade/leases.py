@@ -6,7 +6,9 @@ GPU keep it busy; a timing must not share it, or another child's kernels would s
 ones. Each GPU has a lease that many correctness children hold at once (``shared``) and one
 timing holds alone (``exclusive``); a waiting timing keeps new children from starting, and the
 running ones step aside at their next call (frozen, see ``step_aside``), so it waits at most for
-the calls in progress. A child holds its lease for as long as it can run, so
+the calls in progress. A call that stops to compile (CPU work) lets go of the GPU meanwhile
+(``leave``/``rejoin``): a timing does not wait for its compiling, and freezes it instead while it
+has the GPU. A child holds its lease for as long as it can run, so
 that no process of another grading runs, idle or busy, while a kernel is timed: the only other
 children that may exist then are timed children waiting their turn, frozen
 (``grader.grade.timing``).
@@ -33,6 +35,15 @@ class Usage:
                      self.draining_seconds - earlier.draining_seconds)
 
 
+@dataclass
+class _Left:
+    """A child that left the lease mid-call (``GpuLease.leave``)."""
+    pause: object
+    resume: object
+    frozen_since: float | None = None  # frozen now, by a timing, since then
+    frozen: float = 0.0  # seconds frozen before
+
+
 class GpuLease:
     def __init__(self):
         self._lock = threading.Condition()
@@ -40,6 +51,7 @@ class GpuLease:
         self._exclusive = False
         self._waiting = 0  # timings waiting for the GPU
         self._draining_since: float | None = None  # a timing waits for the sharing children
+        self._off: dict = {}  # children that left mid-call (key -> _Left)
         self.usage = Usage()
 
     @contextmanager
@@ -70,6 +82,52 @@ class GpuLease:
         resume()
         return time.monotonic() - started
 
+    def leave(self, key, pause, resume) -> None:
+        """A sharing child stops using the GPU in the middle of a call (it compiles, CPU work):
+        timings stop waiting for it, and freeze it (``pause``, later ``resume``) while one has
+        the GPU. It must ``rejoin`` before it launches anything again."""
+        with self._lock:
+            if key in self._off:
+                return
+            self._off[key] = _Left(pause, resume)
+            self._sharing -= 1
+            if self._exclusive:
+                self._pause_off()
+            self._lock.notify_all()
+
+    def rejoin(self, key) -> float:
+        """Undo ``leave``: wait until no timing has or waits for the GPU, then share it again.
+        The seconds the child was frozen or kept waiting since it left (0 if it had not)."""
+        started = time.monotonic()
+        with self._lock:
+            if key not in self._off:
+                return 0.0
+            self._lock.wait_for(lambda: not self._exclusive and not self._waiting)
+            left = self._off.pop(key)
+            self._sharing += 1
+        return left.frozen + time.monotonic() - started
+
+    def forget(self, key) -> None:
+        """A child that left has ended (it crashed, or was stopped): it counts as sharing again,
+        so that its ``shared`` block ends as it began."""
+        with self._lock:
+            if self._off.pop(key, None) is not None:
+                self._sharing += 1
+                self._lock.notify_all()
+
+    def _pause_off(self) -> None:
+        for left in self._off.values():
+            if left.frozen_since is None:
+                left.pause()
+                left.frozen_since = time.monotonic()
+
+    def _resume_off(self) -> None:
+        for left in self._off.values():
+            if left.frozen_since is not None:
+                left.resume()
+                left.frozen += time.monotonic() - left.frozen_since
+                left.frozen_since = None
+
     @contextmanager
     def exclusive(self):
         with self._lock:
@@ -79,6 +137,7 @@ class GpuLease:
             self._lock.wait_for(lambda: not self._exclusive and not self._sharing)
             self._waiting -= 1
             self._exclusive = True
+            self._pause_off()
             started = time.monotonic()
             if self._draining_since is not None:
                 self.usage.draining_seconds += started - self._draining_since
@@ -88,6 +147,7 @@ class GpuLease:
         finally:
             with self._lock:
                 self._exclusive = False
+                self._resume_off()
                 self.usage.timings += 1
                 self.usage.alone_seconds += time.monotonic() - started
                 self._lock.notify_all()

@@ -32,6 +32,7 @@ STEPS = (
     ("warm-up", "of the two timings, the first calls before each timed loop (tuning again, alone)"),
     ("tuning alone", "of which autotuning, where reported"),
     ("compiling alone", "of which compiling that the first call beside other processes left (normally 0)"),
+    ("timed check", "saving and checking the timed call's outputs, sharing the GPU again"),
     ("exits", "children exiting after their last case"),
     ("other", "the rest: records, logs, feedback to the grader's threads"),
 )

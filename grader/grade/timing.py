@@ -157,7 +157,18 @@ def measure(grading, secret: int) -> dict:
                 return NOT_TIMED
             child.resume()
             with grading.profile.step("learner timing"):
-                return _drive_timing(grading, child, plan)
+                window = _timed_window(grading, child, plan.reps, retune=True, save=True)
+            # Saving and checking the outputs need no GPU alone: frozen, the child waits for a
+            # shared lease, so another grading may be timed meanwhile.
+            child.pause()
+        if isinstance(window, dict):
+            return window
+        waiting = time.monotonic()
+        with grading.lease.shared():
+            grading.profile.add("waiting", time.monotonic() - waiting)
+            child.resume()
+            with grading.profile.step("timed check"):
+                return _checked(grading, child, plan, window)
     finally:
         for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
             if process is not None and not isinstance(process, dict):
@@ -281,22 +292,33 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
     return event, None
 
 
-def _drive_timing(grading, child, plan: TimingPlan) -> dict:
-    window = _timed_window(grading, child, plan.reps, retune=True)
-    if isinstance(window, dict):
-        return window
+def _checked(grading, child, plan: TimingPlan, window: tuple) -> dict:
+    """The performance entry of a timed window: the child saves the last call's outputs, and
+    the parent checks them before the time counts."""
+    deadline = time.monotonic() + grading.limits.case_seconds
+    while True:
+        event, failure = _next_event(child, deadline, f"the timed outputs were not saved within "
+                                     f"{grading.limits.case_seconds:g} s")
+        if failure is not None:
+            return failure
+        if event.get("event") == "timing_saved":
+            break
+        if event.get("event") in ("timing_error", "finished"):
+            return _failed("the timed outputs could not be saved (the process ended or failed)")
     window_ms, event_ms = window
     problem = _timed_outputs_problem(grading, child, plan)
     return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
 
 
-def _timed_window(grading, child, reps: int, retune: bool = False):
-    """Order ``reps`` timed calls and wait until their outputs are saved: (the parent's window in
-    ms, the child's own event time or None); else the record's performance entry saying why not.
+def _timed_window(grading, child, reps: int, retune: bool = False, save: bool = False):
+    """Order ``reps`` timed calls and wait until they end: (the parent's window in ms, the
+    child's own event time or None); else the record's performance entry saying why not.
     ``retune``: the child's first timing with the GPU alone, whose autotuners must forget what the
-    warm-up chose beside other processes."""
-    spec, started, window_ms, event_ms = grading.plan.spec, None, None, None
-    failure = _order(child, {"timing": reps, "call": order_of(spec.protocol, spec.mutates), "retune": retune})
+    warm-up chose beside other processes. ``save``: the child saves the last call's outputs
+    afterwards, for ``_checked``."""
+    spec, started = grading.plan.spec, None
+    failure = _order(child, {"timing": reps, "call": order_of(spec.protocol, spec.mutates), "retune": retune,
+                             "save": save})
     if failure is not None:
         return failure
     ordered = time.monotonic()
@@ -315,9 +337,7 @@ def _timed_window(grading, child, reps: int, retune: bool = False):
         elif kind == "timing_error":
             return _failed(f"a timed call failed: {event.get('error')}")
         elif kind == "timing_end" and started is not None:
-            window_ms, event_ms = (event["received_at"] - started) * 1e3, event.get("event_ms")
-        elif kind == "timing_saved" and window_ms is not None:
-            return window_ms, event_ms
+            return (event["received_at"] - started) * 1e3, event.get("event_ms")
         elif kind == "finished":
             return _failed("the kernel was not timed (it ended early)")
 
@@ -381,5 +401,6 @@ def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
         if isinstance(window, dict):
             raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {window['reason']}")
         plan = TimingPlan(inputs.case, inputs.input_sets, reps, window[0] / reps)
+        reference.kill()  # idle from now on, and holding GPU memory the submission's timing may need
     with _timing_plans_lock:
         return _timing_plans.setdefault(key, plan)

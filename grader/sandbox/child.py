@@ -90,10 +90,12 @@ def _in_workdir(name: str) -> str:
     return os.path.join(_WORKDIR, name)
 
 
-def _take_file(name: str) -> bytes:
-    """Read and delete a file the parent wrote, before any learner code runs for it."""
+def _take_file(name: str) -> bytearray:
+    """Read and delete a file the parent wrote, before any learner code runs for it (into a
+    bytearray: ``wire.parse`` uses its bytes where they lie)."""
     with open(_in_workdir(name), "rb") as handle:
-        data = handle.read()
+        data = bytearray(os.fstat(handle.fileno()).st_size)
+        handle.readinto(data)
     os.unlink(_in_workdir(name))
     return data
 
@@ -135,6 +137,31 @@ class CompileClock:
         return taken
 
 
+class CompileGate:
+    """On a GPU shared with timings (``grader.grade.leases``): each compile is announced to the
+    parent once this process has nothing left running on the GPU, and the kernel it compiled
+    launches only once the parent says go. A timing then need not wait for a call that is
+    compiling (CPU work): the parent freezes the child instead while the timing has the GPU."""
+
+    def __init__(self, channel, orders: Orders, synchronize):
+        self.channel, self.orders, self.synchronize = channel, orders, synchronize
+        try:
+            from triton import knobs
+            knobs.runtime.jit_cache_hook = self._compiling
+            knobs.runtime.jit_post_compile_hook = self._compiled
+        except (ImportError, AttributeError):  # a Triton without these hooks: calls are waited for whole
+            pass
+
+    def _compiling(self, **_) -> bool:
+        self.synchronize()
+        self.channel.send("compiling")
+        return False  # compile it (True would skip the compile)
+
+    def _compiled(self, **_) -> None:
+        self.channel.send("compiled")
+        self.orders.next()  # the parent's go (or the end of its orders, when it has stopped)
+
+
 def main(argv: list[str], booted: float | None = None) -> int:
     request_fd, reply_fd = int(argv[-2]), int(argv[-1])
     orders = Orders(request_fd)
@@ -167,6 +194,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
     module = find_module(request["module"])
     api = request["api"]
     compile_clock = CompileClock()
+    if cuda and request.get("gate_compiles"):
+        CompileGate(channel, orders, torch.cuda.synchronize)
     channel.send("started", mode=device.mode(), imports_seconds=time.monotonic() - (booted or time.monotonic()))
 
     try:
@@ -243,7 +272,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
                 if order.get("retune"):
                     retune()
                 _timed_loop(channel, timed(from_order(order.get("call"))[0], raw, api), int(order["timing"]),
-                            tools, timing_sets, compile_clock)
+                            tools, timing_sets, compile_clock, bool(order.get("save")))
         else:
             break
     channel.send("finished")
@@ -290,12 +319,14 @@ def _warm_up(channel, fn, tools: _Tools, sets: list | None) -> None:
         channel.send("warmed_up", error=f"{type(failure).__name__}: {short_error(failure, 3)}")
 
 
-def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock) -> None:
+def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock,
+                save: bool) -> None:
     """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
 
     The closing message follows a device-wide synchronize taken before the learner's import, so
-    work left running (lazy, or on a side stream) is inside the timed window; the last outputs are
-    saved after it for the parent to check. The events are only a cross-check for the parent."""
+    work left running (lazy, or on a side stream) is inside the timed window; with ``save``, the
+    last outputs are saved after it for the parent to check. The events are only a cross-check for
+    the parent."""
     from grader.core.checks import as_tuple, short_error
 
     try:
@@ -312,8 +343,9 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock
         end.record()
         tools.synchronize()
         channel.send("timing_end", event_ms=start.elapsed_time(end))
-        kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
-        tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "set": (reps - 1) % len(sets)}))
-        channel.send("timing_saved")
+        if save:
+            kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
+            tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "set": (reps - 1) % len(sets)}))
+            channel.send("timing_saved")
     except BaseException as failure:
         channel.send("timing_error", error=f"{type(failure).__name__}: {short_error(failure, 3)}")

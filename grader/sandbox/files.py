@@ -44,7 +44,7 @@ def _kind(mode: int) -> str:
     return "a regular file" if stat.S_ISREG(mode) else "of an unknown type"
 
 
-def read_regular(folder: str | Path, name: str, max_bytes: int) -> bytes:
+def read_regular(folder: str | Path, name: str, max_bytes: int) -> bytearray:
     """The content of regular file ``name`` in ``folder``: at most ``max_bytes``, never blocking.
 
     Raises FileNotFoundError when there is no such file (so callers can say nothing was saved)
@@ -83,20 +83,33 @@ def read_regular(folder: str | Path, name: str, max_bytes: int) -> bytes:
             raise UnsafeFile(f"{name} is {_kind(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:  # refused before reading: a sparse file may claim anything
             raise UnsafeFile(f"{name} is {st.st_size} bytes, over the limit of {max_bytes}")
-        chunks, total = [], 0
-        while total <= max_bytes:  # read one byte past the limit: the file may still grow
-            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > max_bytes:
-            raise UnsafeFile(f"{name} grew past the limit of {max_bytes} bytes while being read")
-        return b"".join(chunks)
+        return _read_within(fd, name, st.st_size, max_bytes)
     except OSError as e:
         raise UnsafeFile(f"{name} could not be read ({e.strerror})") from None
     finally:
         os.close(fd)
+
+
+def _read_within(fd: int, name: str, size: int, max_bytes: int) -> bytearray:
+    """The file's bytes, read straight into one buffer of its ``size`` (a tensor file can be
+    gigabytes: no chunks joined afterwards), then what it grew by since, within ``max_bytes``."""
+    data = bytearray(size)
+    with memoryview(data) as view:
+        total = 0
+        while total < size:
+            count = os.readv(fd, [view[total:]])
+            if not count:
+                break
+            total += count
+    del data[total:]  # the file shrank meanwhile
+    while len(data) <= max_bytes:  # read one byte past the limit: the file may still grow
+        chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - len(data)))
+        if not chunk:
+            break
+        data += chunk
+    if len(data) > max_bytes:
+        raise UnsafeFile(f"{name} grew past the limit of {max_bytes} bytes while being read")
+    return data
 
 
 class _Folder:

@@ -2,16 +2,19 @@
 
 Inputs go to the child, outputs come back, as one file per trial:
 
-    b"GRT1" | header length (4 bytes, little-endian) | JSON header | storage bytes, back to back
+    b"GRT2" | header length (4 bytes, little-endian) | JSON header | storages
 
 The header lists the storages (their sizes in bytes), the tensors (each a view: storage index,
 dtype, shape, stride, offset) and a JSON "skeleton" of the value with every tensor replaced by
 ``{"$tensor": i}`` and every tuple by ``{"$tuple": [...]}``. Views keep their layout (a
 row-strided or transposed input arrives as one) and two tensors that share a storage still share
-one after the trip, so the parent can tell an output that is an input in disguise.
+one after the trip, so the parent can tell an output that is an input in disguise. Each storage
+starts at a multiple of ``ALIGN`` bytes from the start of the file (the header is padded with
+spaces, a storage with zeros), so that ``parse`` can use the bytes where they lie instead of
+copying gigabytes.
 
 Nothing is unpickled, and ``parse`` trusts nothing: the file is read by the caller with a size
-limit, every declared size must add up to the bytes actually present, every view must lie inside
+limit, the declared sizes must account for exactly the bytes present, every view must lie inside
 its storage, and no tensor may hold more elements than the caller allows, so a small file cannot
 make the parent allocate gigabytes.
 """
@@ -23,7 +26,8 @@ import struct
 
 import torch
 
-MAGIC = b"GRT1"
+MAGIC = b"GRT2"
+ALIGN = 64
 DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
@@ -33,7 +37,7 @@ class WireError(ValueError):
     """The bytes are not a well-formed tensor file within the limits given."""
 
 
-def dump(value) -> bytes:
+def dump(value) -> bytearray:
     """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes."""
     storages: list[torch.UntypedStorage] = []
     storage_index: dict[tuple, int] = {}
@@ -63,35 +67,59 @@ def dump(value) -> bytes:
         raise TypeError(f"cannot send a {type(item).__name__}")
 
     skeleton = encode(value)
-    header = json.dumps({"storages": [s.nbytes() for s in storages], "tensors": tensors,
-                         "value": skeleton}).encode()
-    parts = [MAGIC, struct.pack("<I", len(header)), header]
-    parts += [bytes(torch.empty(0, dtype=torch.uint8).set_(s.cpu()).numpy()) if s.nbytes() else b""
-              for s in storages]
-    return b"".join(parts)
+    sizes = [s.nbytes() for s in storages]
+    header = json.dumps({"storages": sizes, "tensors": tensors, "value": skeleton}).encode()
+    header += b" " * (_aligned(8 + len(header)) - 8 - len(header))
+    offsets, end = _layout(8 + len(header), sizes)
+    data = bytearray(end)  # zero-filled: the padding between storages
+    data[:8 + len(header)] = MAGIC + struct.pack("<I", len(header)) + header
+    for storage, offset, size in zip(storages, offsets, sizes):
+        if size:  # straight from the device into the file's bytes: one copy
+            source = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset).copy_(source)
+    return data
 
 
-def parse(data: bytes, max_elements: int, device: torch.device | str = "cpu"):
+def _aligned(position: int) -> int:
+    return -(-position // ALIGN) * ALIGN
+
+
+def _layout(start: int, sizes: list[int]) -> tuple[list[int], int]:
+    """Where each storage starts, and where the file ends, for storages after byte ``start``."""
+    offsets, position, end = [], _aligned(start), start
+    for size in sizes:
+        offsets.append(position)
+        end = position + size
+        position = _aligned(end)
+    return offsets, end
+
+
+def parse(data: bytes | bytearray, max_elements: int, device: torch.device | str = "cpu"):
     """The value ``dump`` wrote, with its tensors on ``device``; raises WireError when the bytes
-    are malformed or a tensor would hold more than ``max_elements`` elements."""
+    are malformed or a tensor would hold more than ``max_elements`` elements. On the CPU the
+    tensors are views of ``data`` when it is a bytearray (no copy), which they keep alive."""
     if data[:4] != MAGIC or len(data) < 8:
         raise WireError("not a tensor file")
     (length,) = struct.unpack("<I", data[4:8])
     if 8 + length > len(data):
         raise WireError("the header runs past the end of the file")
     try:
-        header = json.loads(data[8:8 + length])
+        header = json.loads(bytes(data[8:8 + length]))
         sizes = [int(n) for n in header["storages"]]
         views, skeleton = header["tensors"], header["value"]
     except (ValueError, KeyError, TypeError):
         raise WireError("the header is not valid") from None
-    if any(n < 0 for n in sizes) or 8 + length + sum(sizes) != len(data):
+    if any(n < 0 for n in sizes) or sum(sizes) > len(data):
         raise WireError("the declared storage sizes do not match the bytes in the file")
-    storages, position = [], 8 + length
-    for size in sizes:
-        chunk = bytearray(data[position:position + size])
-        position += size
-        storage = torch.frombuffer(chunk, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+    offsets, end = _layout(8 + length, sizes)
+    if end != len(data):
+        raise WireError("the declared storage sizes do not match the bytes in the file")
+    if not isinstance(data, bytearray):
+        data = bytearray(data)  # writable, so that the views below may be written to
+    storages = []
+    for offset, size in zip(offsets, sizes):
+        storage = torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset) if size \
+            else torch.empty(0, dtype=torch.uint8)
         storages.append(storage.to(device))
     tensors = [_view(view, storages, max_elements) for view in views]
 
