@@ -73,8 +73,9 @@ def _grading():
     from grader.grade.profile import Profile
 
     spec = Spec(api="f", make_inputs=None, reference=None)
+    let_in = []  # the children told to go on after their imports
     return SimpleNamespace(limits=Limits(case_seconds=2, startup_seconds=3), log=[], plan=SimpleNamespace(spec=spec),
-                           profile=Profile())
+                           profile=Profile(), let_in=let_in.append, went_on=let_in)
 
 
 def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends():
@@ -97,7 +98,10 @@ def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends
 def test_the_timed_child_must_import_kernel_py_within_the_startup_limit():
     from grader.grade import timing
 
-    assert timing._until_loaded(_grading(), _ScriptedChild({"event": "started"}, {"event": "loaded"})) is None
+    grading, child = _grading(), _ScriptedChild({"event": "started"}, {"event": "loaded"})
+    assert timing._until_loaded(grading, child) is None
+    assert grading.went_on == [child], "told to go on once it had imported torch and Triton"
+
     slow = _ScriptedChild({"event": "started"})
     entry = timing._until_loaded(_grading(), slow)
     assert slow.killed and "did not import kernel.py within 3 s" in entry["reason"]

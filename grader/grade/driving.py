@@ -103,6 +103,11 @@ class ChildRun:
             if kind == "started" and phase == "starting":
                 phase = "importing"
                 self._profile_started(event)
+                try:
+                    self._count_aside(grading.let_in(child), budget)
+                except ChildEnded as ended:
+                    after_exit(grading, child, phase, current, ended, judged)
+                    return
             elif kind == "load_error":
                 grading.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
                 return
@@ -140,6 +145,8 @@ class ChildRun:
                 budget = self._limit(child, limits.case_seconds)
                 if not queue:
                     self.exiting_since = time.monotonic()
+                    # Exiting launches nothing: a timing need not wait for it (frozen meanwhile).
+                    grading.lease.leave(child, child.pause, child.resume)
                     child.end_orders()
                     phase, current = "finishing", None
                     continue
@@ -168,9 +175,12 @@ class ChildRun:
                 phase, budget = "exiting", Budget(lambda: self._cpu(child), _EXIT_SECONDS, 1.0)
 
     def _rejoin(self, child, budget: Budget) -> None:
-        """Share the GPU again after a compile; the time frozen or waiting meanwhile extends the
-        step's and the grading's wall-time limits."""
-        aside = self.grading.lease.rejoin(child)
+        """Share the GPU again after a compile."""
+        self._count_aside(self.grading.lease.rejoin(child), budget)
+
+    def _count_aside(self, aside: float, budget: Budget) -> None:
+        """Seconds the child spent off the GPU, frozen or waiting for it: they extend the step's
+        and the grading's wall-time limits, and count as waiting."""
         if aside:
             self.aside += aside
             self.grading.profile.add("waiting", aside)

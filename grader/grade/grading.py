@@ -262,7 +262,11 @@ class Grading:
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
         the others share the GPU's memory. ``source``: another file to run instead (the reference
-        solution, timed the way the submission is), with a Triton cache of its own."""
+        solution, timed the way the submission is), with a Triton cache of its own.
+
+        On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
+        imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing
+        does not wait for a child that is only starting."""
         share = 1 if timed else self.options.children_per_gpu
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
         request = {"module": self.module.id, "api": self.api, "apis": [spec.api for spec in specs],
@@ -270,10 +274,22 @@ class Grading:
                    "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs))),
                    # A timed child's compiling happens before it has the GPU alone; the others'
                    # lets timings go ahead (grader.grade.leases).
-                   "gate_compiles": not timed}
-        return self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
-                                  request, n_calls, secrets.token_hex(16),
-                                  shared=self.shared if source is None else None)
+                   "gate_compiles": not timed, "gate_start": self.on.type == "cuda"}
+        child = self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
+                                   request, n_calls, secrets.token_hex(16),
+                                   shared=self.shared if source is None else None)
+        if self.on.type == "cuda":
+            self.lease.leave(child, child.pause, child.resume)
+        return child
+
+    def let_in(self, child) -> float:
+        """A child started by ``start_child`` has imported what it needs: once no timing has or
+        waits for the GPU, it shares the GPU again and is told to go on. The seconds it waited."""
+        if self.on.type != "cuda":
+            return 0.0
+        waited = self.lease.rejoin(child)
+        child.order({"go": True}, time.monotonic() + 30)
+        return waited
 
 
 @dataclass

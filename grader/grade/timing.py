@@ -173,6 +173,7 @@ def measure(grading, secret: int) -> dict:
         for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
             if process is not None and not isinstance(process, dict):
                 grading.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
+                grading.lease.forget(process)
                 process.close()
 
 
@@ -185,6 +186,7 @@ def _started(grading, inputs: TimingInputs, source: bytes | None = None):
     failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(grading, child)
     if failure is not None:
         grading.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
+        grading.lease.forget(child)
         child.close()
         return failure
     return child
@@ -243,6 +245,11 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
         kind = event.get("event")
         if kind == awaited:
             return None
+        if kind == "started":  # imported torch and Triton, off the GPU: it may use it from now on
+            try:
+                grading.let_in(child)
+            except ChildEnded as ended:
+                return _ended(ended)
         if kind in ("load_error", "finished"):
             return _failed("the kernel was not timed (it did not load, or ended early)")
 

@@ -189,6 +189,11 @@ def main(argv: list[str], booted: float | None = None) -> int:
         device.run_first_autotune_config()  # before the learner's file applies the decorator
     # A timed child tunes twice: once warming up beside other processes, again with the GPU alone.
     retune = device.retuning() if cuda and request.get("autotune", True) else (lambda: None)
+    channel.send("started", mode=device.mode(), imports_seconds=time.monotonic() - (booted or time.monotonic()))
+    if cuda and request.get("gate_start"):
+        # Nothing so far has touched the GPU (importing is CPU work, done while timings ran):
+        # from here on it is used, once the parent says go (grader.grade.leases).
+        orders.next()
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
     module = find_module(request["module"])
@@ -196,7 +201,6 @@ def main(argv: list[str], booted: float | None = None) -> int:
     compile_clock = CompileClock()
     if cuda and request.get("gate_compiles"):
         CompileGate(channel, orders, torch.cuda.synchronize)
-    channel.send("started", mode=device.mode(), imports_seconds=time.monotonic() - (booted or time.monotonic()))
 
     try:
         kernel = load_kernel(module, Path(request["kernel"]).resolve())
