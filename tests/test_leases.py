@@ -208,3 +208,44 @@ def test_a_child_announces_each_compile_and_launches_only_on_the_parents_go(monk
     assert steps == ["synchronized", "compiling"]
     knobs.runtime.jit_post_compile_hook(key="k", repr="kernel", fn=None)
     assert steps == ["synchronized", "compiling", "compiled", "go"]
+
+
+def test_a_started_child_is_told_to_go_on_once_no_timing_has_the_gpu():
+    """``Grading.let_in``: a child that has imported torch and Triton (off the GPU until then)
+    gets its go only after the timing holding the GPU ends; on the CPU there is nothing to wait for."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from grader.grade.grading import Grading
+
+    class Child:  # the sandboxed process, as far as the lease and the order pipe go
+        def order(self, order, deadline):
+            steps.append(order)
+
+    lease, steps, child = GpuLease(), [], Child()
+    grading = SimpleNamespace(on=torch.device("cuda", 0), lease=lease)
+    timing_in, release_timing = threading.Event(), threading.Event()
+
+    def timing():
+        with lease.exclusive():
+            timing_in.set()
+            assert release_timing.wait(HANG_GUARD)
+            steps.append("timing ends")
+
+    with lease.shared():
+        lease.leave(child, lambda: steps.append("paused"), lambda: steps.append("resumed"))
+        timer = threading.Thread(target=timing)
+        timer.start()
+        assert timing_in.wait(HANG_GUARD)
+        letting = threading.Thread(target=Grading.let_in, args=(grading, child))
+        letting.start()
+        letting.join(0.2)
+        assert letting.is_alive() and {"go": True} not in steps
+        release_timing.set()
+        for thread in (timer, letting):
+            thread.join(HANG_GUARD)
+            assert not thread.is_alive()
+    assert steps == ["paused", "timing ends", "resumed", {"go": True}]
+    on_cpu = SimpleNamespace(on=torch.device("cpu"), lease=lease)
+    assert Grading.let_in(on_cpu, child) == 0.0 and steps[-1] == {"go": True} and len(steps) == 4
