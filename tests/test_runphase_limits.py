@@ -156,24 +156,47 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
 
 
-def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections):
+# Ctrl-C as the kernel may deliver it: to any thread of the process, here a grading worker's.
+CTRL_C_TO_A_WORKER = """
+import signal, sys, threading, time
+from pathlib import Path
+from grader.cli import main
+
+def aim():
+    records = Path(sys.argv[sys.argv.index("--results") + 1]) / "records"
+    while not list(records.rglob("*.json")):
+        time.sleep(0.2)
+    time.sleep(2)
+    worker = next(t for t in threading.enumerate() if t.name.startswith("grading-worker"))
+    signal.pthread_kill(worker.ident, signal.SIGINT)
+
+threading.Thread(target=aim, daemon=True).start()
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("to_a_worker", [False, True], ids=["to-the-process", "to-a-worker-thread"])
+def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections, to_a_worker):
     root, results = tmp_path / "submissions", tmp_path / "results"
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
     shutil.copytree(tmp_path / "examples" / "complete", root / "a-complete")
     shutil.copytree(tmp_path / "examples" / "endless-loop", root / "b-endless-loop")
-    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
-               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "600", "--quiet"]
+    arguments = ["run", str(root), "--results", str(results), "--module", VECTOR_ADD.id, "--workers", "1",
+                 "--case-timeout", "600", "--quiet"]
     if not offers(platform_protections, "processes"):
-        command.append("--allow-unsafe")
-    grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        arguments.append("--allow-unsafe")
+    launcher = [sys.executable, "-c", CTRL_C_TO_A_WORKER] if to_a_worker else [sys.executable, "-m", "grader"]
+    grader = subprocess.Popen(launcher + arguments, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
     folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
-    deadline = time.monotonic() + 300
-    while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
-        time.sleep(0.2)
-    time.sleep(2)  # b-endless-loop is running now, with 600 s to go
-    grader.send_signal(signal.SIGINT)
+    if not to_a_worker:
+        deadline = time.monotonic() + 300
+        while not list(folder.glob("*.json")) and time.monotonic() < deadline and grader.poll() is None:
+            time.sleep(0.2)
+        time.sleep(2)  # b-endless-loop is running now, with 600 s to go
+        grader.send_signal(signal.SIGINT)
     try:  # a stop takes a second or two; the limit is far from that, and far from the case's 600 s
-        output, _ = grader.communicate(timeout=runphase.STOP_SECONDS + 180)
+        output, _ = grader.communicate(timeout=runphase.STOP_SECONDS + (480 if to_a_worker else 180))
     except subprocess.TimeoutExpired:
         grader.send_signal(signal.SIGUSR1)  # where each thread is (python -m grader registers it)
         time.sleep(2)

@@ -15,7 +15,7 @@ import os
 import secrets
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -281,8 +281,13 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
                                   thread_name_prefix=_WORKER_PREFIX)
         futures = [pool.submit(work, key) for key in pending]
         try:
-            for future in as_completed(futures):
-                done(future.result())
+            waiting = set(futures)
+            while waiting:
+                # Never an endless wait: Ctrl-C may reach a worker thread instead of this one, and
+                # Python raises it here only once this thread runs again.
+                finished, waiting = wait(waiting, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    done(future.result())
         except BaseException:
             stop.set()  # workers stop their children within a second and write nothing
             pool.shutdown(wait=False, cancel_futures=True)

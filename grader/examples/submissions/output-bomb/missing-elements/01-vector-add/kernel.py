@@ -83,7 +83,8 @@ def _wire_bomb(consistent):
     storage = 8 if consistent else 4 * ELEMENTS
     header = json.dumps({"storages": [storage], "tensors": [view], "value": {
         "outputs": [{"$tensor": 0}], "args": [], "kwargs": {}}}).encode()
-    return b"GRT1" + struct.pack("<I", len(header)) + header + bytes(8)
+    header += b" " * (-(8 + len(header)) % 64)  # the format starts each storage 64-byte aligned
+    return b"GRT2" + struct.pack("<I", len(header)) + header + bytes(8)
 
 
 def _hijack_the_harness():
