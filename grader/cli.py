@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +11,8 @@ from grader.core import device
 from grader.learn import progress
 from grader.authoring import stubs
 from grader.core.catalog import REPO_ROOT, available_modules, find_module
-from grader.grade.commands import add_commands as add_instructor_commands, add_ray_argument, add_workers_argument
+from grader.grade.commands import (add_commands as add_instructor_commands, add_ray_argument, add_workers_argument,
+                                   stop_on_signals)
 
 
 def _module_or_next(name: str | None):
@@ -101,10 +101,7 @@ def cmd_run(args) -> int:
     from grader.grade.cluster import ClusterError
     from grader.sandbox.isolation import GiB, Limits, SandboxError
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt()
-
-    signal.signal(signal.SIGTERM, interrupt)  # a scheduler's stop works like Ctrl-C
+    stop_on_signals()
     limits = Limits(case_seconds=args.case_timeout, startup_seconds=args.startup_timeout,
                     memory_bytes=int(args.memory_gib * GiB) if args.memory_gib else None)
     options = runphase.Options(workers=args.workers, limits=limits, hide=tuple(args.hide),

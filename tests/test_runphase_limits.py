@@ -175,8 +175,13 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("to_a_worker", [False, True], ids=["to-the-process", "to-a-worker-thread"])
-def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections, to_a_worker):
+@pytest.mark.parametrize("to_a_worker, ignored_at_start", [(False, False), (True, False), (False, True)],
+                         ids=["to-the-process", "to-a-worker-thread", "ignored-when-started"])
+def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections, to_a_worker,
+                                                           ignored_at_start):
+    """Ctrl-C stops a run within seconds, keeping its records: whichever thread the signal
+    reaches, and even when the grader was started with SIGINT ignored (as a script's background
+    job is)."""
     root, results = tmp_path / "submissions", tmp_path / "results"
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
     shutil.copytree(tmp_path / "examples" / "complete", root / "a-complete")
@@ -186,8 +191,9 @@ def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_pr
     if not offers(platform_protections, "processes"):
         arguments.append("--allow-unsafe")
     launcher = [sys.executable, "-c", CTRL_C_TO_A_WORKER] if to_a_worker else [sys.executable, "-m", "grader"]
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored_at_start else None
     grader = subprocess.Popen(launcher + arguments, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+                              text=True, preexec_fn=ignore)
     folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
     if not to_a_worker:
         deadline = time.monotonic() + 300
