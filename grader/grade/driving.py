@@ -100,9 +100,13 @@ class ChildRun:
             kind = event.get("event")
             if kind == "sandbox_error":  # the boot step could not start Python: our problem
                 raise SandboxError(f"{event.get('message')}\n{child.log_tail()}")
-            if kind == "started" and phase == "starting":
-                phase = "importing"
-                self._profile_started(event)
+            if kind in ("compiling", "compiled") and phase in ("finishing", "exiting"):
+                continue  # off the GPU until it exits; its orders are closed, so it waits for no go
+            if (kind == "started" and phase == "starting") or kind == "compiled":
+                # Off the GPU until now (importing, or compiling: grader.sandbox.child.CompileGate).
+                if kind == "started":
+                    phase = "importing"
+                    self._profile_started(event)
                 try:
                     self._count_aside(grading.let_in(child), budget)
                 except ChildEnded as ended:
@@ -111,17 +115,8 @@ class ChildRun:
             elif kind == "load_error":
                 grading.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
                 return
-            elif kind == "compiling":  # off the GPU until "compiled" (grader.sandbox.child.CompileGate)
+            elif kind == "compiling":
                 grading.lease.leave(child, child.pause, child.resume)
-            elif kind == "compiled":
-                self._rejoin(child, budget)
-                if phase in ("finishing", "exiting"):  # its orders are closed: it reads their end and goes on
-                    continue
-                try:
-                    child.order({"go": True}, time.monotonic() + 30)
-                except ChildEnded as ended:
-                    after_exit(grading, child, phase, current, ended, judged)
-                    return
             elif (kind == "loaded" and phase == "importing") or \
                     (kind == "done" and current is not None and event.get("trial") == current.id):
                 self._rejoin(child, budget)  # a compile that failed never reported "compiled"

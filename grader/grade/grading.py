@@ -283,8 +283,9 @@ class Grading:
         return child
 
     def let_in(self, child) -> float:
-        """A child started by ``start_child`` has imported what it needs: once no timing has or
-        waits for the GPU, it shares the GPU again and is told to go on. The seconds it waited."""
+        """A child off the GPU (started by ``start_child`` and done importing, or done compiling)
+        waits for its go: once no timing has or waits for the GPU, it shares the GPU again and is
+        told to go on. The seconds it waited."""
         if self.on.type != "cuda":
             return 0.0
         waited = self.lease.rejoin(child)

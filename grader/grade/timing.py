@@ -305,13 +305,16 @@ def _checked(grading, child, plan: TimingPlan, window: tuple) -> dict:
     deadline = time.monotonic() + grading.limits.case_seconds
     while True:
         event, failure = _next_event(child, deadline, f"the timed outputs were not saved within "
-                                     f"{grading.limits.case_seconds:g} s")
+                                     f"{grading.limits.case_seconds:g} s of the timed calls' end; check with "
+                                     "`make bench` on a GPU that your function returns promptly")
         if failure is not None:
             return failure
         if event.get("event") == "timing_saved":
             break
         if event.get("event") in ("timing_error", "finished"):
-            return _failed("the timed outputs could not be saved (the process ended or failed)")
+            why = f": {event['error']}" if event.get("error") else " (the process ended)"
+            return _failed(f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
+                           "`make bench` on a GPU runs the same calls")
     window_ms, event_ms = window
     problem = _timed_outputs_problem(grading, child, plan)
     return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
