@@ -262,19 +262,13 @@ def _warm_up(grading, child) -> dict | None:
     failure = _order(child, {"warm_up": True, "call": order_of(spec.protocol, spec.mutates)})
     if failure is not None:
         return failure
-    deadline = time.monotonic() + 3 * grading.limits.case_seconds
-    while True:
-        event, failure = _next_event(child, deadline, f"the first call on the benchmark inputs did not finish within "
-                                     f"{3 * grading.limits.case_seconds:g} s; time your kernel on the module's benchmark "
-                                     "case with `make bench` on a GPU")
-        if failure is not None:
-            return failure
-        if event.get("event") == "warmed_up":
-            if event.get("error"):
-                grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
-            return None
-        if event.get("event") == "finished":
-            return _failed("the kernel was not timed (it ended early)")
+    seconds = 3 * grading.limits.case_seconds
+    event, failure = _until(child, seconds, "warmed_up", ("finished",), lambda _: _failed(
+        "the kernel was not timed (it ended early)"), f"the first call on the benchmark inputs did not finish "
+        f"within {seconds:g} s; time your kernel on the module's benchmark case with `make bench` on a GPU")
+    if failure is None and event.get("error"):
+        grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
+    return failure
 
 
 def _order(child, order: dict) -> dict | None:
@@ -284,6 +278,20 @@ def _order(child, order: dict) -> dict | None:
     except ChildEnded as ended:
         return _ended(ended)
     return None
+
+
+def _until(child, seconds: float, wanted: str, ends: tuple, ended, late: str) -> tuple[dict | None, dict | None]:
+    """(the timed child's ``wanted`` event, None), or (None, the performance entry saying why
+    not: ``ended(event)`` for an event in ``ends`` that came first, or ``late`` after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        event, failure = _next_event(child, deadline, late)
+        if failure is not None:
+            return None, failure
+        if event.get("event") == wanted:
+            return event, None
+        if event.get("event") in ends:
+            return None, ended(event)
 
 
 def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | None]:
@@ -302,19 +310,16 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
 def _checked(grading, child, plan: TimingPlan, window: tuple) -> dict:
     """The performance entry of a timed window: the child saves the last call's outputs, and
     the parent checks them before the time counts."""
-    deadline = time.monotonic() + grading.limits.case_seconds
-    while True:
-        event, failure = _next_event(child, deadline, f"the timed outputs were not saved within "
-                                     f"{grading.limits.case_seconds:g} s of the timed calls' end; check with "
-                                     "`make bench` on a GPU that your function returns promptly")
-        if failure is not None:
-            return failure
-        if event.get("event") == "timing_saved":
-            break
-        if event.get("event") in ("timing_error", "finished"):
-            why = f": {event['error']}" if event.get("error") else " (the process ended)"
-            return _failed(f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
-                           "`make bench` on a GPU runs the same calls")
+    def unsaved(event: dict) -> dict:
+        why = f": {event['error']}" if event.get("error") else " (the process ended)"
+        return _failed(f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
+                       "`make bench` on a GPU runs the same calls")
+
+    _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"), unsaved,
+                        f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
+                        "calls' end; check with `make bench` on a GPU that your function returns promptly")
+    if failure is not None:
+        return failure
     window_ms, event_ms = window
     problem = _timed_outputs_problem(grading, child, plan)
     return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
