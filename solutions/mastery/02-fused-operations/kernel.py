@@ -54,18 +54,26 @@ def sigmoid(x):
 
 @triton.jit
 def gaussian_cdf(x):
-    """Phi(x) = 0.5 (1 + erf(x / sqrt(2))) on a float32 block, within 1e-7 of the exact value.
+    """Phi(x) = 0.5 (1 + erf(x / sqrt(2))) on a float32 block, within about 2e-7 of the exact value.
 
     tl.erf is libdevice's erff: exact to a rounding, but it takes one of two code paths depending
-    on |x|, and a warp whose lanes take both runs both; in a memory-bound kernel that shows (the
-    layer norm with GELU ran at 0.77 x copy with tl.erf on an H100, 0.89 x with this). Abramowitz
-    and Stegun's formula 7.1.26 has no branch: 1 - erf(z) = q(t) exp(-z^2) for z >= 0, with
-    t = 1 / (1 + p z) and q a polynomial of degree 5, to within 1.5e-7. Phi of a negative x is
-    written 0.5 q directly rather than 1 - (1 - 0.5 q), so that small tails keep their digits."""
+    on |x|, and a warp whose lanes take both runs both. Abramowitz and Stegun's formula 7.1.26 has
+    no branch: 1 - erf(z) = q(t) exp(-z^2) for z >= 0, with t = 1 / (1 + p z) and q a polynomial
+    of degree 5, to within 1.5e-7. Phi of a negative x is written 0.5 q directly rather than
+    1 - (1 - 0.5 q), so that small tails keep their digits.
+
+    In a row kernel the GPU has time for about 40 instructions an element while memory moves it,
+    so two more choices count: t is rsqrt(d)^2, not 1 / d (a division compiles to a reciprocal plus
+    checks for huge and tiny d, which cannot occur with d >= 1; rsqrt is one instruction), and
+    exp(-z^2) is exp2(-z2^2) with sqrt(log2 e) folded into z2's constant (tl.exp adds the same kind
+    of checks). Measured on an H100, layer_norm_act at 32768 x 4096: 0.77 x copy with tl.erf (fp16),
+    0.87 x (bf16) and 0.89 x (fp16) with the formula written with / and tl.exp, 0.96 x as here."""
     z = tl.abs(x) * 0.7071067811865476
-    t = 1.0 / (1.0 + 0.3275911 * z)
+    r = tl.math.rsqrt(1.0 + 0.3275911 * z)
+    t = r * r
     q = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    half_tail = 0.5 * q * tl.exp(-z * z)
+    z2 = tl.abs(x) * 0.8493218002880191  # z * sqrt(log2(e)): exp(-z^2) = exp2(-z2^2)
+    half_tail = 0.5 * q * tl.exp2(-z2 * z2)
     return tl.where(x >= 0, 1.0 - half_tail, half_tail)
 
 
