@@ -817,6 +817,12 @@ DECOUPLED = ("weight_decay = 0.1 on large parameters: AdamW's decay is decoupled
              "on the parameter alone; added to the gradient (Adam's L2 penalty) it would pass through the "
              "moments and change exp_avg and exp_avg_sq too.")
 
+# Under the interpreter a float32 -> bfloat16 cast truncates (Triton's interpreter drops the low
+# bits) where a GPU rounds to nearest: each step's store of a bf16 parameter may lose up to one
+# ulp, 2^-7 of the value, instead of half of one. The bf16 cases run up to three steps: 3 x 2^-7 =
+# 2.3e-2. On a GPU the course's bf16 default (1.6e-2) holds: three half-ulps are 1.2e-2.
+TRUNCATING_BF16 = {torch.bfloat16: (3e-2, 3e-2)}
+
 ADAMW = Spec(
     api="adamw",
     make_inputs=optimizer_inputs,
@@ -830,6 +836,7 @@ ADAMW = Spec(
     ceiling="torch",
     target=1.0,
     allowed_torch_names=frozenset({"tensor"}),  # the launch table is built from Python ints
+    interpreter_tolerances=TRUNCATING_BF16,
 )
 
 # The second AdamW target: large tensors at the copy bandwidth (28 bytes per fp32 parameter).
@@ -862,6 +869,7 @@ SGD = Spec(
     ceiling="torch",
     target=1.0,
     allowed_torch_names=frozenset({"tensor"}),
+    interpreter_tolerances=TRUNCATING_BF16,
 )
 
 SMALL = [(7,), (33, 17), (1,), (130,)]  # mixed sizes, none a multiple of a block
