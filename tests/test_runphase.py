@@ -538,6 +538,13 @@ def test_hidden_messages_keep_the_pattern_but_no_numbers():
     assert "only the last N element(s) are wrong (from flat index N on)" in message
     assert "Some elements are NaN" in message
     assert not re.search(r"\d", message)
+    rounding = judging.Verdict(False, "wrong", "y: 3 of 4096 elements are wrong.\nPattern: every wrong element is "
+                               "off by at most 0.02 of its value: a few roundings of bfloat16 adding up. Compute "
+                               "in float32 (x.to(tl.float32) after loading), e.g. at 4096x4096 or 1e-3.")
+    message = judging.hidden_message(rounding, "add")
+    assert "at most N of its value: a few roundings of bfloat16 adding up" in message
+    assert "Compute in float32 (x.to(tl.float32) after loading), e.g. at NxN or N." in message
+    assert not re.search(r"\d", message.replace("float16", "").replace("float32", ""))
     shape_leak = judging.Verdict(False, "error", "add() raised ShapeIs_2049: (2049,)")
     assert judging.hidden_message(shape_leak, "add") == (
         "Hidden case failed: add() raised an exception. Hidden cases do not show error messages; "

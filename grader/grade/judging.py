@@ -150,6 +150,15 @@ INTEGRITY = {
 }
 
 
+# A dtype's name keeps its digits ("Compute in float32"); every other number becomes N.
+_DTYPE_OR_NUMBER = re.compile(r"\b((?:b?float|u?int)(?:8|16|32|64)|(?:fp|bf)(?:16|32|64))\b"
+                              r"|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _without_numbers(line: str) -> str:
+    return _DTYPE_OR_NUMBER.sub(lambda match: match.group(1) or "N", line)
+
+
 def hidden_message(verdict: Verdict, api: str) -> str:
     """What a learner may read about a failed hidden case: what kind of failure, and the pattern
     of wrong elements, with every number (a size, an index, a value) left out."""
@@ -164,7 +173,7 @@ def hidden_message(verdict: Verdict, api: str) -> str:
     elif verdict.kind == "wrong":
         kept = [line for line in verdict.message.splitlines() if line.startswith("Pattern:") or "NaN" in line]
         kept = [re.sub(r"^\d+ element\(s\) are NaN", "Some elements are NaN", line) for line in kept]
-        text += "".join(" " + re.sub(r"\d+", "N", line) for line in kept)
+        text += "".join(" " + _without_numbers(line) for line in kept)
     elif verdict.kind == "not_run":  # the grader's own words (the time budget), never the learner's
         text = f"Hidden case {verdict.message[0].lower()}{verdict.message[1:]}"
     if verdict.crash is not None:  # the signal and make check's diagnosis: nothing of the case
