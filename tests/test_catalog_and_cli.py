@@ -19,8 +19,17 @@ def test_find_module_by_id_slug_and_path():
     softmax = find_module("missing-elements/03-softmax")
     assert find_module("03-softmax") == softmax
     assert find_module(str(REPO_ROOT / "tracks/missing-elements/01-vector-add")).slug == "01-vector-add"
-    with pytest.raises(LookupError, match="Modules you can use"):
-        find_module("no-such-module")
+    with pytest.raises(LookupError, match="No module matches 'qqq'. Give a track and folder"):
+        find_module("qqq")
+
+
+def test_a_misspelt_or_ambiguous_module_name_says_what_was_meant():
+    with pytest.raises(LookupError, match=r"Did you mean missing-elements/03-softmax\?"):
+        find_module("softmx")
+    with pytest.raises(LookupError, match=r"Did you mean missing-elements/01-vector-add\?"):
+        find_module("missing_elements/01-vector-add")
+    with pytest.raises(LookupError, match=r"'optimization/0' matches 5 modules: optimization/01-tiling, "):
+        find_module("optimization/0")
 
 
 def _grader(*args):

@@ -57,3 +57,11 @@ def test_folder_layouts_are_found(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(LoadError, match="no kernel.py"):
         load_kernel(MODULE, tmp_path / "nowhere")
+
+
+def test_a_missing_kernel_says_what_impl_takes(tmp_path):
+    softmax = find_module("missing-elements/03-softmax")
+    with pytest.raises(LoadError, match=r"'solution' is neither a file nor a folder here\. IMPL takes learner"):
+        load_kernel(softmax, "solution")
+    with pytest.raises(LoadError, match=r"should hold missing-elements/03-softmax/kernel\.py, 03-softmax/kernel\.py"):
+        load_kernel(softmax, tmp_path)

@@ -6,6 +6,7 @@ The CLI, the progress table and the test suite read this list; a module becomes
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,5 +113,14 @@ def find_module(name: str) -> Module:
     matches = [m for m in MODULES if wanted in m.id]
     if len(matches) == 1:
         return matches[0]
-    known = ", ".join(m.id for m in available_modules())
-    raise LookupError(f"No module matches {name!r}. Modules you can use: {known}.")
+    if len(matches) > 1:
+        raise LookupError(f"{name!r} matches {len(matches)} modules: {', '.join(m.id for m in matches)}. "
+                          "Name one of them.")
+    ids = [m.id for m in available_modules()]
+    by_name = {**{m.slug: m.id for m in available_modules()}, **{i: i for i in ids}}
+    close = difflib.get_close_matches(wanted, list(by_name), n=1, cutoff=0.6)
+    if close:
+        raise LookupError(f"No module matches {name!r}. Did you mean {by_name[close[0]]}? "
+                          "(`make progress` lists every module.)")
+    raise LookupError(f"No module matches {name!r}. Give a track and folder, such as "
+                      f"{ids[0]}, or a unique part of one; `make progress` lists every module.")

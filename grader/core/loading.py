@@ -70,6 +70,22 @@ def kernel_path(module: Module, impl: str | Path = "learner") -> Path:
     return given / module.track / module.slug / "kernel.py"
 
 
+def missing_kernel(module: Module, impl: str | Path, path: Path) -> str:
+    """Why there is no kernel.py at ``path``, and what to try."""
+    if impl == "solutions":
+        return (f"There is no kernel.py at {path}: this copy of the course has no reference solutions "
+                "(the learners' bundle leaves them out). Check your own kernel with IMPL=learner, the default.")
+    if impl == "learner":
+        return (f"There is no kernel.py at {path}. `make stubs` recreates a missing learner file "
+                "(it never overwrites one that holds your work).")
+    if not Path(impl).exists():
+        return (f"There is no kernel.py at {path}: {str(impl)!r} is neither a file nor a folder here. IMPL "
+                "takes learner (the default), solutions, a kernel.py, or a folder that holds "
+                f"{module.track}/{module.slug}/kernel.py.")
+    return (f"There is no kernel.py at {path}. The folder you gave should hold "
+            f"{module.track}/{module.slug}/kernel.py, {module.slug}/kernel.py or kernel.py.")
+
+
 def _unique_name(path: Path) -> str:
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
     return f"_learner_kernel_{digest}"
@@ -84,8 +100,7 @@ def load_kernel(module: Module, impl: str | Path = "learner") -> LoadedKernel:
     device.select()  # before @triton.jit runs in the learner's file
     path = kernel_path(module, impl).resolve()
     if not path.is_file():
-        raise LoadError(f"There is no kernel.py at {path}. Check the folder you gave, "
-                        f"or run `make stubs` to recreate the learner files.")
+        raise LoadError(missing_kernel(module, impl, path))
     source = path.read_text()
     todos = open_todos(source)
     hint = todo_summary(todos, track=module.track)

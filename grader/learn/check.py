@@ -22,7 +22,7 @@ from grader.learn import progress
 from grader.core.catalog import REPO_ROOT, Module, find_module
 from grader.core.checks import across, short_error
 from grader.core.diagnosis import gist
-from grader.core.loading import kernel_path, todo_summary
+from grader.core.loading import kernel_path, missing_kernel, todo_summary
 from grader.sandbox.policy import check_source, explain, policy_for
 from grader.core.markers import open_todos
 
@@ -63,7 +63,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
     print(f"{module.id}: {module.title}\nChecking {shown} on {device.describe()}\n", file=out)
     if not path.is_file():
-        print(f"There is no kernel.py at {path}.", file=out)
+        print(missing_kernel(module, impl, path), file=out)
         return False
     source = path.read_text()
     todos = open_todos(source)
