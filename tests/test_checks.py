@@ -123,6 +123,14 @@ def test_wrong_dtype_and_count_of_outputs():
     assert "returned 2 value(s)" in run_case(lambda x: (2 * x, x.clone()), SPEC, CASE).message
 
 
+def test_a_returned_placeholder_is_named():
+    def stub(x):
+        double(x)
+        return ...
+    message = run_case(stub, SPEC, CASE).message
+    assert "should be a torch.Tensor, got ellipsis. A `...` placeholder is still in kernel.py" in message
+
+
 def test_inputs_are_reproducible_and_secret_dependent():
     from grader.core.checks import build_inputs
 

@@ -233,7 +233,9 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
                    for out, ref in zip(outputs, references))
     for name, out, ref in zip(names, outputs, references):
         if not isinstance(out, torch.Tensor):
-            problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}.")
+            problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}."
+                            + (" A `...` placeholder is still in kernel.py: replace it with your code."
+                               if out is Ellipsis else ""))
             continue
         expected_dtype = case.dtype if name == names[0] else out.dtype
         if out.dtype != expected_dtype:

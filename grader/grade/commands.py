@@ -80,8 +80,8 @@ def cmd_grade(args) -> int:
     print()
     print(report.table(result))
     print(f"\n{phases.table(result.phases)}")
-    print(f"\nWrote {result.out / 'grades.csv'}, {result.out / 'report.md'} and feedback under "
-          f"{result.course_dir / 'feedback'}.")
+    written = [result.out / name for name in ("grades.csv", "report.md", "scores.png") if (result.out / name).is_file()]
+    print(f"\nWrote {', '.join(map(str, written))} and feedback under {result.course_dir / 'feedback'}.")
     if args.profile:
         print(f"\n{result.profile}")
     for error in result.grader_errors:

@@ -135,7 +135,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
         named = [int(m.group(1)) for _, outcome, message in results if outcome == "failed"
                  for m in [re.search(r"See TODO (\d+) \(line", message)] if m]
         first = next((todo for todo in todos if named and todo.number == named[0]), todos[0])
-        print(f"Next: complete {first}, then run the check again.", file=out)
+        print(f"Next: complete {first}, then run the check again. (Done with it already? Delete its "
+              f"`# TODO {first.number}` line: the check reads the markers left as the work left.)", file=out)
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
     if not done:
