@@ -74,5 +74,6 @@ def table() -> str:
         lines.append(f"  [{mark}] {module.slug:<28} {module.title:<40} {current.text}")
     done = sum(state(m).done for m in MODULES)
     available = sum(m.available for m in MODULES)
-    lines.append(f"\n{done} of {available} available modules done ({len(MODULES)} planned).")
+    planned = f" ({len(MODULES) - available} more planned)" if available < len(MODULES) else ""
+    lines.append(f"\n{done} of {available} modules done{planned}.")
     return "\n".join(lines).lstrip("\n")
