@@ -98,8 +98,24 @@ def test_make_check_reports_every_benchmark_case_against_the_bar(monkeypatch):
     monkeypatch.setattr(bench, "measure", lambda spec, case, impls: [
         bench.Measurement(case, name, timed[name], 1000.0, None) for name in impls])
     out = io.StringIO()
-    speed.report_speed(module, "learner", out)
+    assert speed.report_speed(module, "learner", out) is False  # make check: not done yet
     text = out.getvalue()
     assert text.count("Speed on ") == len(spec.bench_cases) == 2
     assert "runs at 0.50 x the reference speed (1.50 x PyTorch's): it is below the course's bar of 0.90 x " \
            "(no performance credit at or below 0.60 x)" in text
+    timed["yours"] = 1.05
+    assert speed.report_speed(module, "learner", io.StringIO()) is True
+    assert speed.report_speed(module, "solutions", io.StringIO()) is None  # nothing to compare with
+
+
+def test_progress_does_not_count_a_module_below_the_speed_bar_as_done(tmp_path, monkeypatch):
+    from grader.core.catalog import find_module
+    from grader.learn import progress
+
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("optimization/01-tiling")
+    path = module.learner_dir / "kernel.py"
+    progress.record(module, path, 30, 30, slow=True)
+    assert progress.state(module) == progress.State(module, False, "all 30 tests pass; below the speed bar on a GPU")
+    progress.record(module, path, 30, 30)
+    assert progress.state(module).done

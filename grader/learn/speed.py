@@ -24,17 +24,20 @@ def implementations(module: Module, impl: str | Path, spec: cases.Spec) -> dict[
     return found
 
 
-def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> None:
+def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> bool | None:
     """A speed verdict per benchmark case of the module's main function: the learner's time, the
     ratios to the reference and to PyTorch, and whether the course's bar is met. The first case
-    is the one the grader times."""
+    is the one the grader times. Returns whether every case meets the bar (None: nothing was
+    compared with a reference, as when the reference itself is checked)."""
     spec, _ = cases.public(module)
     copy_gbs = bench.copy_bandwidth_gbs() if spec.bench_cases else None
-    for case in spec.bench_cases:
-        _report_case(spec, case, implementations(module, impl, spec), copy_gbs, out)
+    verdicts = [_report_case(spec, case, implementations(module, impl, spec), copy_gbs, out)
+                for case in spec.bench_cases]
+    compared = [v for v in verdicts if v is not None]
+    return all(compared) if compared else None
 
 
-def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: float, out) -> None:
+def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: float, out) -> bool | None:
     rows = bench.measure(spec, case, impls)
     print(f"\nSpeed on {case.name}:", file=out)
     print(bench.format_table(spec, rows, copy_gbs), file=out)
@@ -48,11 +51,13 @@ def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: floa
         print(f"Your kernel runs at {ratio:.2f} x the reference speed{versus}: it {verdict} the course's "
               f"bar of {spec.learner_threshold:.2f} x (no performance credit at or below {spec.floor:.2f} x).",
               file=out)
+        return ratio >= spec.learner_threshold
     else:
         ratio = bench.ceiling_ratio(spec, yours, rows, copy_gbs)
         goal = spec.target * spec.learner_threshold
         print(f"Your kernel reaches {ratio:.2f} of the ceiling; the course asks for about {goal:.2f}.",
               file=out)
+    return None
 
 
 def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> list[Path]:
