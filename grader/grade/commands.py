@@ -80,7 +80,8 @@ def cmd_grade(args) -> int:
     print()
     print(report.table(result))
     print(f"\n{phases.table(result.phases)}")
-    written = [result.out / name for name in ("grades.csv", "report.md", "scores.png") if (result.out / name).is_file()]
+    written = [result.out / name for name in ("grades.csv", "report.md", "scores.png")
+               if (result.out / name).is_file()]
     print(f"\nWrote {', '.join(map(str, written))} and feedback under {result.course_dir / 'feedback'}.")
     if args.profile:
         print(f"\n{result.profile}")

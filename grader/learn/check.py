@@ -205,7 +205,8 @@ def _breakdown(counted: list[tuple[str, str, str]]) -> str:
         return sum(outcome == "passed" for _, outcome, _ in rows)
     traffic = f", {n_pass(bars)} of {len(bars)} memory-traffic bars" if bars else ""
     return (f": {n_pass(cases_run)} of {len(cases_run)} output cases{traffic}, and {n_pass(others)} of "
-            f"{len(others)} other tests (bad inputs, edge cases){_LAUNCHER if n_pass(cases_run) < len(cases_run) else ''}")
+            f"{len(others)} other tests (bad inputs, edge cases)"
+            f"{_LAUNCHER if n_pass(cases_run) < len(cases_run) else ''}")
 
 
 def _across_cases(module: Module, results: list[tuple[str, str, str]]) -> str | None:

@@ -31,8 +31,8 @@ def report_speed(module: Module, impl: str | Path, out=sys.stdout) -> bool | Non
     compared with a reference, as when the reference itself is checked)."""
     spec, _ = cases.public(module)
     copy_gbs = bench.copy_bandwidth_gbs() if spec.bench_cases else None
-    verdicts = [_report_case(spec, case, implementations(module, impl, spec), copy_gbs, out)
-                for case in spec.bench_cases]
+    impls = implementations(module, impl, spec)
+    verdicts = [_report_case(spec, case, impls, copy_gbs, out) for case in spec.bench_cases]
     compared = [v for v in verdicts if v is not None]
     return all(compared) if compared else None
 
@@ -52,11 +52,9 @@ def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: floa
               f"bar of {spec.learner_threshold:.2f} x (no performance credit at or below {spec.floor:.2f} x).",
               file=out)
         return ratio >= spec.learner_threshold
-    else:
-        ratio = bench.ceiling_ratio(spec, yours, rows, copy_gbs)
-        goal = spec.target * spec.learner_threshold
-        print(f"Your kernel reaches {ratio:.2f} of the ceiling; the course asks for about {goal:.2f}.",
-              file=out)
+    ratio = bench.ceiling_ratio(spec, yours, rows, copy_gbs)
+    goal = spec.target * spec.learner_threshold
+    print(f"Your kernel reaches {ratio:.2f} of the ceiling; the course asks for about {goal:.2f}.", file=out)
     return None
 
 
