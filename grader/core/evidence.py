@@ -189,12 +189,14 @@ _DATA_MOVEMENT = ("Memcpy ", "Memset ", "FillFunctor", "copy_kernel", "CatArrayB
 
 
 class KernelTrace:
-    """The names of the CUDA kernels launched while the ``with`` block runs (CUPTI activity
-    records, collected by PyTorch's profiler). ``names`` stays None where no trace could be
-    taken, so that a missing trace is never read as "nothing ran"."""
+    """The CUDA kernels launched while the ``with`` block runs (CUPTI activity records, collected
+    by PyTorch's profiler): their names, how often each ran, and their summed GPU time. These stay
+    None where no trace could be taken, so that a missing trace is never read as "nothing ran"."""
 
     def __init__(self):
         self.names: list[str] | None = None
+        self.counts: dict[str, int] | None = None  # launches of each kernel
+        self.busy_us: float | None = None  # the kernels' summed time on the GPU
         self._profile = None
 
     def __enter__(self):
@@ -218,12 +220,23 @@ class KernelTrace:
 
             torch.cuda.synchronize()
             self._profile.__exit__(None, None, None)
-            names = [event.name for event in self._profile.function_events
-                     if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
-            self.names = sorted(set(names))[:200]
+            events = [event for event in self._profile.function_events
+                      if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
+            self.names = sorted({event.name for event in events})[:200]
+            counts: dict[str, int] = {}
+            for event in events:
+                counts[event.name] = counts.get(event.name, 0) + 1
+            self.counts = dict(sorted(counts.items())[:200])
+            self.busy_us = sum(_duration_us(event) for event in events)
         except Exception:
-            self.names = None
+            self.names = self.counts = self.busy_us = None
         return False
+
+
+def _duration_us(event) -> float:
+    """A kernel's time on the GPU, from its CUPTI record's interval."""
+    interval = getattr(event, "time_range", None)
+    return float(interval.end - interval.start) if interval is not None else 0.0
 
 
 def triton_kernel_names(source: str) -> set[str]:
