@@ -215,6 +215,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
     # Every function the module's cases call; the parent names one per call, and how the case
     # calls it (grader.core.protocols), watched as a whole so that a backward pass is watched too.
     functions = {name: getattr(kernel.namespace, name) for name in {api, *(request.get("apis") or ())}}
+    if cuda:  # GPU work queued at import ends before the parent may freeze this process or count it off the GPU
+        tools.synchronize()
     channel.send("loaded")
 
     on = device.torch_device()
@@ -268,8 +270,9 @@ def main(argv: list[str], booted: float | None = None) -> int:
         elif "warm_up" in order and cuda:  # still sharing the GPU: compile (and tune) beforehand
             _warm_up(channel, timed(from_order(order.get("call"))[0], raw, api), tools, timing_sets)
         elif "timing" in order and cuda:
-            # Unwatched: the monitor's Python hooks would slow the learner's calls, not the
-            # reference's. The outputs of the timed calls are still checked by the parent.
+            # Not under the monitor, whose Python hooks would slow the learner's calls and not the
+            # reference's; under the GPU's kernel trace instead, which costs both the same, and
+            # every set's last outputs saved for the parent (grader.grade.timed_work).
             if timing_sets is None:
                 channel.send("timing_error", error="the timing inputs were not handed over first")
             else:
@@ -328,9 +331,11 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock
     """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
 
     The closing message follows a device-wide synchronize taken before the learner's import, so
-    work left running (lazy, or on a side stream) is inside the timed window; with ``save``, the
-    last outputs are saved after it for the parent to check. The events are only a cross-check for
-    the parent."""
+    work left running (lazy, or on a side stream) is inside the timed window. The GPU's kernel
+    trace covers the timed calls: which kernels ran, how often, and for how long, so that the
+    parent can hold the timed calls to the same evidence as a judged call. With ``save``, the
+    outputs of the last call on each input set are saved afterwards for the parent to check. The
+    events are only a cross-check for the parent."""
     from grader.core.checks import as_tuple, short_error
 
     try:
@@ -339,17 +344,23 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock
             fn(*args, **kwargs)
         tools.synchronize()
         start, end = tools.event(enable_timing=True), tools.event(enable_timing=True)
-        channel.send("timing_start", **compile_clock.take())
-        start.record()
-        for i in range(reps):
-            args, kwargs = sets[i % len(sets)]
-            outputs = as_tuple(fn(*args, **kwargs))
-        end.record()
-        tools.synchronize()
-        channel.send("timing_end", event_ms=start.elapsed_time(end))
+        last = {}  # input set -> the outputs of its last call
+        trace = tools.trace()
+        with trace:
+            channel.send("timing_start", **compile_clock.take())
+            start.record()
+            for i in range(reps):
+                args, kwargs = sets[i % len(sets)]
+                outputs = as_tuple(fn(*args, **kwargs))
+                if save and i >= reps - len(sets):
+                    last[i % len(sets)] = outputs
+            end.record()
+            tools.synchronize()
+            channel.send("timing_end", event_ms=start.elapsed_time(end))
+        channel.send("timing_kernels", counts=trace.counts, busy_us=trace.busy_us)
         if save:
-            kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
-            tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "set": (reps - 1) % len(sets)}))
+            kept = [[out if type(out) is tools.plain_tensor else None for out in last[index]] for index in sorted(last)]
+            tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "sets": sorted(last)}))
             channel.send("timing_saved")
     except BaseException as failure:
         channel.send("timing_error", error=f"{type(failure).__name__}: {short_error(failure, 3)}")
