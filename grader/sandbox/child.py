@@ -242,7 +242,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
             seconds = tools.clock() - started
             observed = monitor.report()
             if trace is not None:
-                observed["kernels"] = trace.names
+                observed.update(kernels=trace.names, kernel_counts=trace.counts, busy_us=trace.busy_us)
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
                 tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(args), "kwargs": kwargs}))
