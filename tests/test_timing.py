@@ -35,7 +35,7 @@ def _timed_problem(monkeypatch, module_id: str, outputs_of) -> str:
     case = public[0]
     args, kwargs = build_inputs(spec, case, 0, on=torch.device("cpu"))
     references = reference_outputs(spec, args, kwargs)
-    monkeypatch.setattr(timing, "fetch", lambda child, name, a, k, refs: {"outputs": list(outputs_of(refs, case))})
+    monkeypatch.setattr(timing, "fetch_timed", lambda child, refs: {0: list(outputs_of(refs[0], case))})
     grading = SimpleNamespace(plan=SimpleNamespace(spec=spec))
     return timing._timed_outputs_problem(grading, None, timing.TimingPlan(case, [(args, kwargs)], reps=1))
 
@@ -110,8 +110,8 @@ def test_the_timed_child_must_import_kernel_py_within_the_startup_limit():
 
 
 def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_it(monkeypatch):
-    """The exclusive part ends when the timed calls do; the saved outputs are awaited and checked
-    afterwards, and a child that never saves them gets no credit."""
+    """The timed calls end at timing_end; the child then reports their kernel trace and saves the
+    outputs, and a child that never saves them gets no credit."""
     from grader.grade import timing
 
     child = _ScriptedChild({"event": "timing_start", "received_at": 10.0},
@@ -121,15 +121,105 @@ def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_i
     assert child.orders[0]["timing"] == 100 and child.orders[0]["save"] and child.orders[0]["retune"]
     assert not child.killed, "the window returns at timing_end, before the outputs are saved"
 
-    monkeypatch.setattr(timing, "_timed_outputs_problem", lambda grading, child, plan: "")
-    from grader.core.cases import Case
-
-    plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=100, reference_ms=4.0)
-    entry = timing._checked(_grading(), _ScriptedChild({"event": "timing_saved"}), plan, window)
-    assert entry["ratio"] == 0.8 and entry["learner_ms"] == 5.0 and entry["credit"] == 1.0
-
-    never = _ScriptedChild()
-    entry = timing._checked(_grading(), never, plan, window)
+    saved = timing._saved(_grading(), _ScriptedChild({"event": "timing_kernels", "counts": {"k": 100}, "busy_us": 5.0},
+                                                     {"event": "timing_saved"}))
+    assert saved == {"counts": {"k": 100}, "busy_us": 5.0}
+    never = _ScriptedChild({"event": "timing_kernels", "counts": {}, "busy_us": 0.0})
+    entry = timing._saved(_grading(), never)
     assert never.killed and entry["credit"] == 0.0 and "not saved within 2 s" in entry["reason"]
-    failed = timing._checked(_grading(), _ScriptedChild({"event": "timing_error", "error": "x"}), plan, window)
+    failed = timing._saved(_grading(), _ScriptedChild({"event": "timing_error", "error": "x"}))
     assert failed["credit"] == 0.0 and "could not be saved" in failed["reason"]
+
+
+# --- What is timed is what was judged (grader.grade.timed_work) ---------------------------------
+
+OWN = {"add_kernel"}
+AUDIT = {"kernel_counts": {"add_kernel": 1}, "busy_us": 100.0}
+
+
+def test_timed_calls_that_do_the_judged_work_pass():
+    from grader.grade.timed_work import timed_work_problem
+
+    assert timed_work_problem(50, {"counts": {"add_kernel": 50}, "busy_us": 4900.0}, AUDIT, OWN) is None
+    copies = {"counts": {"add_kernel": 50, "Memcpy DtoD (Device -> Device)": 50}, "busy_us": 5200.0}
+    assert timed_work_problem(50, copies, AUDIT, OWN) is None, "data movement around the launch is allowed"
+
+
+def test_timed_calls_that_skip_or_remember_work_are_caught():
+    """A submission that recognises an input set it has seen (pointer, version, shape) and returns
+    what it computed before launches fewer kernels; one that launches a trivial kernel instead
+    keeps the GPU busy for less time than the judged call on fresh inputs."""
+    from grader.grade.timed_work import timed_work_problem
+
+    kind, message = timed_work_problem(50, {"counts": {"add_kernel": 2}, "busy_us": 200.0}, AUDIT, OWN)
+    assert kind == "timed_skipped" and "2 launches in 50 timed calls" in message
+    kind, message = timed_work_problem(50, {"counts": {"add_kernel": 50}, "busy_us": 500.0}, AUDIT, OWN)
+    assert kind == "timed_skipped" and "less work" in message
+    other = {"counts": {"add_kernel": 50, "fast_kernel": 50}, "busy_us": 5000.0}
+    assert timed_work_problem(50, other, AUDIT, {"add_kernel", "fast_kernel"})[0] == "timed_skipped"
+
+
+def test_a_library_kernel_in_the_timed_window_is_an_integrity_violation():
+    """Slow Triton kernel where judged, cuBLAS (through ``@``) where timed."""
+    from grader.grade.timed_work import timed_work_problem
+
+    window = {"counts": {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": 50}, "busy_us": 4000.0}
+    kind, message = timed_work_problem(50, window, AUDIT, OWN)
+    assert kind == "timed_foreign" and "sm90_xmma_gemm" in message
+
+
+def test_an_untraced_timing_is_not_graded_rather_than_trusted():
+    from grader.grade.timed_work import timed_work_problem
+
+    assert timed_work_problem(50, {"counts": None, "busy_us": None}, AUDIT, OWN)[0] == "untraced"
+
+
+def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs_problem: str = "") -> dict:
+    from grader.core.cases import Case
+    from grader.grade import timing
+    from grader.grade.judging import Verdict
+
+    monkeypatch.setattr(timing, "judge", lambda *a, **k: Verdict(True) if audit_passes else
+                        Verdict(False, "torch", "f() computed with PyTorch (aten.mm)"))
+    monkeypatch.setattr(timing, "_timed_outputs_problem", lambda grading, child, plan: outputs_problem)
+    grading = _grading()
+    grading.own_kernels, grading.on = OWN, None
+    plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=50, reference_ms=4.0)
+    inputs = timing.TimingInputs(plan.case, plan.input_sets, ((), {}))
+    return timing._checked(grading, _ScriptedChild(), plan, (250.0, 240.0), traced, dict(AUDIT), inputs)
+
+
+def test_the_speed_counts_only_when_the_timed_calls_did_the_judged_work(monkeypatch):
+    honest = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0})
+    assert honest["ratio"] == 0.8 and honest["credit"] == 1.0 and "integrity" not in honest
+
+    remembering = _checked_entry(monkeypatch, {"counts": {"add_kernel": 1}, "busy_us": 100.0})
+    assert remembering["credit"] == 0.0 and remembering["integrity"]["violation"] == "timed_skipped"
+    swapping = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50, "cutlass_gemm": 50}, "busy_us": 5000.0})
+    assert swapping["credit"] == 0.0 and swapping["integrity"]["violation"] == "timed_foreign"
+    audit_cheats = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0}, audit_passes=False)
+    assert audit_cheats["credit"] == 0.0 and audit_cheats["integrity"]["violation"] == "torch"
+    wrong = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0}, outputs_problem="wrong")
+    assert wrong["credit"] == 0.0 and "integrity" not in wrong
+
+
+def test_the_audit_call_gets_inputs_only_when_it_is_made():
+    """The call after the timed ones is a graded trial whose inputs the child receives only then."""
+    from grader.grade import timing
+
+    given = []
+    child = _ScriptedChild({"event": "done", "trial": timing.AUDIT_TRIAL, "kernel_counts": {"add_kernel": 1}})
+    child.give = lambda name, data: given.append(name)
+    import torch
+
+    inputs = timing.TimingInputs(None, [], ((torch.ones(4),), {}))
+    event = timing._audit_call(_grading(), child, inputs)
+    assert event["kernel_counts"] == {"add_kernel": 1}
+    assert given == [f"trial-{timing.AUDIT_TRIAL}.in"] and child.orders[0]["trial"] == timing.AUDIT_TRIAL
+
+
+def test_last_timed_outputs_cover_every_input_set():
+    from grader.grade import timing
+
+    plan = timing.TimingPlan(None, [0, 1, 2], reps=10)
+    assert timing.last_sets(plan) == [0, 1, 2]

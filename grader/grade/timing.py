@@ -5,9 +5,10 @@ Both are timed on the same inputs (the module's first benchmark case, drawn from
 seed), on the same GPU, in the same run, with the GPU alone; the reference once per run and GPU.
 The grade uses the parent's own wall clock around each child's timed loop, so a submission that
 patches timers, ``do_bench`` or ``torch.cuda.Event`` changes nothing; the child's event timing is
-only recorded beside it as a cross-check. The loop's last outputs are checked against the
-reference, so lazy or side-stream work cannot pass, and correctness must be perfect before speed
-is graded at all.
+only recorded beside it as a cross-check. What is timed is what was judged: the last outputs of
+every input set are checked against the reference (lazy or side-stream work cannot pass), and
+the timed calls are held to the kernel trace of a judged call on fresh inputs made right after
+them (``grader.grade.timed_work``). Correctness must be perfect before speed is graded at all.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from grader.core.catalog import Module
 from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
 from grader.core.protocols import order_of
-from grader.grade.judging import fetch
+from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
+from grader.grade.timed_work import timed_work_problem
 from grader.sandbox import wire
-from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS
+from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.isolation import ChildEnded
 
 TARGET_WINDOW_SECONDS = 0.3  # long enough that launch jitter and pipe latency do not matter
@@ -39,6 +41,11 @@ _reference_lock = threading.Lock()
 class TimingInputs:
     case: Case
     input_sets: list  # [(args, kwargs)], rotated so that repeated calls do not hit in the L2 cache
+    audit: tuple | None = None  # (args, kwargs) the timed child first sees after its timed calls
+
+
+# The trial number of the audit call, out of the range of the cases' trials.
+AUDIT_TRIAL = 1 << 30
 
 
 @dataclass
@@ -158,17 +165,26 @@ def measure(grading, secret: int) -> dict:
             child.resume()
             with grading.profile.step("learner timing"):
                 window = _timed_window(grading, child, plan.reps, retune=True, save=True)
-            # Saving and checking the outputs need no GPU alone: frozen, the child waits for a
-            # shared lease, so another grading may be timed meanwhile.
+                # The saved outputs and the audit call, with the GPU still alone: the audit's GPU
+                # time is compared with the timed calls', and nothing of this child may still run
+                # on the GPU once another grading has it.
+                traced = window if isinstance(window, dict) else _saved(grading, child)
+                audit = traced if isinstance(traced, dict) and "graded" in traced else \
+                    _audit_call(grading, child, inputs)
             child.pause()
         if isinstance(window, dict):
             return window
+        if "graded" in traced:
+            return traced
+        if "graded" in audit:
+            return audit
+        # Checking needs no GPU alone (the child, frozen, is not resumed): another grading may
+        # be timed meanwhile.
         waiting = time.monotonic()
         with grading.lease.shared():
             grading.profile.add("waiting", time.monotonic() - waiting)
-            child.resume()
             with grading.profile.step("timed check"):
-                return _checked(grading, child, plan, window)
+                return _checked(grading, child, plan, window, traced, audit, inputs)
     finally:
         for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
             if process is not None and not isinstance(process, dict):
@@ -307,22 +323,75 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
     return event, None
 
 
-def _checked(grading, child, plan: TimingPlan, window: tuple) -> dict:
-    """The performance entry of a timed window: the child saves the last call's outputs, and
-    the parent checks them before the time counts."""
+def _saved(grading, child) -> dict:
+    """The kernel trace of the timed calls (``counts``, ``busy_us``), once the child has saved
+    their outputs; else the performance entry saying why not."""
     def unsaved(event: dict) -> dict:
         why = f": {event['error']}" if event.get("error") else " (the process ended)"
         return _failed(f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
                        "`make bench` on a GPU runs the same calls")
 
-    _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"), unsaved,
-                        f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
-                        "calls' end; check with `make bench` on a GPU that your function returns promptly")
+    late = (f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
+            "calls' end; check with `make bench` on a GPU that your function returns promptly")
+    trace, failure = _until(child, grading.limits.case_seconds, "timing_kernels", ("timing_error", "finished"),
+                            unsaved, late)
+    if failure is None:
+        _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"),
+                            unsaved, late)
+    return failure if failure is not None else {"counts": trace.get("counts"), "busy_us": trace.get("busy_us")}
+
+
+def _audit_call(grading, child, inputs: TimingInputs) -> dict:
+    """One more call, on inputs the child receives only now, made like a graded case (watched,
+    traced, its inputs checked afterwards): the child's report of it, else the performance entry
+    saying why there is none."""
+    spec = grading.plan.spec
+    args, kwargs = inputs.audit
+    try:
+        child.give(input_name(AUDIT_TRIAL), wire.dump({"args": list(args), "kwargs": kwargs}))
+    except OSError:
+        return _failed("the grader could not hand the process the inputs of a call after the timed ones")
+    failure = _order(child, {"trial": AUDIT_TRIAL, "api": spec.api, "call": order_of(spec.protocol, spec.mutates)})
     if failure is not None:
         return failure
-    window_ms, event_ms = window
+    seconds = 3 * grading.limits.case_seconds
+    event, failure = _until(child, seconds, "done", ("finished", "fatal"), lambda _: _failed(
+        "a call on fresh inputs after the timed calls ended the process"),
+        f"a call on fresh inputs after the timed calls did not finish within {seconds:g} s")
+    return failure if failure is not None else event
+
+
+def _checked(grading, child, plan: TimingPlan, window: tuple, traced: dict, audit: dict,
+             inputs: TimingInputs) -> dict:
+    """The performance entry of a timed window: the audit call judged like a case, the timed
+    calls held to its kernel trace, every input set's last outputs checked; only then does the
+    time count."""
+    spec, window_ms, event_ms = grading.plan.spec, window[0], window[1]
+    args, kwargs = inputs.audit
+    judged = judge(spec, plan.case, args, kwargs, audit,
+                     lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
+                     grading.on, own_kernels=grading.own_kernels)
+    if not judged.passed:
+        entry = _failed(f"a call on fresh inputs right after the timed calls failed: {judged.message}")
+        if judged.kind in INTEGRITY:
+            entry["integrity"] = {"violation": judged.kind, "message": INTEGRITY[judged.kind]}
+        return entry
+    found = timed_work_problem(plan.reps, traced, audit, grading.own_kernels)
+    if found is not None:
+        kind, message = found
+        if kind == "untraced":
+            return {"graded": False, "reason": f"not graded: {message}"}
+        return {**_failed(f"the timed calls were not the judged work: {message}"),
+                "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]}}
     problem = _timed_outputs_problem(grading, child, plan)
-    return verdict(grading.plan.spec, plan, window_ms, event_ms, not problem, problem)
+    return verdict(spec, plan, window_ms, event_ms, not problem, problem)
+
+
+# Performance findings that are ways around the exercise: they withhold every point of the module.
+TIMED_INTEGRITY = {
+    "timed_foreign": "the timed calls ran GPU kernels that are not the submission's Triton kernels.",
+    "timed_skipped": "the timed calls did less work than a judged call (work remembered or skipped).",
+}
 
 
 def _timed_window(grading, child, reps: int, retune: bool = False, save: bool = False):
@@ -358,22 +427,43 @@ def _timed_window(grading, child, reps: int, retune: bool = False, save: bool = 
 
 
 def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
-    """Why the last timed call's outputs are unacceptable ("" when they are right)."""
-    # The set the last timed call used: the parent knows the loop, the child need not say.
-    args, kwargs = plan.input_sets[(plan.reps - 1) % len(plan.input_sets)]
-    references = reference_outputs(grading.plan.spec, args, kwargs)
+    """Why the outputs of the timed calls are unacceptable ("" when they are right): the last
+    call on each input set, every one checked against the reference."""
+    spec = grading.plan.spec
+    references = {index: reference_outputs(spec, *plan.input_sets[index]) for index in last_sets(plan)}
     try:
-        saved = fetch(child, TIMED_OUTPUTS, args, kwargs, references)
-        outputs = tuple(saved["outputs"])
+        saved = fetch_timed(child, references)
     except Exception as error:
         return f"the timed outputs could not be read ({type(error).__name__}: {error})"
-    if grading.plan.spec.mutates:
+    if spec.mutates:
         # Repeated in-place updates (an optimizer's steps) drift from a one-call reference: the
-        # values were checked by the graded cases; here they need only be readable.
+        # values were checked by the graded cases and the audit call; here they need only be readable.
         return ""
-    problems = compare(grading.plan.spec, plan.case, outputs, references, (args, kwargs))
-    return "the outputs of the timed calls were wrong (lazy or side-stream work?)" if problems else ""
+    for index, outputs in saved.items():
+        args, kwargs = plan.input_sets[index]
+        if compare(spec, plan.case, tuple(outputs), references[index], (args, kwargs)):
+            return "the outputs of the timed calls were wrong (lazy or side-stream work?)"
+    return ""
 
+
+def last_sets(plan: TimingPlan) -> list[int]:
+    """The input sets the last timed calls used, one call each: those whose outputs are saved."""
+    sets = len(plan.input_sets)
+    return sorted({(plan.reps - 1 - k) % sets for k in range(min(sets, plan.reps))})
+
+
+def fetch_timed(child, references: dict) -> dict:
+    """{input set: the outputs of its last timed call}, read within the limits that right outputs
+    of every set need (the references, in float64, bound any dtype, with room for one wrong-sized
+    output). Raises on anything else, or when the sets saved are not those expected."""
+    expected = [t for outputs in references.values() for t in outputs if isinstance(t, torch.Tensor)]
+    max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
+    max_bytes = 4 * sum(t.numel() * 8 for t in expected) + (1 << 20)
+    saved = wire.parse(child.take(TIMED_OUTPUTS, max_bytes), max_elements)
+    if not isinstance(saved, dict) or saved.get("sets") != sorted(references) or \
+            not isinstance(saved.get("outputs"), list) or len(saved["outputs"]) != len(references):
+        raise wire.WireError("the file does not hold the outputs of the last call on every input set")
+    return {index: list(outputs) for index, outputs in zip(saved["sets"], saved["outputs"])}
 
 
 _timing_inputs: dict = {}
@@ -387,7 +477,9 @@ def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> Ti
     with _timing_plans_lock:
         if key not in _timing_inputs:
             case = spec.bench_cases[0]
-            _timing_inputs[key] = TimingInputs(case, rotated_inputs(spec, case, secret + 7919, on))
+            # The audit call's inputs come from a seed no rotated set uses.
+            _timing_inputs[key] = TimingInputs(case, rotated_inputs(spec, case, secret + 7919, on),
+                                               build_inputs(spec, case, secret + 104729, on=on))
         return _timing_inputs[key]
 
 
