@@ -43,7 +43,31 @@ def faults(tmp_path_factory) -> runphase.RunSummary:
 @pytest.fixture(scope="module")
 def timed_gpu(tmp_path_factory) -> runphase.RunSummary:
     """Gradings whose outcome rests on timing, or on having all of the GPU's memory to take."""
-    return _grade(tmp_path_factory, {"complete", "twice-the-work", "side-stream", "gpu-memory-hog"})
+    return _grade(tmp_path_factory, {"complete", "twice-the-work", "side-stream", "gpu-memory-hog",
+                                     "gpu-work-at-import"})
+
+
+TIMED_MODULES = [find_module("optimization/02-pipelining"), find_module("optimization/05-advanced-optimizations")]
+
+
+@pytest.fixture(scope="module")
+def timed_around(tmp_path_factory) -> runphase.RunSummary:
+    """Slow starting kernels that only look fast: remembered results, or cuBLAS in the timed calls."""
+    root = tmp_path_factory.mktemp("timed-around")
+    example_submissions.assemble(root, modules=TIMED_MODULES, handwritten=False, gpu=True)
+    for folder in root.iterdir():
+        if folder.name not in {"complete", "remembers-timed-calls", "swaps-in-cublas"}:
+            shutil.rmtree(folder)
+    options = runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180))
+    return runphase.run(root, tmp_path_factory.mktemp("timed-around-results"), TIMED_MODULES, options,
+                        progress=False)
+
+
+def _record(summary, student: str, module) -> dict:
+    assert not summary.errors, [o.error for o in summary.errors]
+    found = summary.record_for(student, module.id)
+    assert found is not None, f"{student} was not graded in {module.id}"
+    return found
 
 
 def _only_case_failing(record: dict, name_prefix: str) -> dict:
@@ -111,3 +135,28 @@ def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path, graded_record):
     assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
     assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
                for row in record["cases"] if row["visibility"] == "public")
+
+
+@pytest.mark.timed
+def test_gpu_work_queued_at_import_does_not_slow_another_grading(timed_gpu, graded_record):
+    record = graded_record(timed_gpu, "gpu-work-at-import")
+    assert record["totals"]["passed"] == record["totals"]["total"]
+    complete = graded_record(timed_gpu, "complete")["performance"]
+    assert complete["credit"] == 1.0 and complete["ratio"] > 0.9, complete
+
+
+@pytest.mark.timed
+def test_gpu_timed_calls_are_held_to_the_work_of_a_judged_call(timed_around):
+    """A slow kernel cannot buy the speed bar: remembered results and a library kernel in the
+    timed calls both withhold the module's points, while the references get full credit."""
+    for module in TIMED_MODULES:
+        complete = _record(timed_around, "complete", module)
+        assert complete["integrity"] is None and complete["performance"]["credit"] == 1.0, complete["performance"]
+    remembers = _record(timed_around, "remembers-timed-calls", TIMED_MODULES[0])
+    assert remembers["totals"]["passed"] == remembers["totals"]["total"], "every graded case passes"
+    assert remembers["integrity"]["violation"] == "timed_skipped" and remembers["totals"]["score"] == 0.0
+    assert remembers["performance"]["credit"] == 0.0
+    swaps = _record(timed_around, "swaps-in-cublas", TIMED_MODULES[1])
+    assert swaps["totals"]["passed"] == swaps["totals"]["total"], "every graded case passes"
+    assert swaps["integrity"]["violation"] == "timed_foreign" and swaps["totals"]["score"] == 0.0
+    assert "not your Triton kernels" in swaps["performance"]["reason"]

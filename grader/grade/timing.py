@@ -384,7 +384,10 @@ def _checked(grading, child, plan: TimingPlan, window: tuple, traced: dict, audi
         return {**_failed(f"the timed calls were not the judged work: {message}"),
                 "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]}}
     problem = _timed_outputs_problem(grading, child, plan)
-    return verdict(spec, plan, window_ms, event_ms, not problem, problem)
+    entry = verdict(spec, plan, window_ms, event_ms, not problem, problem)
+    entry["gpu_us_per_call"] = {"timed": round(float(traced.get("busy_us") or 0) / plan.reps, 2),
+                                "judged": round(float(audit.get("busy_us") or 0), 2)}
+    return entry
 
 
 # Performance findings that are ways around the exercise: they withhold every point of the module.
