@@ -12,6 +12,10 @@ Clients (the memory-traffic report of the optimization track, the out-of-bounds 
 open an ``AccessRecorder`` around a kernel call and get one ``Access`` per executed load, store
 or atomic: the block of byte addresses (a lane is a position in the block), the mask of lanes
 that really touched memory, the element size, the program id, the kernel and the source line.
+
+A guard (``add_guard``) is the cheaper hook beneath: it gets the raw addresses and mask of each
+access before any listener and before the access is made, and may refuse it by raising. The
+grader's child keeps one installed for its whole life (``grader.core.memcheck.BoundsGuard``).
 """
 
 from __future__ import annotations
@@ -47,9 +51,12 @@ class Access:
 
 
 Listener = Callable[[Access], None]
+# (kind, addresses, mask or None, itemsize): called before the access is made; raises to refuse it.
+Guard = Callable[[str, np.ndarray, "np.ndarray | None", int], None]
 _listeners: list[Listener] = []
+_guards: list[Guard] = []
 _lock = threading.Lock()
-_original = None  # triton's _interpreter module while a recorder is open
+_original = None  # triton's _interpreter module while a recorder or a guard is installed
 
 
 class AccessRecorder:
@@ -71,23 +78,40 @@ class AccessRecorder:
 
 
 def _add_listener(listener: Listener) -> None:
-    global _original
-    from triton.runtime import interpreter
     with _lock:
-        if not _listeners:
-            _original = interpreter._interpreter
-            interpreter._interpreter = _RecordingInterpreter(_original)
         _listeners.append(listener)
+        _sync()
 
 
 def _remove_listener(listener: Listener) -> None:
-    global _original
-    from triton.runtime import interpreter
     with _lock:
         _listeners.remove(listener)
-        if not _listeners and _original is not None:
-            interpreter._interpreter = _original
-            _original = None
+        _sync()
+
+
+def add_guard(guard: Guard) -> None:
+    """Call ``guard`` before every load, store and atomic of every launch from now on."""
+    with _lock:
+        _guards.append(guard)
+        _sync()
+
+
+def remove_guard(guard: Guard) -> None:
+    with _lock:
+        _guards.remove(guard)
+        _sync()
+
+
+def _sync() -> None:
+    """Stand in for triton's ``_interpreter`` while anyone listens or guards; restore it after."""
+    global _original
+    from triton.runtime import interpreter
+    if (_listeners or _guards) and _original is None:
+        _original = interpreter._interpreter
+        interpreter._interpreter = _RecordingInterpreter(_original)
+    elif not (_listeners or _guards) and _original is not None:
+        interpreter._interpreter = _original
+        _original = None
 
 
 class _RecordingInterpreter:
@@ -101,19 +125,35 @@ class _RecordingInterpreter:
         return getattr(self._real, name)
 
     def load(self, ptrs, mask, other, dtype):
-        _report("load", ptrs, mask, np.dtype(dtype).itemsize)
+        itemsize = np.dtype(dtype).itemsize
+        for guard in _guards:
+            guard("load", ptrs, mask, itemsize)
+        if _listeners:
+            _report("load", ptrs, mask, itemsize)
         return self._real.load(ptrs, mask, other, dtype)
 
     def store(self, ptrs, values, mask):
-        _report("store", ptrs, mask, np.asarray(values).dtype.itemsize, values)
+        itemsize = np.asarray(values).dtype.itemsize
+        for guard in _guards:
+            guard("store", ptrs, mask, itemsize)
+        if _listeners:
+            _report("store", ptrs, mask, itemsize, values)
         return self._real.store(ptrs, values, mask)
 
     def atomic_rmw(self, op, ptrs, values, mask, sem):
-        _report("atomic", ptrs, mask, np.asarray(values).dtype.itemsize)
+        itemsize = np.asarray(values).dtype.itemsize
+        for guard in _guards:
+            guard("atomic", ptrs, mask, itemsize)
+        if _listeners:
+            _report("atomic", ptrs, mask, itemsize)
         return self._real.atomic_rmw(op, ptrs, values, mask, sem)
 
     def atomic_cas(self, ptrs, expected, values, sem):
-        _report("atomic", ptrs, np.ones(np.shape(ptrs), dtype=bool), np.asarray(values).dtype.itemsize)
+        itemsize = np.asarray(values).dtype.itemsize
+        for guard in _guards:
+            guard("atomic", ptrs, None, itemsize)
+        if _listeners:
+            _report("atomic", ptrs, np.ones(np.shape(ptrs), dtype=bool), itemsize)
         return self._real.atomic_cas(ptrs, expected, values, sem)
 
 
@@ -122,23 +162,24 @@ def _report(kind: str, ptrs, mask, itemsize: int, values=None) -> None:
     addresses = np.array(ptrs, dtype=np.uint64, copy=True)
     active = np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape).copy()
     grid_idx = getattr(interpreter.interpreter_builder, "grid_idx", None) or (0, 0, 0)
-    kernel, file, line = _where()
+    kernel, file, line = where()
     access = Access(kind, tuple(int(i) for i in grid_idx), addresses, active, itemsize, kernel, file, line,
                     None if values is None else np.asarray(values))
     for listener in list(_listeners):
         listener(access)
 
 
-def _where() -> tuple[str, str, int]:
-    """(launched kernel, file, line) of the access being made. The line is the innermost frame
-    outside triton and grader.core (a helper the kernel calls, or the kernel); the launched kernel
-    is the first such frame inside the interpreter's launch (frames above that are the launcher's)."""
+def where() -> tuple[str, str, int]:
+    """(launched kernel, file, line) of the access being made, called from inside the access. The
+    line is the innermost frame outside triton and grader.core (a helper the kernel calls, or the
+    kernel); the launched kernel is the first such frame inside the interpreter's launch (frames
+    above that are the launcher's)."""
     global _TRITON_DIR
     if _TRITON_DIR is None:
         import triton
         _TRITON_DIR = str(Path(triton.__file__).resolve().parent)
     frames = []  # innermost first
-    frame = sys._getframe(2)
+    frame = sys._getframe(1)
     while frame is not None:
         frames.append(frame)
         frame = frame.f_back

@@ -24,6 +24,13 @@ A kernel that reaches tensors through addresses it loads from memory (the pointe
 multi-tensor optimizer) is checked against every tensor the caller names as ``known`` and every
 tensor allocated inside the block, since its arguments alone do not say what it may touch.
 The checker works only under the interpreter; on a GPU, compute-sanitizer does this job.
+
+``BoundsGuard`` is the out-of-bounds refusal alone, cheap enough to stay on for every launch of a
+process: the grader's child installs one before it imports the learner's file. Under the
+interpreter a kernel's addresses are host addresses, so without it a kernel could read or
+rewrite any object of the process (the grader's own monitor included). It also records which
+bytes the launches stored to during a call (``BoundsGuard.unwritten``): the evidence that a
+returned tensor was written by the submission's kernels and not moved there by PyTorch.
 """
 
 from __future__ import annotations
@@ -387,6 +394,194 @@ class _Allocations(TorchDispatchMode):
         return out
 
 
+class BoundsGuard:
+    """Refuses every load, store and atomic of the interpreter outside the tensors given to the
+    launch that makes it (and, during a call, the call's own tensors, which a pointer table may
+    reach): the access is never made, the launch stops with ``MemoryFault``, and ``fault`` keeps
+    the finding even if the caller swallows the exception. Only bounds are checked, against the
+    part of each tensor's storage that its view covers; races, alignment and uninitialised reads
+    are ``MemoryChecker``'s job. ``install`` puts it in place for good (the grader's child),
+    ``uninstall`` takes it out (tests).
+
+    During ``call`` it also records, per storage a launch was given, the bytes its stores and
+    atomics wrote (holding those storages, so that their memory cannot be handed to another
+    tensor before the call's outputs are read): ``unwritten`` then names the returned tensors that
+    hold values no store of a kernel wrote."""
+
+    def __init__(self):
+        self.fault: Finding | None = None
+        self._in_launch = 0  # the launch seam's counter (shared with MemoryChecker)
+        self._launches: list[list[tuple[_Buffer, torch.UntypedStorage]]] = []  # innermost last
+        self._known: list[_Buffer] = []
+        self._written: dict[int, tuple[torch.UntypedStorage, np.ndarray]] | None = None
+        self._installed = False
+
+    def install(self) -> "BoundsGuard":
+        from grader.core import instrument
+        with _lock:
+            if not _active:
+                _patch_launches()
+            _active.append(self)
+        instrument.add_guard(self.check)
+        self._installed = True
+        return self
+
+    def uninstall(self) -> None:
+        from grader.core import instrument
+        if not self._installed:
+            return
+        instrument.remove_guard(self.check)
+        with _lock:
+            _active.remove(self)
+            if not _active:
+                _unpatch_launches()
+        self._installed = False
+
+    def take_fault(self) -> Finding | None:
+        """The first access refused since the last call of this method."""
+        fault, self.fault = self.fault, None
+        return fault
+
+    # -- one call of the learner's API ----------------------------------------------------------
+    def call(self, fn, args: tuple, kwargs: dict):
+        """``fn`` wrapped: while it runs, the tensors of ``args`` and ``kwargs`` may be reached
+        by any launch (pointer tables), and stores are recorded for ``unwritten``."""
+        guard = self
+
+        def called(*call_args, **call_kwargs):
+            known: list[_Buffer] = []
+            _collect_buffers("argument", list(args) + list(kwargs.values()), known)
+            guard._known, guard._written = known, {}
+            try:
+                return fn(*call_args, **call_kwargs)
+            finally:
+                guard._known = []
+        return called
+
+    def unwritten(self, outputs) -> list[int]:
+        """The positions in ``outputs`` of the tensors holding an element that no store of a
+        kernel wrote during the last ``call`` and that is not all zero bytes (an element left as
+        ``torch.zeros`` made it carries nothing). Forgets what the call stored."""
+        written, self._written = self._written or {}, None
+        found = []
+        for index, tensor in enumerate(outputs):
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or not tensor.numel():
+                continue
+            storage = tensor.untyped_storage()
+            entry = written.get(storage.data_ptr())
+            offsets = _element_offsets(tensor) * tensor.element_size() + \
+                (tensor.data_ptr() - storage.data_ptr())
+            spans = offsets[:, None] + np.arange(tensor.element_size())
+            if entry is not None and len(entry[1]) == storage.nbytes():
+                stored = entry[1][spans].all(axis=1)
+            else:
+                stored = np.zeros(len(offsets), dtype=bool)
+            if stored.all():
+                continue
+            raw = np.frombuffer(_bytes_of(tensor), dtype=np.uint8).reshape(len(offsets), -1)
+            if raw[~stored].any():
+                found.append(index)
+        return found
+
+    # -- the launch seam (see _patch_launches) ---------------------------------------------------
+    def _begin_launch(self, fn, args, kwargs) -> None:
+        buffers: list[_Buffer] = []
+        storages: list[torch.UntypedStorage] = []
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {f"argument {i}": a for i, a in enumerate(args)} | dict(kwargs)
+        for name, value in bound.items():
+            _collect_buffers(name, value, buffers, storages)
+        self._launches.append(list(zip(buffers, storages)))
+
+    def _end_launch(self) -> None:
+        if self._launches:
+            self._launches.pop()
+
+    # -- every access -----------------------------------------------------------------------------
+    def check(self, kind: str, ptrs, mask, itemsize: int) -> None:
+        ptrs = np.asarray(ptrs)
+        if mask is None:
+            active = ptrs.ravel()
+        else:
+            mask = np.asarray(mask, dtype=bool)
+            active = ptrs[mask if mask.shape == ptrs.shape else np.broadcast_to(mask, ptrs.shape)]
+        if not active.size:
+            return
+        launch = self._launches[-1] if self._launches else []
+        low, high = int(active.min()), int(active.max()) + itemsize
+        for buffer, storage in launch:  # the usual case: one block inside one tensor
+            if buffer.start <= low and high <= buffer.end:
+                if kind != "load" and self._written is not None:
+                    self._mark(buffer, storage, active, itemsize)
+                return
+        addresses = active.astype(np.uint64)
+        inside = np.zeros(len(addresses), dtype=bool)
+        for buffer in [b for b, _ in launch] + self._known:
+            if buffer.end - buffer.start >= itemsize:
+                inside |= (addresses >= np.uint64(buffer.start)) & \
+                    (addresses <= np.uint64(buffer.end - itemsize))
+        if inside.all():
+            if kind != "load" and self._written is not None:
+                for buffer, storage in launch:
+                    lanes = (addresses >= np.uint64(buffer.start)) & (addresses < np.uint64(buffer.end))
+                    if lanes.any():
+                        self._mark(buffer, storage, addresses[lanes], itemsize)
+            return
+        self._refuse(kind, ptrs, mask, launch, int(np.flatnonzero(~inside)[0]), int(addresses[~inside][0]),
+                     itemsize)
+
+    def _mark(self, buffer: _Buffer, storage, addresses, itemsize: int) -> None:
+        entry = self._written.get(buffer.storage_start)
+        if entry is None or len(entry[1]) != buffer.storage_end - buffer.storage_start:
+            entry = (storage, np.zeros(buffer.storage_end - buffer.storage_start, dtype=bool))
+            self._written[buffer.storage_start] = entry
+        offsets = addresses.astype(np.int64) - buffer.storage_start
+        if itemsize == 1:
+            entry[1][offsets] = True
+        else:
+            entry[1][(offsets[:, None] + np.arange(itemsize)).ravel()] = True
+
+    def _refuse(self, kind: str, ptrs, mask, launch, position: int, address: int, itemsize: int) -> None:
+        from triton.runtime import interpreter
+
+        from grader.core.instrument import where
+        kernel, file, line = where()
+        if mask is None:
+            lanes = np.argwhere(np.ones(ptrs.shape, dtype=bool))
+        else:
+            lanes = np.argwhere(mask if mask.shape == ptrs.shape else np.broadcast_to(mask, ptrs.shape))
+        lane = tuple(int(i) for i in lanes[position]) if len(lanes) > position else ()
+        builder = interpreter.interpreter_builder
+        grid = tuple(getattr(builder, "grid_dim", None) or (1, 1, 1))
+        program = tuple(getattr(builder, "grid_idx", None) or (0, 0, 0))
+        axes = max((i + 1 for i, n in enumerate(grid) if n > 1), default=1)
+        buffers = [b for b, _ in launch]
+        buffer = _nearest(buffers, address)
+        if buffer is not None and abs(address - buffer.start) < (1 << 20):
+            what = _outside(buffer, address, itemsize)
+        else:
+            what = f"address {address:#x} is in none of the tensors given to the kernel"
+        lane_text = str(lane[0]) if len(lane) == 1 else str(lane)
+        finding = Finding(
+            "out-of-bounds",
+            f"{kind} at line {line} of {Path(file).name} (kernel {kernel}), program "
+            f"{program[:axes]}, lane {lane_text}: {what}. A kernel may touch only the tensors passed "
+            "to its launch; the grader refused the access.",
+            kernel, file, line, program[:axes], lane, buffer.name if buffer else None)
+        if self.fault is None:
+            self.fault = finding
+        raise MemoryFault(finding)
+
+
+def _bytes_of(tensor: torch.Tensor) -> bytes:
+    """The bytes of ``tensor``'s elements in flat order."""
+    flat = tensor.detach().reshape(-1).contiguous()
+    return flat.view(torch.uint8).numpy().tobytes() if flat.dtype != torch.bool else \
+        flat.to(torch.uint8).numpy().tobytes()
+
+
 # -- the launch seam --------------------------------------------------------------------------------
 # GridExecutor.__call__ runs one launch; GridExecutor._init_args_hst turns its arguments into the
 # host tensors the kernel's addresses point into. Both have the same signature on Triton 3.6-3.9.
@@ -421,16 +616,19 @@ def _unpatch_launches() -> None:
     GridExecutor.__call__, GridExecutor._init_args_hst = _originals.pop("call"), _originals.pop("init")
 
 
-def _collect_buffers(name: str, value, buffers: list[_Buffer]) -> None:
+def _collect_buffers(name: str, value, buffers: list[_Buffer], storages: list | None = None) -> None:
     if isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
-            _collect_buffers(f"{name}[{i}]", item, buffers)
+            _collect_buffers(f"{name}[{i}]", item, buffers, storages)
     elif hasattr(value, "base") and hasattr(value, "block_shape"):  # a tensor descriptor
-        _collect_buffers(name, value.base, buffers)
+        _collect_buffers(name, value.base, buffers, storages)
     elif hasattr(value, "data_ptr"):
         tensor = getattr(value, "base", value) if not isinstance(value, torch.Tensor) else value
-        if isinstance(tensor, torch.Tensor):  # a TensorWrapper (a reinterpreted dtype) wraps one
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+            # (a TensorWrapper, a reinterpreted dtype, wraps one)
             buffers.append(_Buffer.of(name, tensor))
+            if storages is not None:
+                storages.append(tensor.untyped_storage())
 
 
 # -- small helpers -----------------------------------------------------------------------------------
