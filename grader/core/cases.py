@@ -143,6 +143,15 @@ class Spec:
     judge: Callable[..., list[str]] | None = None
     # Output name (a mutated list's name without its [k]) -> {dtype: (atol, rtol)}.
     output_tolerances: dict[str, dict] = field(default_factory=dict)
+    # Who must write the returned tensors (grader.core.evidence.judge_evidence). "kernel": under the
+    # interpreter every returned value must have been stored by the submission's Triton kernels
+    # during the call (elements left at zero excepted), not copied there by PyTorch; on a GPU,
+    # copy kernels around the launch are allowed. "kernel only": moving data is the exercise (a
+    # transpose), so on a GPU no copy kernel may run during the call either. "any": no such check.
+    outputs_written_by: str = "kernel"
+    # Output name -> the dtype it must have, or a function of the case giving it, where that is not
+    # the rule of ``grader.core.checks.expected_dtypes`` (a float32 statistic of 16-bit inputs).
+    output_dtypes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def floor(self) -> float:
