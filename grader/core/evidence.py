@@ -11,6 +11,11 @@ which no Python-level patch of torch's dispatcher can hide; the parent checks ev
 against the submission's own ``@triton.jit`` functions (``triton_kernel_names``). The record
 says which evidence a grade rests on (``EVIDENCE``). ``judge_evidence`` turns a report into the
 learner-facing verdict, for the grader's parent and for ``make check`` alike.
+
+Because the monitor can be switched off from inside, the child does not take its silence on
+trust: after each call it runs a ``canary`` (a PyTorch operator and a Triton launch of the
+grader's own, watched by the same monitor), and a report whose canary went unseen is judged as
+tampering, whatever else it says.
 """
 
 from __future__ import annotations
@@ -72,6 +77,12 @@ class Monitor:
                     name = func.overloadpacket.__name__
                     if name not in monitor.allowed_ops:
                         monitor.ops[name] = monitor.ops.get(name, 0) + 1
+                    if _opens_up(func):
+                        # A custom operator (torch.library) runs Python of its own: run its
+                        # kernel with this log back on the stack (a mode is off it while it
+                        # handles an operator), so that what it computes inside is logged too.
+                        with self:
+                            return func.redispatch(_below_python(args, kwargs), *args, **(kwargs or {}))
                 return func(*args, **(kwargs or {}))
 
         class EscapeLog(TorchFunctionMode):
@@ -160,6 +171,77 @@ class Monitor:
     def report(self) -> dict:
         return {"launches": max(self.launches, self.hook_launches),
                 "ops": dict(sorted(self.ops.items())), "escapes": sorted(self.escapes)}
+
+
+# Operator namespaces of PyTorch itself, whose operators are named and judged as a whole; an
+# operator of any other namespace (a torch.library custom op) is looked into.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims"})
+
+
+def _opens_up(func) -> bool:
+    import torch
+    return isinstance(func, torch._ops.OpOverload) and func.namespace not in _TORCH_NAMESPACES
+
+
+def _below_python(args, kwargs):
+    """The dispatch keys to run an operator's own kernel with: those of its tensor arguments after
+    the Python key (where a dispatch mode is called), else the CPU's."""
+    import torch
+    after = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+    keys = None
+    for value in [*args, *(kwargs or {}).values()]:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor):
+                found = torch._C._dispatch_keys(item) & after
+                keys = found if keys is None else keys | found
+    return keys if keys is not None else torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def canary(monitor: Monitor):
+    """A function that checks ``monitor`` still sees what it must: it runs, watched by the same
+    monitor, one PyTorch operator (``add``) and one launch of the grader's own Triton kernel, and
+    returns whether the report holds both. Bind it before the learner's file is imported (it
+    keeps its own references to PyTorch's functions and its kernel) and call it after each
+    watched call has been reported: a submission that switched the monitor off for good, popped
+    its dispatch modes, replaced its counters or its report cannot pass it."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from grader.core import device
+
+    @triton.jit
+    def canary_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) + 1, mask=offsets < n)
+
+    add, ones, empty_like, on = torch.add, torch.ones, torch.empty_like, device.torch_device()
+
+    def probe(times: int):
+        x = ones(8, device=on)
+        out = empty_like(x)
+        for _ in range(times):
+            canary_kernel[(1,)](x, out, 8, BLOCK=8)
+            out = add(x, out)
+        return out
+
+    runs = [0]
+
+    def seen() -> bool:
+        # The monitor's methods are looked up as the child's own call looks them up: a
+        # replaced ``report`` or ``watching`` fails the canary as it would fool the child. One
+        # run in two makes two launches and two additions, so that a report left over from the
+        # run before (a monitor that no longer starts afresh) does not pass either.
+        runs[0] += 1
+        times = 1 + runs[0] % 2
+        try:
+            monitor.watching(probe, ALLOWED_OPS)(times)
+            found = monitor.report()
+            return found.get("launches") == times and (found.get("ops") or {}).get("add") == times
+        except BaseException:  # the learner's code broke something the canary needs
+            return False
+
+    return seen
 
 
 _shared: Monitor | None = None
@@ -256,24 +338,48 @@ def triton_kernel_names(source: str) -> set[str]:
             if isinstance(node, ast.FunctionDef) and any(is_jit(d) for d in node.decorator_list)}
 
 
-def foreign_kernels(kernels: list[str], own: set[str]) -> list[str]:
-    """The traced kernels that are neither the submission's Triton kernels nor data movement."""
+# Fills carry none of the inputs' values: allowed even where moving data is the exercise.
+_FILLS = ("Memset ", "FillFunctor")
+
+
+def foreign_kernels(kernels: list[str], own: set[str], moves_data: bool = False) -> list[str]:
+    """The traced kernels that are neither the submission's Triton kernels nor data movement.
+    ``moves_data``: moving data is the exercise (a Spec's ``outputs_written_by == "kernel only"``):
+    a copy kernel may have produced the output, so only fills are let through."""
+    allowed = _FILLS if moves_data else _DATA_MOVEMENT
     return [name for name in kernels
-            if name not in own and not any(marker in name for marker in _DATA_MOVEMENT)]
+            if name not in own and not any(marker in name for marker in allowed)]
+
+
+def _written_by(spec) -> str:
+    return str(getattr(spec, "outputs_written_by", "kernel") if spec is not None else "kernel")
 
 
 def judge_evidence(api: str, report: dict, produced_output: bool,
-                   own_kernels: set[str] | None = None) -> tuple[str, str] | None:
+                   own_kernels: set[str] | None = None, spec=None) -> tuple[str, str] | None:
     """(kind, learner-facing message) when the call went around the exercise, else None.
 
     ``produced_output``: the call returned at least one non-empty tensor (an empty result needs
     no launch). ``own_kernels``: the submission's @triton.jit names, to read a CUDA kernel
-    trace (``report["kernels"]``) against; without a trace only the in-process log counts."""
+    trace (``report["kernels"]``) against; without a trace only the in-process log counts.
+    ``spec``: the case's Spec, whose ``outputs_written_by`` says who must write the outputs.
+    A report that carries a canary (the grader's child) counts only if the canary was seen."""
+    if "canary" in report and report["canary"] is not True:
+        return "torch", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
+                         "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
+                         "grader, PyTorch or Triton; compute in your Triton kernel.")
+    written_by = _written_by(spec)
     kernels = report.get("kernels")
     if own_kernels is not None and isinstance(kernels, list):
-        foreign = foreign_kernels([str(k) for k in kernels], own_kernels)
+        moves_data = written_by == "kernel only"
+        foreign = foreign_kernels([str(k) for k in kernels], own_kernels, moves_data)
         if foreign:
             shown = ", ".join(name[:80] for name in foreign[:3])
+            if moves_data and not foreign_kernels([str(k) for k in kernels], own_kernels):
+                return "torch", (f"{api}() ran GPU copy kernels that are not your Triton kernels ({shown}): "
+                                 "moving the data is this exercise, so the output must be written by your "
+                                 "kernel's tl.store, not copied or rearranged with PyTorch (.t(), .contiguous(), "
+                                 ".clone(), copy_).")
             return "torch", (f"{api}() ran GPU kernels that are not your Triton kernels ({shown}): it "
                              "computed with PyTorch. Around the launch, only allocate, reshape and copy tensors.")
         if produced_output and not own_kernels.intersection(kernels):
@@ -291,4 +397,12 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
     if not report.get("launches") and produced_output:
         return "no_launch", (f"no Triton kernel ran: {api}() returned without launching one. The work must "
                              "happen in your @triton.jit kernel, launched as kernel[grid](...).")
+    unwritten = report.get("unwritten_by_kernel")
+    if unwritten and written_by in ("kernel", "kernel only") and isinstance(unwritten, list):
+        names = list(getattr(spec, "output_names", ()) or ())
+        shown = ", ".join(names[i] if 0 <= i < len(names) else f"output #{i + 1}"
+                          for i in unwritten[:4] if isinstance(i, int)) or "an output"
+        return "torch", (f"{api}() returned values that no Triton kernel of yours stored ({shown}): the output "
+                         "must be written by your kernel's tl.store, not copied or rearranged with PyTorch "
+                         "(.t(), .contiguous(), .clone(), copy_, .to()) after or instead of the launch.")
     return None
