@@ -27,7 +27,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203}
 
 # System calls no kernel exercise makes, refused with EPERM by a seccomp filter: debugging or
@@ -214,6 +214,7 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
         _bind(libc, "/proc", new_root + "/proc", read_only=False)
         report["proc"] = "the host's (no PID namespace)"
     how = _pivot(libc, new_root)  # the point of no return: the view is complete
+    report["own_memory_covered"] = _cover_own_memory(libc)
     try:
         _mount(libc, None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
@@ -221,6 +222,45 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
     report["filesystem"] = (f"private view ({how}): read-only system folders, Python and the grader "
                             "package; its own working folder; empty /tmp")
     report["hidden_paths"] = covered
+
+
+def _cover_own_memory(libc) -> list[str]:
+    """Bind /dev/null over this process's own memory file (``/proc/<pid>/mem``, which
+    /proc/self/mem leads to, and its main thread's, which /proc/thread-self/mem leads to): through
+    it, code in the process could read and rewrite any of its memory, the grader's included. The
+    PID stays the same across exec, so the cover holds for the child. Returns the paths covered."""
+    pid = os.getpid()
+    covered = []
+    for path in (f"/proc/{pid}/mem", f"/proc/{pid}/task/{pid}/mem"):
+        try:
+            _mount(libc, "/dev/null", path, None, MS_BIND)
+            covered.append(path)
+        except OSError:
+            pass
+    return covered
+
+
+def _own_memory_report(covered: list[str], report: dict) -> None:
+    """What keeps the child out of its own memory file, for the record."""
+    parts = [f"/dev/null over {' and '.join(covered)}"] if covered else []
+    if os.getuid() != 0:
+        parts.append("made non-dumpable as the child starts, before kernel.py is imported, so that "
+                     "no thread's /proc/<pid>/mem opens for it")
+    else:
+        parts.append("not made unopenable otherwise: the child runs as root, which non-dumpable does not stop")
+    report["own_memory"] = "; ".join(parts)
+
+
+def forbid_own_memory() -> bool:
+    """Make this process non-dumpable: its /proc/<pid>/... files then belong to root, so that a
+    process of an ordinary uid can no longer open its own memory (/proc/self/mem, any thread's
+    mem), nor read its environment. Exec makes a process dumpable again, so the grader's child
+    calls this first thing after it starts (``grader.sandbox.child.main``). Returns whether it
+    took effect."""
+    try:
+        return _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _limits(cfg: dict, report: dict) -> None:
@@ -347,6 +387,9 @@ def _boot(cfg: dict) -> None:
       dumps;
     - drops root for a dedicated unprivileged uid, one per worker slot. Linux does not apply
       RLIMIT_NPROC to root at all, so without this step a fork bomb would be limited by nothing;
+    - covers the child's own memory file with /dev/null (in its view), which with the child making
+      itself non-dumpable (``forbid_own_memory``) keeps it from rewriting its own memory, the
+      grader's monitor included, through /proc/self/mem;
     - installs the seccomp filter, last, since the steps above need the calls it refuses.
     """
     libc = _libc()
@@ -371,6 +414,7 @@ def _boot(cfg: dict) -> None:
                 report["filesystem"] = f"not isolated: the private view failed ({error})"
         _limits(cfg, report)
         _credentials(cfg, flags, report)
+        _own_memory_report(report.pop("own_memory_covered", []), report)
         _call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
         _call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # reset by setuid
         _syscall_filter(libc, report)  # last: the steps above need mount, unshare and pivot_root
