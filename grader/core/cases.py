@@ -19,7 +19,7 @@ import torch
 
 from grader.core import device
 from grader.core.catalog import Module
-from grader.core.protocols import Backward, Steps  # noqa: F401  (course files import them from here)
+from grader.core.protocols import Backward, Calls, Steps  # noqa: F401  (course files import them from here)
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -143,12 +143,13 @@ class Spec:
     judge: Callable[..., list[str]] | None = None
     # Output name (a mutated list's name without its [k]) -> {dtype: (atol, rtol)}.
     output_tolerances: dict[str, dict] = field(default_factory=dict)
-    # Who must write the returned tensors (grader.core.evidence.judge_evidence). "kernel": under the
-    # interpreter every returned value must have been stored by the submission's Triton kernels
-    # during the call (elements left at zero excepted), not copied there by PyTorch; on a GPU,
-    # copy kernels around the launch are allowed. "kernel only": moving data is the exercise (a
-    # transpose), so on a GPU no copy kernel may run during the call either. "any": no such check.
-    outputs_written_by: str = "kernel"
+    # Moving data is the exercise (a transpose): the returned tensors must be written by the
+    # submission's own kernels (grader.core.evidence.judge_evidence). Under the interpreter every
+    # returned value must have been stored by its Triton kernels during the call (elements left at
+    # zero excepted), not copied there by PyTorch (.t().contiguous(), .clone(), copy_); on a GPU
+    # no copy kernel may run during the call, since the trace cannot tell which one produced the
+    # output. (Not the default: some references cast a float32 result with .to(dtype).)
+    kernel_writes_outputs: bool = False
     # Output name -> the dtype it must have, or a function of the case giving it, where that is not
     # the rule of ``grader.core.checks.expected_dtypes`` (a float32 statistic of 16-bit inputs).
     output_dtypes: dict[str, Any] = field(default_factory=dict)

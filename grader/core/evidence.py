@@ -344,15 +344,11 @@ _FILLS = ("Memset ", "FillFunctor")
 
 def foreign_kernels(kernels: list[str], own: set[str], moves_data: bool = False) -> list[str]:
     """The traced kernels that are neither the submission's Triton kernels nor data movement.
-    ``moves_data``: moving data is the exercise (a Spec's ``outputs_written_by == "kernel only"``):
-    a copy kernel may have produced the output, so only fills are let through."""
+    ``moves_data``: moving data is the exercise (a Spec's ``kernel_writes_outputs``): a copy
+    kernel may have produced the output, so only fills are let through."""
     allowed = _FILLS if moves_data else _DATA_MOVEMENT
     return [name for name in kernels
             if name not in own and not any(marker in name for marker in allowed)]
-
-
-def _written_by(spec) -> str:
-    return str(getattr(spec, "outputs_written_by", "kernel") if spec is not None else "kernel")
 
 
 def judge_evidence(api: str, report: dict, produced_output: bool,
@@ -362,16 +358,17 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
     ``produced_output``: the call returned at least one non-empty tensor (an empty result needs
     no launch). ``own_kernels``: the submission's @triton.jit names, to read a CUDA kernel
     trace (``report["kernels"]``) against; without a trace only the in-process log counts.
-    ``spec``: the case's Spec, whose ``outputs_written_by`` says who must write the outputs.
+    ``spec``: the case's Spec; its ``kernel_writes_outputs`` asks that the submission's own
+    kernels wrote the outputs (``report["unwritten_by_kernel"]`` under the interpreter, no copy
+    kernel in a CUDA trace).
     A report that carries a canary (the grader's child) counts only if the canary was seen."""
     if "canary" in report and report["canary"] is not True:
         return "torch", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
                          "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
                          "grader, PyTorch or Triton; compute in your Triton kernel.")
-    written_by = _written_by(spec)
+    moves_data = bool(getattr(spec, "kernel_writes_outputs", False))
     kernels = report.get("kernels")
     if own_kernels is not None and isinstance(kernels, list):
-        moves_data = written_by == "kernel only"
         foreign = foreign_kernels([str(k) for k in kernels], own_kernels, moves_data)
         if foreign:
             shown = ", ".join(name[:80] for name in foreign[:3])
@@ -398,7 +395,7 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         return "no_launch", (f"no Triton kernel ran: {api}() returned without launching one. The work must "
                              "happen in your @triton.jit kernel, launched as kernel[grid](...).")
     unwritten = report.get("unwritten_by_kernel")
-    if unwritten and written_by in ("kernel", "kernel only") and isinstance(unwritten, list):
+    if moves_data and unwritten and isinstance(unwritten, list):
         names = list(getattr(spec, "output_names", ()) or ())
         shown = ", ".join(names[i] if 0 <= i < len(names) else f"output #{i + 1}"
                           for i in unwritten[:4] if isinstance(i, int)) or "an output"
