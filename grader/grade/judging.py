@@ -118,7 +118,7 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
         return Verdict(False, "wrong", message, seconds, outputs)
 
     found = judge_evidence(api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs),
-                           own_kernels)
+                           own_kernels, spec)
     if found:
         return Verdict(False, found[0], found[1], seconds, outputs)
     return Verdict(True, seconds=seconds, outputs=outputs)
