@@ -8,8 +8,13 @@ and its timing all call the API the same way:
 
 - ``mutates``: the positions of the arguments the API updates in place; their tensors are
   compared after the returned outputs, and are not reported as input mutation;
-- ``protocol``: ``Backward`` (forward, then backpropagate given upstream gradients) or ``Steps``
-  (call once per entry of a per-step argument, e.g. each step's gradients).
+- ``protocol``: ``Backward`` (forward, then backpropagate given upstream gradients), ``Steps``
+  (call once per entry of a per-step argument, e.g. each step's gradients) or ``Calls`` (several
+  independent calls in one case, e.g. dropout with two seeds, judged together).
+
+An in-place API must update the caller's very tensors: what is compared is read from the tensors
+the caller passed (``as_passed``), and a call that puts other tensors in its argument lists, or
+points a tensor at other memory, fails (``moved_input``).
 
 The child receives the protocol as plain data (``order_of``/``from_order``): it never imports a
 module's tests.
@@ -42,6 +47,14 @@ class Steps:
     counter: str | None = None
 
 
+@dataclass(frozen=True)
+class Calls:
+    """The API is called once per entry of the case's positional arguments, each entry an
+    ``(args, kwargs)`` pair of one call, in order: properties that no single call shows (the same
+    seed gives the same mask, another seed another) are judged on all the calls together.
+    Compared: every call's outputs, one call after another."""
+
+
 class ProtocolError(Exception):
     """The call did not give what the protocol needs (no gradient, a non-differentiable output)."""
 
@@ -53,6 +66,8 @@ def order_of(protocol, mutates: tuple[int, ...] = ()) -> dict:
         order.update(kind="backward", wrt=list(protocol.wrt), upstream=protocol.upstream)
     elif isinstance(protocol, Steps):
         order.update(kind="steps", per_step=protocol.per_step, counter=protocol.counter)
+    elif isinstance(protocol, Calls):
+        order["kind"] = "calls"
     else:
         order["kind"] = "call"
     return order
@@ -68,6 +83,8 @@ def from_order(order: dict | None):
     if kind == "steps":
         counter = order.get("counter")
         return Steps(int(order.get("per_step") or 0), counter if isinstance(counter, str) else None), mutates
+    if kind == "calls":
+        return Calls(), mutates
     return None, mutates
 
 
@@ -78,6 +95,8 @@ def calling(protocol, fn: Callable, api: str = "the function") -> Callable:
         return _backward(fn, protocol, api)
     if isinstance(protocol, Steps):
         return _steps(fn, protocol, every=True)
+    if isinstance(protocol, Calls):
+        return _calls(fn)
     return fn
 
 
@@ -101,6 +120,17 @@ def _steps(fn: Callable, protocol: Steps, every: bool) -> Callable:
                 step_kwargs[protocol.counter] = step + 1
             result = fn(*step_args, **step_kwargs)
         return result
+
+    return call
+
+
+def _calls(fn: Callable) -> Callable:
+    def call(*calls, **_):
+        outputs: tuple = ()
+        for call_args, call_kwargs in calls:
+            result = fn(*call_args, **call_kwargs)
+            outputs += tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        return outputs
 
     return call
 
@@ -166,6 +196,69 @@ def frozen_inputs(args: tuple, kwargs: dict, mutates: tuple[int, ...]) -> list[t
     """The input tensors a call must leave as they were: all but the ``mutates`` arguments'."""
     kept = [value for position, value in enumerate(args) if position not in mutates]
     return tensors_in([kept, kwargs])
+
+
+def as_passed(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call's arguments as its caller holds them, taken before the call: every list, tuple and
+    dict copied (a slot the call reassigns still holds the caller's tensor here) and every tensor
+    an alias of the caller's (same memory and layout: a tensor the call points at other memory
+    still shows the caller's memory here). What the call wrote into the caller's tensors shows
+    through the aliases."""
+    def copy(obj):
+        if isinstance(obj, torch.Tensor):
+            return obj.detach()
+        if isinstance(obj, (tuple, list)):
+            return type(obj)(copy(item) for item in obj)
+        if isinstance(obj, dict):
+            return {key: copy(value) for key, value in obj.items()}
+        return obj
+
+    return copy(tuple(args)), copy(dict(kwargs))
+
+
+def same_place(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are one view of one memory: same storage, offset, shape, strides, dtype."""
+    return (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.dtype == b.dtype
+            and a.storage_offset() == b.storage_offset() and a.shape == b.shape and a.stride() == b.stride())
+
+
+def tensor_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
+    """A name for each of ``tensors_in((args, kwargs))``, in its order: the parameter's name,
+    indexed inside a list (``params[2]``), keyed inside a dict."""
+    names: list[str] = []
+
+    def visit(name: str, obj) -> None:
+        if isinstance(obj, torch.Tensor):
+            names.append(name)
+        elif isinstance(obj, (tuple, list)):
+            for index, item in enumerate(obj):
+                visit(f"{name}[{index}]", item)
+        elif isinstance(obj, dict):
+            for key, value in obj.items():
+                visit(f"{name}[{key!r}]", value)
+
+    for position, value in enumerate(args):
+        visit(arg_names[position] if position < len(arg_names) else f"input #{position + 1}", value)
+    for key, value in kwargs.items():
+        visit(str(key), value)
+    return names
+
+
+def moved_input(passed: list[torch.Tensor], after: list[torch.Tensor], api: str,
+                names: list[str] | None = None) -> str | None:
+    """The learner-facing message if a call left its arguments holding other tensors than the
+    caller passed (``passed``, from ``as_passed``; ``after``: the arguments' tensors after the
+    call): a reassigned list slot, a tensor pointed at other memory, a list grown or shrunk."""
+    if len(passed) != len(after):
+        return (f"{api}() added tensors to the lists it was given, or removed some: leave the lists as "
+                "they are and update the tensors in them in place.")
+    for position, (old, new) in enumerate(zip(passed, after)):
+        if not isinstance(new, torch.Tensor) or (old.numel() and not same_place(old, new)):
+            name = names[position] if names and position < len(names) else f"input tensor #{position + 1}"
+            return (f"{api}() put another tensor in the place of {name}, but the caller keeps its own "
+                    f"{name}: update the tensors you were given in place (have the kernel store into "
+                    "them), and leave the caller's lists holding them (build a new list for other tensors).")
+    return None
 
 
 def tensors_in(obj) -> list[torch.Tensor]:
