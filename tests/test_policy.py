@@ -49,6 +49,38 @@ def test_a_hook_is_refused_unless_the_module_allows_it():
     assert check_source(source, policy_for(allowing)) == []
     assert [v.rule for v in check_source(source.replace("prune_configs_by", "pre_hook"), policy_for(allowing))] \
         == ["hook"]
+    # Passed positionally, the same hook is the same decision.
+    positional = source.replace("configs=[], key=[\"n\"], prune_configs_by=", "[], [\"n\"], ")
+    assert [v.rule for v in check_source(positional)] == ["hook"]
+    assert check_source(positional, policy_for(allowing)) == []
+
+
+def config_with_pre_hook_at_its_position() -> str:
+    """triton.Config(...) with plain values up to pre_hook, placed where the installed Triton has it."""
+    import inspect
+
+    import triton
+
+    names = list(inspect.signature(triton.Config.__init__).parameters)[1:]
+    values = ['{"BLOCK": 1024}', "4", "3", "1", "None", "None", "None"][:names.index("pre_hook")]
+    return whole(f"""
+        CONFIGS = [triton.Config({", ".join([*values, "print"])})]  # <-
+        """)
+
+
+def test_a_positional_hook_is_found_by_the_installed_triton_s_parameter_names():
+    source = config_with_pre_hook_at_its_position()
+    [violation] = check_source(source)
+    assert (violation.rule, violation.line) == ("hook", marked_line(source)) and "`pre_hook`" in violation.message
+
+
+def test_without_triton_s_signature_only_the_known_plain_positions_are_allowed(monkeypatch):
+    from grader.sandbox import policy
+
+    monkeypatch.setattr(policy, "_positional_parameters", lambda callee: None)
+    assert check_source(whole('CONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, 128)]\n')) == []
+    source = config_with_pre_hook_at_its_position()
+    assert [(v.rule, v.line) for v in check_source(source)] == [("hook", marked_line(source))]
 
 
 # Example students whose files use nothing the gate refuses: their misbehaviour (a wrong grid,
@@ -352,6 +384,121 @@ HOSTILE = {
         def add_kernel(x_ptr, y_ptr, out_ptr, DONE: tl.constexpr):
             pass
         ''')),
+    # rule 9: classes are only compared or printed; file objects are out of reach
+    "type-result-opens-a-file": ("class-object", in_add(
+        'mem = type(sys.stdout.buffer.raw)("/proc/self/mem", "rb")  # <-', "import sys\n")),
+    "type-result-called": ("class-object", in_add("t = type(x)(3)  # <-")),
+    "type-result-assigned": ("class-object", in_add("make = type(x)  # <-\nt = make(3)")),
+    "type-result-in-a-container": ("class-object", in_add("makers = [type(x)]  # <-\nt = makers[0](3)")),
+    "type-result-on-an-attribute": ("class-object", in_add(
+        "class Box:\n    pass\n\nbox = Box()\nbox.make = type(x)  # <-\nt = box.make(3)")),
+    "type-result-passed-on": ("class-object", in_add(
+        "t = call(type(x))  # <-", extra="\n\ndef call(make):\n    return make(3)\n")),
+    "type-result-in-a-walrus": ("class-object", in_add("if (make := type(x)) is not None:  # <-\n    t = make(3)")),
+    "type-as-a-value": ("class-object", in_add("kind_of = type  # <-\nt = kind_of(x)(3)")),
+    "type-mapped": ("class-object", in_add("makers = list(map(type, [x]))  # <-")),
+    "type-of-an-exception": ("class-object", in_add(
+        "try:\n    pass\nexcept Exception as e:\n    again = type(e)  # <-")),
+    "Tensor-alias": ("class-object", in_add("T = torch.Tensor  # <-\nout = T([1.0, 2.0])")),
+    "Tensor-subclass": ("class-object", in_add("pass", extra='''
+        class Values(torch.Tensor):  # <-
+            pass
+        ''')),
+    "Config-alias": ("class-object", in_add("pass", extra="\nConfig = triton.Config  # <-\n")),
+    "Config-imported-then-stored": ("class-object", in_add(
+        "pass", "from triton import Config\n", extra="\nMAKERS = [Config]  # <-\n")),
+    "Config-subclass": ("class-object", in_add("pass", extra='''
+        class Quiet(triton.Config):  # <-
+            pass
+        ''')),
+    "heuristics-alias": ("class-object", in_add("pass", extra="\nchoose = triton.heuristics  # <-\n")),
+    "jit-alias": ("class-object", in_add("pass", extra="\ncompile_kernel = triton.jit  # <-\n")),
+    "sys.stdout-stored": ("stream", in_add("stream = sys.stdout  # <-", "import sys\n")),
+    "sys.stdout.buffer": ("stream", in_add("sys.stdout.buffer.write(b'x')  # <-", "import sys\n")),
+    "sys.stderr.buffer.raw": ("stream", in_add("raw = sys.stderr.buffer.raw  # <-", "import sys\n")),
+    "sys.stderr.fileno": ("stream", in_add("fd = sys.stderr.fileno()  # <-", "import sys\n")),
+    "sys.stderr-passed-on": ("stream", in_add(
+        "log(sys.stderr)  # <-", "import sys\n", extra="\n\ndef log(stream):\n    return stream\n")),
+    "from-sys-import-stderr": ("stream", in_add("raw = stderr.buffer  # <-", "from sys import stderr\n")),
+    "sys.stderr-to-a-print-of-its-own": ("stream", whole('''
+        import sys
+
+
+        def print(*values, file=None):
+            return file
+
+
+        def add(x, y):
+            stream = print(x, file=sys.stderr)  # <-
+        ''')),
+    "raw-attribute": ("stream", in_add("handle = x.raw  # <-")),
+    # rule 10: hooks passed positionally or unpacked
+    "config-positional-pre_hook": ("hook", whole('''
+        def fill(args):
+            args["out_ptr"].copy_(args["x_ptr"])
+
+
+        CONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, None, fill)]  # <-
+        ''')),
+    "config-past-its-parameters": ("hook", in_add(
+        "pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, None, None, None, print)]  # <-\n')),
+    "config-star-args": ("hook", in_add(
+        "pass", extra='\nARGS = ({"BLOCK": 1024}, 4, 3, 1, None, print)\nCONFIGS = [triton.Config(*ARGS)]  # <-\n')),
+    "config-dict-splat": ("hook", in_add(
+        "pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, **{"pre_hook": print})]  # <-\n')),
+    "config-splat-through-a-helper": ("hook", in_add("pass", extra='''
+        def config(**options):
+            return triton.Config({"BLOCK": 1024}, **options)  # <-
+        ''')),
+    "autotune-positional-pre_hook": ("hook", whole('''
+        @triton.autotune([triton.Config({"BLOCK": 1024})], ["n"], None, None, None, print)  # <-
+        @triton.jit
+        def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+        ''')),
+    "autotune-positional-prune": ("hook", whole('''
+        @triton.autotune([triton.Config({"BLOCK": 1024})], ["n"], {"early_config_prune": print})  # <-
+        @triton.jit
+        def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+        ''')),
+    "autotune-dict-splat": ("hook", whole('''
+        HOOKS = {"post_hook": print}
+
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 1024})], key=["n"], **HOOKS)  # <-
+        @triton.jit
+        def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+        ''')),
+    "config-of-its-own-with-a-pre_hook": ("hook", in_add("pass", extra='''
+        class MyConfig:
+            kwargs, num_warps, num_stages, num_ctas, maxnreg, ir_override = {"BLOCK": 1024}, 4, 3, 1, None, None
+
+            def all_kwargs(self):
+                return self.kwargs
+
+            def pre_hook(self, args):  # <-
+                args["out_ptr"].copy_(args["x_ptr"])
+        ''')),
+    "pre_hook-as-a-class-attribute": ("hook", in_add("pass", extra='''
+        class MyConfig:
+            pre_hook = print  # <-
+        ''')),
+    "NamedTuple-with-computed-fields": ("class-object", in_add("pass", "from typing import NamedTuple\n", extra='''
+        Base = NamedTuple("Base", [("pre_" + "hook", object)])  # <-
+        ''')),
+    "NamedTuple-stored": ("class-object", in_add("pass", "import typing\n", extra="\nMAKE = typing.NamedTuple  # <-\n")),
+    "jit-launch_metadata": ("hook", whole('''
+        def metadata(grid, kernel, args):
+            args["out_ptr"].copy_(args["x_ptr"])
+            return {}
+
+
+        @triton.jit(launch_metadata=metadata)  # <-
+        def add_kernel(x_ptr, out_ptr):
+            pass
+        ''')),
 }
 
 
@@ -480,6 +627,39 @@ LEGITIMATE = {
         CALLS += 1
         CACHE[tuple(x.shape)] = out
         ''', extra="\nCACHE = {}\nCALLS = 0\n"),
+    "types-compared-and-printed": in_add('''
+        if type(x) is not torch.Tensor or type(y) != type(x) or type(x) in (list, tuple):
+            raise TypeError(f"expected tensors, got {type(x)} and {type(y)!r}")
+        if not isinstance(y, type(x)) or not issubclass(type(y), (torch.Tensor, list)):
+            print("types:", type(x), str(type(y)), repr(type(y)), file=sys.stderr)
+        ''', "import sys\n"),
+    "streams-for-printing": in_add('''
+        print("add called", file=sys.stdout)
+        sys.stderr.write("add called\\n")
+        sys.stdout.flush()
+        print("add called", file=stderr)
+        print("add called", file=sys.stderr if x.is_cuda else sys.stdout)
+        ''', "import sys\nfrom sys import stderr\n"),
+    "tensor-annotations-and-checks": in_add('''
+        pair: Tuple[torch.Tensor, Optional[torch.Tensor]] = (x, None)
+        if not isinstance(y, torch.Tensor) or isinstance(x, (torch.Tensor, list)):
+            y = cast(torch.Tensor, y)
+        ''', "from typing import Optional, Tuple, cast\n", extra='''
+
+        def first(tensors: "list[torch.Tensor]", default: Optional[torch.Tensor] = None) -> torch.Tensor | None:
+            return tensors[0] if tensors else default
+        '''),
+    "positional-numbers-for-config-and-autotune": whole('''
+        CONFIGS = [triton.Config({"BLOCK": 128}, 4, 3), triton.Config({"BLOCK": 64}, 8, 2, 1, 128)]
+
+
+        @triton.autotune(CONFIGS, ["n"])
+        @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+        @triton.jit(do_not_specialize=["n"])
+        def scale_kernel(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+        '''),
 }
 
 

@@ -10,7 +10,15 @@ grader's source cannot reach its internals from Python.
 
 Rule ids (``Violation.rule``): import, builtin, private, introspection, module-object,
 module-attribute-write, attribute-write, torch-compute, torch-internals, triton-internals,
-module-member, tensor-escape, kernel-body, hook, heuristics, metaclass, syntax.
+module-member, tensor-escape, kernel-body, hook, heuristics, metaclass, class-object, stream, syntax.
+
+Classes are the way from a value to objects the gate never sees being made: the class of
+``sys.stdout.buffer.raw`` is io.FileIO, and calling it opens any file. So ``type(...)`` may only be
+compared or printed, the members whose calls the gate checks argument by argument (torch.Tensor,
+triton.Config, autotune, heuristics, jit) may only be called where they are named, and
+sys.stdout/sys.stderr may only be printed to: nothing else in kernel.py reaches a file object.
+Hooks are recognised by parameter, not by spelling: a positional argument of those Triton calls is
+named from the installed Triton's signature, and ``*args``/``**kwargs`` into them are refused.
 
 We walk the tree ourselves with the standard library's ``ast`` rather than plugging rules into a
 third-party linter: the rules are few but specific to this course (which names are modules, which
@@ -32,6 +40,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import inspect
 import re
 import string
 import types
@@ -195,7 +204,42 @@ _HOOKS = frozenset({
     "pre_hook", "post_hook", "prune_configs_by", "early_config_prune", "perf_model",
     "reset_to_zero", "restore_value", "do_bench", "ir_override", "add_pre_run_hook",
     "pre_run_hooks",
+    # triton.jit's: called at every launch with the kernel's arguments once a launch hook is set
+    # (the grader sets one on a GPU), and at compile time.
+    "launch_metadata", "repr",
 })
+
+# Triton's callables that take hooks, with the parameters known to be plain values in every
+# version: a positional argument is resolved to its parameter name from the installed Triton's
+# signature; without one, only these leading positions are allowed.
+_HOOK_TAKERS = {
+    "triton.Config": ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg"),
+    "triton.autotune": ("configs", "key"),
+    "triton.heuristics": ("values",),
+    "triton.jit": ("fn",),
+}
+_PLAIN_PARAMETERS = frozenset({
+    *(name for names in _HOOK_TAKERS.values() for name in names),
+    "warmup", "rep", "use_cuda_graph", "cache_results", "version", "do_not_specialize",
+    "do_not_specialize_on_alignment", "debug", "noinline",
+})
+# Members whose calls are checked where they are written (their arguments, a kernel's body):
+# stored, passed on or subclassed, they would be called where the gate cannot see.
+_CALLED_WHERE_NAMED = frozenset({"torch.Tensor", *_HOOK_TAKERS})
+
+# Hooks that name a part of an allowed hook (prune_configs_by={"early_config_prune": f}).
+_HOOK_PARTS = {"prune_configs_by": frozenset({"early_config_prune", "perf_model"})}
+# Classes that build classes: only a class statement's base, where the fields are written out
+# (NamedTuple("C", [("pre_hook", object)]) would give an object a hook under a computed name).
+_BASE_ONLY = frozenset({"typing.NamedTuple"})
+
+# Open file objects that kernel.py may print to, and nothing else.
+_STREAMS = frozenset({"sys.stdout", "sys.stderr"})
+_STREAM_METHODS = frozenset({"write", "flush"})
+# Attributes that lead from a stream to its buffer, raw file or descriptor.
+_FILE_ATTRIBUTES = frozenset({"buffer", "raw", "fileno"})
+# Builtins that only look at a class: its value cannot be called or kept through them.
+_INSPECTING_BUILTINS = frozenset({"isinstance", "issubclass", "print", "str", "repr"})
 
 # What Triton's code generator resolves as a builtin inside a kernel (getattr/hasattr aside).
 _KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "len", "isinstance", "print", "list"})
@@ -263,6 +307,25 @@ def _kernel_value_attributes() -> frozenset[str]:
         if isinstance(obj, type):
             names.update(n for n in dir(obj) if not n.startswith("_"))
     return frozenset(names)
+
+
+@functools.cache
+def _positional_parameters(callee: str) -> tuple[str, ...] | None:
+    """The names of ``callee``'s positional parameters in the installed Triton, in order; None
+    if they cannot be read."""
+    module, _, name = callee.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module), name)
+        cls = isinstance(value, type)
+        parameters = list(inspect.signature(value.__init__ if cls else value).parameters.values())
+    except (ImportError, AttributeError, TypeError, ValueError):  # no signature to read
+        return None
+    names = []
+    for parameter in parameters[1 if cls else 0:]:
+        if parameter.kind not in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            break  # *args: what follows cannot be named
+        names.append(parameter.name)
+    return tuple(names)
 
 
 @functools.lru_cache(maxsize=None)
@@ -368,6 +431,17 @@ class _Checker(ast.NodeVisitor):
         self.modules: dict[str, str] = {}  # name -> dotted module it is bound to
         self.members: dict[str, str] = {}  # name -> dotted module member it is bound to
         self._collect_imports(tree)
+        # Every name the file binds anywhere: such a name (print, isinstance) is not the builtin.
+        self.bound = _stored_names([tree]) | set(self.modules) | set(self.members)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.bound.add(node.name)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                self.bound.update(a.arg for a in _arg_names(node.args))
+        # Names a class or function may bind: a hook name makes an object Triton calls during the
+        # launch (a config of one's own with a pre_hook method), unless the module allows that hook.
+        self.hook_names = frozenset(_HOOKS - policy.hooks
+                                    - {p for h in policy.hooks for p in _HOOK_PARTS.get(h, ())})
         self.aliases = self._collect_aliases(tree)  # names that hold a module's member
         self.jit_functions = {s.name for s in ast.walk(tree)
                               if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_jit(s)}
@@ -466,6 +540,50 @@ class _Checker(ast.NodeVisitor):
         if base.id in self.members:
             return ".".join([self.members[base.id], *attrs])
         return None
+
+    def _builtin(self, func: ast.AST, names: frozenset[str]) -> bool:
+        """Whether ``func`` is one of the builtins ``names``, not a name the file binds itself."""
+        return isinstance(func, ast.Name) and func.id in names and func.id not in self.bound
+
+    def _called(self, node: ast.AST) -> bool:
+        parent = self.parents.get(node)
+        return isinstance(parent, ast.Call) and parent.func is node
+
+    def _outer(self, node: ast.AST) -> tuple[ast.AST, list[str]]:
+        """The outermost attribute of the chain ``node`` starts (s.a.b for s) and its names ([a, b])."""
+        attrs = []
+        while isinstance(self.parents.get(node), ast.Attribute) and self.parents[node].value is node:
+            node = self.parents[node]
+            attrs.append(node.attr)
+        return node, attrs
+
+    def _passed_on(self, node: ast.AST) -> tuple[ast.AST, ast.AST | None]:
+        """The expression whose value ``node``'s value becomes (a if c else b, a or b), and its parent."""
+        child, parent = node, self.parents.get(node)
+        while isinstance(parent, ast.BoolOp) or (isinstance(parent, ast.IfExp) and parent.test is not child):
+            child, parent = parent, self.parents.get(parent)
+        return child, parent
+
+    def _inspected_only(self, node: ast.AST) -> bool:
+        """Whether the value of ``node`` is only compared, printed, checked against (isinstance)
+        or written in an annotation, so that nothing can call it or keep it."""
+        child, parent = node, self.parents.get(node)
+        while isinstance(parent, (ast.Subscript, ast.Tuple, ast.List, ast.BinOp)):  # Optional[T], T | None
+            child, parent = parent, self.parents.get(parent)
+        if (isinstance(parent, ast.arg) and parent.annotation is child
+                or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.returns is child
+                or isinstance(parent, ast.AnnAssign) and parent.annotation is child):
+            return True
+        child, parent = self._passed_on(node)
+        if isinstance(parent, ast.Compare) or (isinstance(parent, ast.FormattedValue) and parent.value is child) \
+                or (isinstance(parent, ast.MatchClass) and parent.cls is child):
+            return True
+        if isinstance(parent, ast.Tuple):  # isinstance(x, (A, B))
+            child, parent = parent, self.parents.get(parent)
+        if isinstance(parent, ast.Call) and any(arg is child for arg in parent.args):
+            return (self._builtin(parent.func, _INSPECTING_BUILTINS)
+                    or (self._dotted(parent.func) == "typing.cast" and parent.args[0] is child))
+        return False
 
     def _is_jit(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
         for dec in node.decorator_list:
@@ -636,6 +754,14 @@ class _Checker(ast.NodeVisitor):
             if step is None:
                 return
             if step == "":
+                dotted = f"{current}.{name}"
+                if dotted in _STREAMS:
+                    self._stream(node, attrs[i + 1:])
+                    return
+                if dotted in _CALLED_WHERE_NAMED and i == len(attrs) - 1:
+                    self._called_where_named(node, f"{base.id}.{'.'.join(attrs)}", dotted)
+                if dotted in _BASE_ONLY and i == len(attrs) - 1:
+                    self._base_only(node, f"{base.id}.{'.'.join(attrs)}")
                 for rest in attrs[i + 1:]:
                     self._attribute(node, rest, value=None)
                 return
@@ -656,6 +782,11 @@ class _Checker(ast.NodeVisitor):
             self.report(node, "introspection",
                         f"`.{name}` inspects frames, code or classes, which kernel.py may not do: use "
                         "only the values you are given.")
+            return
+        if name in _FILE_ATTRIBUTES:
+            self.report(node, "stream",
+                        f"`.{name}` leads from a stream to the file beneath it, which kernel.py may not touch: "
+                        "to print, use print(..., file=sys.stderr).")
             return
         kernel = self.kernel
         if kernel is None and name in _HOOKS and name not in self.policy.hooks:
@@ -718,6 +849,93 @@ class _Checker(ast.NodeVisitor):
                     f"`{ast.unparse(node)} = ...` sets an attribute of an object kernel.py did not create "
                     "in this function: set attributes only on your own local objects.")
 
+    # --- classes, streams and the arguments of hook-taking calls ------------------------------
+
+    def _class_value(self, node: ast.AST, what: str) -> None:
+        """`type` or `type(x)`: a class, which may only be looked at."""
+        if not self._inspected_only(node):
+            self.report(node, "class-object",
+                        f"`{what}` is a class, which kernel.py may only compare or print (type(x) is T, "
+                        "f\"{type(x)}\"): called, stored or passed on, a class builds objects the grader never "
+                        "sees, such as open files. To check a type, use isinstance(x, T).")
+
+    def _called_where_named(self, node: ast.AST, what: str, dotted: str) -> None:
+        """A member whose calls are checked where they are written: called there, or only looked at."""
+        parent = self.parents.get(node)
+        if self._called(node) or self._inspected_only(node) or (
+                dotted == "triton.jit" and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and any(dec is node for dec in parent.decorator_list)):
+            return
+        if dotted == "torch.Tensor":
+            self.report(node, "class-object",
+                        f"`{what}` may only be named in annotations and in isinstance(x, {what}): stored, passed "
+                        "on or subclassed, it builds tensors the grader cannot see being built.")
+            return
+        self.report(node, "class-object",
+                    f"`{what}` may only be called where it is named ({what}(...)): the grader checks what "
+                    "each call passes, so kernel.py may not store it, pass it on or subclass it.")
+
+    def _base_only(self, node: ast.AST, what: str) -> None:
+        """typing.NamedTuple: a base of a class statement, or only looked at."""
+        parent = self.parents.get(node)
+        if (isinstance(parent, ast.ClassDef) and any(base is node for base in parent.bases)) \
+                or self._inspected_only(node):
+            return
+        self.report(node, "class-object",
+                    f"`{what}` may only be the base of a class statement (class Point({what}): ...), where "
+                    "the grader can read the fields: kernel.py may not call it, store it or pass it on.")
+
+    def _bind(self, node: ast.AST, name: str) -> None:
+        """A name bound by kernel.py: not one of the hooks Triton calls on objects during a launch."""
+        if name in self.hook_names:
+            self.report(node, "hook",
+                        f"`{name}` is the name of a Python hook that Triton calls during the launch (on a "
+                        "config, for one), so kernel.py may not define it: choose another name.")
+
+    def _stream(self, node: ast.AST, rest: list[str]) -> None:
+        """sys.stdout or sys.stderr as ``node``, followed by the attributes ``rest``: printed to only."""
+        parent = self._passed_on(node)[1]
+        if not rest and isinstance(parent, ast.keyword) and parent.arg == "file" \
+                and self._builtin(self.parents[parent].func, frozenset({"print"})):
+            return
+        if len(rest) == 1 and rest[0] in _STREAM_METHODS and self._called(node):
+            return
+        self.report(node, "stream",
+                    f"`{ast.unparse(node)}`: kernel.py may use sys.stdout and sys.stderr only to print "
+                    "(print(..., file=sys.stderr) or sys.stderr.write(...)); as objects, they lead to the "
+                    "process's open files.")
+
+    def _hook_arguments(self, node: ast.Call, callee: str) -> None:
+        """Positional and unpacked arguments of a Triton callable that takes hooks: each must fill
+        a parameter known to be a plain value, or a hook the module allows."""
+        names = _positional_parameters(callee)
+        if names is None:
+            names = _HOOK_TAKERS[callee]
+        allowed = _PLAIN_PARAMETERS | self.policy.hooks
+        for i, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                self.report(arg, "hook",
+                            f"`*{ast.unparse(arg.value)}` in `{callee}(...)` hides which parameters it fills, "
+                            "and some of them take Python hooks: write the arguments out.")
+                break
+            name = names[i] if i < len(names) else None
+            if name in allowed or isinstance(arg, ast.Constant):  # a literal (None) is never a hook
+                continue
+            if name in _HOOKS:
+                self.report(arg, "hook",
+                            f"argument {i + 1} of `{callee}(...)` is its `{name}`, a Python hook that Triton "
+                            "runs on the kernel's tensors during the launch, which kernel.py may not use: put "
+                            "the work in your @triton.jit kernel.")
+            else:
+                self.report(arg, "hook",
+                            f"argument {i + 1} of `{callee}(...)` is not one the grader knows to be a plain "
+                            "value: pass it by keyword (name=value), or leave it out.")
+        for kw in node.keywords:
+            if kw.arg is None:
+                self.report(kw, "hook",
+                            f"`**{ast.unparse(kw.value)}` in `{callee}(...)` passes keywords the grader cannot "
+                            "read, and some of them take Python hooks: write each keyword out (name=value).")
+
     # --- visitors -------------------------------------------------------------------------------
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -726,6 +944,8 @@ class _Checker(ast.NodeVisitor):
         for alias in node.names:
             if not self._importable(alias.name):
                 self.report(node, "import", self._import_message(f"import {alias.name}"))
+            if alias.asname:
+                self._bind(node, alias.asname)
             if alias.asname and _is_dunder(alias.asname):
                 self.report(node, "private", f"`{alias.asname}` is a Python internal name: choose another.")
 
@@ -747,6 +967,8 @@ class _Checker(ast.NodeVisitor):
             if node.module == "__future__":
                 continue
             self._step(node, node.module, alias.name)
+            if alias.asname:
+                self._bind(node, alias.asname)
             if alias.asname and _is_dunder(alias.asname):
                 self.report(node, "private", f"`{alias.asname}` is a Python internal name: choose another.")
 
@@ -777,6 +999,18 @@ class _Checker(ast.NodeVisitor):
             if not allowed:
                 self.report(node, "kernel-body", self._kernel_message(name))
                 return
+        if isinstance(node.ctx, ast.Load):
+            if name == "type" and not self._called(node):
+                self._class_value(node, name)
+            member = self.members.get(name)
+            if member in _STREAMS:
+                self._stream(*self._outer(node))
+            elif member in _CALLED_WHERE_NAMED and not isinstance(self.parents.get(node), ast.Attribute):
+                self._called_where_named(node, name, member)
+            elif member in _BASE_ONLY and not isinstance(self.parents.get(node), ast.Attribute):
+                self._base_only(node, name)
+        else:
+            self._bind(node, name)
         if self.heuristics_depth and name in self.members and self.members[name].split(".")[0] == "torch":
             self._heuristics_torch(node, name)
 
@@ -787,6 +1021,9 @@ class _Checker(ast.NodeVisitor):
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 return  # checked with the outermost attribute of the chain
             self._module_chain(node, base, attrs)
+            return
+        if isinstance(base, ast.Name) and self.members.get(base.id) in _STREAMS:
+            self.generic_visit(node)  # stderr.buffer (from sys import stderr): checked whole at the name
             return
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             self._attribute_write(node)
@@ -846,10 +1083,16 @@ class _Checker(ast.NodeVisitor):
             self.report(node, "tensor-escape",
                         "`torch.Tensor(...)` builds a tensor from Python values, which kernel.py may not "
                         "do: allocate with torch.empty/torch.zeros and compute in your @triton.jit kernel.")
-        if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 3:
-            self.report(node, "metaclass",
-                        "`type(name, bases, namespace)` creates a class at run time, which no exercise "
-                        "needs: write a plain class statement.")
+        if isinstance(node.func, ast.Name) and node.func.id == "type":
+            if len(node.args) == 3:
+                self.report(node, "metaclass",
+                            "`type(name, bases, namespace)` creates a class at run time, which no exercise "
+                            "needs: write a plain class statement.")
+            else:
+                text = ast.unparse(node)
+                self._class_value(node, text if len(text) <= 40 else "type(...)")
+        if callee in _HOOK_TAKERS:
+            self._hook_arguments(node, callee)
         self.visit(node.func)
         heuristics = callee == "triton.heuristics"
         self.heuristics_depth += heuristics
@@ -871,7 +1114,10 @@ class _Checker(ast.NodeVisitor):
         if name is not None and _is_dunder(name):
             self.report(node, "private",
                         f"`def {name}` defines a Python or PyTorch hook, which kernel.py may not do.")
+        if name is not None:
+            self._bind(node, name)
         for arg in _arg_names(node.args):
+            self._bind(arg, arg.arg)
             if _is_dunder(arg.arg):
                 self.report(arg, "private", f"the argument `{arg.arg}` names a Python internal; rename it.")
             if arg.arg in self.modules:
@@ -907,11 +1153,25 @@ class _Checker(ast.NodeVisitor):
                         f"a class cannot be defined inside the @triton.jit kernel `{self.kernel.name}`.")
         if _is_dunder(node.name):
             self.report(node, "private", f"`class {node.name}` uses a Python internal name; rename it.")
+        self._bind(node, node.name)
         for kw in node.keywords:
             self.report(node, "metaclass",
                         f"`{kw.arg}=` in a class statement customises class creation, which no exercise "
                         "needs: write a plain class.")
         self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            self._bind(node, node.name)
+        self.generic_visit(node)
+
+    def _match_name(self, node: ast.MatchAs | ast.MatchStar | ast.MatchMapping) -> None:
+        name = node.rest if isinstance(node, ast.MatchMapping) else node.name
+        if name:
+            self._bind(node, name)
+        self.generic_visit(node)
+
+    visit_MatchAs = visit_MatchStar = visit_MatchMapping = _match_name
 
     def visit_Global(self, node: ast.Global) -> None:
         if self.kernel is not None:
