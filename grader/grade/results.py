@@ -86,7 +86,8 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
                    "score": round(passed / total, 4) if total and integrity is None else 0.0},
         "integrity": integrity,
         "refusal": grading.refusal,
-        "performance": grading.performance if integrity is None or not grading.performance.get("graded") else
+        "performance": grading.performance if integrity is None or not grading.performance.get("graded")
+        or grading.performance.get("integrity") else
         {**grading.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
         "note": note,
         "cpu_seconds": {"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},

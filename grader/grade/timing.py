@@ -86,7 +86,7 @@ def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> Timi
     with _reference_lock, torch.cuda.device(on):
         reps = reps_for(loop_ms(reference_fn, inputs.input_sets, 3))
         reference_ms = loop_ms(reference_fn, inputs.input_sets, reps)
-    return TimingPlan(inputs.case, inputs.input_sets, reps, reference_ms)
+    return TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=reference_ms)
 
 
 def credit(ratio: float, threshold: float, floor: float) -> float:
@@ -382,7 +382,10 @@ def _checked(grading, child, plan: TimingPlan, window: tuple, traced: dict, audi
         if kind == "untraced":
             return {"graded": False, "reason": f"not graded: {message}"}
         return {**_failed(f"the timed calls were not the judged work: {message}"),
-                "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]}}
+                "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
+                "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
+                "gpu_us_per_call": {"timed": round(float(traced.get("busy_us") or 0) / plan.reps, 2),
+                                    "judged": round(float(audit.get("busy_us") or 0), 2)}}
     problem = _timed_outputs_problem(grading, child, plan)
     entry = verdict(spec, plan, window_ms, event_ms, not problem, problem)
     entry["gpu_us_per_call"] = {"timed": round(float(traced.get("busy_us") or 0) / plan.reps, 2),
@@ -510,7 +513,7 @@ def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
         window = probe if isinstance(probe, dict) else _timed_window(grading, reference, reps)
         if isinstance(window, dict):
             raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {window['reason']}")
-        plan = TimingPlan(inputs.case, inputs.input_sets, reps, window[0] / reps)
+        plan = TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=window[0] / reps)
         reference.kill()  # idle from now on, and holding GPU memory the submission's timing may need
     with _timing_plans_lock:
         return _timing_plans.setdefault(key, plan)
