@@ -121,10 +121,10 @@ def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_i
     assert child.orders[0]["timing"] == 100 and child.orders[0]["save"] and child.orders[0]["retune"]
     assert not child.killed, "the window returns at timing_end, before the outputs are saved"
 
-    saved = timing._saved(_grading(), _ScriptedChild({"event": "timing_kernels", "counts": {"k": 100}, "busy_us": 5.0},
+    saved = timing._saved(_grading(), _ScriptedChild({"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}},
                                                      {"event": "timing_saved"}))
-    assert saved == {"counts": {"k": 100}, "busy_us": 5.0}
-    never = _ScriptedChild({"event": "timing_kernels", "counts": {}, "busy_us": 0.0})
+    assert saved == {"counts": {"k": 100}, "times_us": {"k": 5.0}}
+    never = _ScriptedChild({"event": "timing_kernels", "counts": {}, "times_us": {}})
     entry = timing._saved(_grading(), never)
     assert never.killed and entry["credit"] == 0.0 and "not saved within 2 s" in entry["reason"]
     failed = timing._saved(_grading(), _ScriptedChild({"event": "timing_error", "error": "x"}))
@@ -134,15 +134,22 @@ def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_i
 # --- What is timed is what was judged (grader.grade.timed_work) ---------------------------------
 
 OWN = {"add_kernel"}
-AUDIT = {"kernel_counts": {"add_kernel": 1}, "busy_us": 100.0}
+AUDIT = {"kernel_counts": {"add_kernel": 1, "FillFunctor": 1}, "kernel_us": {"add_kernel": 100.0, "FillFunctor": 30.0}}
+
+
+def _window(launches: int, us: float, **more) -> dict:
+    return {"counts": {"add_kernel": launches, **{name: n for name, (n, _) in more.items()}},
+            "times_us": {"add_kernel": us, **{name: t for name, (_, t) in more.items()}}}
 
 
 def test_timed_calls_that_do_the_judged_work_pass():
     from grader.grade.timed_work import timed_work_problem
 
-    assert timed_work_problem(50, {"counts": {"add_kernel": 50}, "busy_us": 4900.0}, AUDIT, OWN) is None
-    copies = {"counts": {"add_kernel": 50, "Memcpy DtoD (Device -> Device)": 50}, "busy_us": 5200.0}
+    assert timed_work_problem(50, _window(50, 4900.0), AUDIT, OWN) is None
+    copies = _window(50, 4900.0, **{"Memcpy DtoD (Device -> Device)": (50, 300.0)})
     assert timed_work_problem(50, copies, AUDIT, OWN) is None, "data movement around the launch is allowed"
+    assert timed_work_problem(50, _window(50, 3600.0), AUDIT, OWN) is None, \
+        "the judged call's fill of its outputs is not the kernel's work, and some jitter is allowed"
 
 
 def test_timed_calls_that_skip_or_remember_work_are_caught():
@@ -151,11 +158,11 @@ def test_timed_calls_that_skip_or_remember_work_are_caught():
     keeps the GPU busy for less time than the judged call on fresh inputs."""
     from grader.grade.timed_work import timed_work_problem
 
-    kind, message = timed_work_problem(50, {"counts": {"add_kernel": 2}, "busy_us": 200.0}, AUDIT, OWN)
+    kind, message = timed_work_problem(50, _window(2, 200.0), AUDIT, OWN)
     assert kind == "timed_skipped" and "2 launches in 50 timed calls" in message
-    kind, message = timed_work_problem(50, {"counts": {"add_kernel": 50}, "busy_us": 500.0}, AUDIT, OWN)
-    assert kind == "timed_skipped" and "less work" in message
-    other = {"counts": {"add_kernel": 50, "fast_kernel": 50}, "busy_us": 5000.0}
+    kind, message = timed_work_problem(50, _window(50, 500.0, FillFunctor=(50, 4500.0)), AUDIT, OWN)
+    assert kind == "timed_skipped" and "less work" in message, "a busy copy does not stand in for the kernel"
+    other = _window(50, 5000.0, fast_kernel=(50, 100.0))
     assert timed_work_problem(50, other, AUDIT, {"add_kernel", "fast_kernel"})[0] == "timed_skipped"
 
 
@@ -163,7 +170,7 @@ def test_a_library_kernel_in_the_timed_window_is_an_integrity_violation():
     """Slow Triton kernel where judged, cuBLAS (through ``@``) where timed."""
     from grader.grade.timed_work import timed_work_problem
 
-    window = {"counts": {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": 50}, "busy_us": 4000.0}
+    window = {"counts": {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": 50}, "times_us": {}}
     kind, message = timed_work_problem(50, window, AUDIT, OWN)
     assert kind == "timed_foreign" and "sm90_xmma_gemm" in message
 
@@ -171,7 +178,7 @@ def test_a_library_kernel_in_the_timed_window_is_an_integrity_violation():
 def test_an_untraced_timing_is_not_graded_rather_than_trusted():
     from grader.grade.timed_work import timed_work_problem
 
-    assert timed_work_problem(50, {"counts": None, "busy_us": None}, AUDIT, OWN)[0] == "untraced"
+    assert timed_work_problem(50, {"counts": None, "times_us": None}, AUDIT, OWN)[0] == "untraced"
 
 
 def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs_problem: str = "") -> dict:
@@ -190,16 +197,16 @@ def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs
 
 
 def test_the_speed_counts_only_when_the_timed_calls_did_the_judged_work(monkeypatch):
-    honest = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0})
+    honest = _checked_entry(monkeypatch, _window(50, 5000.0))
     assert honest["ratio"] == 0.8 and honest["credit"] == 1.0 and "integrity" not in honest
 
-    remembering = _checked_entry(monkeypatch, {"counts": {"add_kernel": 1}, "busy_us": 100.0})
+    remembering = _checked_entry(monkeypatch, _window(1, 100.0))
     assert remembering["credit"] == 0.0 and remembering["integrity"]["violation"] == "timed_skipped"
-    swapping = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50, "cutlass_gemm": 50}, "busy_us": 5000.0})
+    swapping = _checked_entry(monkeypatch, _window(50, 5000.0, cutlass_gemm=(50, 100.0)))
     assert swapping["credit"] == 0.0 and swapping["integrity"]["violation"] == "timed_foreign"
-    audit_cheats = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0}, audit_passes=False)
+    audit_cheats = _checked_entry(monkeypatch, _window(50, 5000.0), audit_passes=False)
     assert audit_cheats["credit"] == 0.0 and audit_cheats["integrity"]["violation"] == "torch"
-    wrong = _checked_entry(monkeypatch, {"counts": {"add_kernel": 50}, "busy_us": 5000.0}, outputs_problem="wrong")
+    wrong = _checked_entry(monkeypatch, _window(50, 5000.0), outputs_problem="wrong")
     assert wrong["credit"] == 0.0 and "integrity" not in wrong
 
 

@@ -278,7 +278,8 @@ class KernelTrace:
     def __init__(self):
         self.names: list[str] | None = None
         self.counts: dict[str, int] | None = None  # launches of each kernel
-        self.busy_us: float | None = None  # the kernels' summed time on the GPU
+        self.times_us: dict[str, float] | None = None  # each kernel's summed time on the GPU
+        self.busy_us: float | None = None  # all of the kernels' time on the GPU
         self._profile = None
 
     def __enter__(self):
@@ -306,12 +307,15 @@ class KernelTrace:
                       if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
             self.names = sorted({event.name for event in events})[:200]
             counts: dict[str, int] = {}
+            times: dict[str, float] = {}
             for event in events:
                 counts[event.name] = counts.get(event.name, 0) + 1
+                times[event.name] = times.get(event.name, 0.0) + _duration_us(event)
             self.counts = dict(sorted(counts.items())[:200])
-            self.busy_us = sum(_duration_us(event) for event in events)
+            self.times_us = {name: round(times[name], 2) for name in self.counts}
+            self.busy_us = sum(times.values())
         except Exception:
-            self.names = self.counts = self.busy_us = None
+            self.names = self.counts = self.times_us = self.busy_us = None
         return False
 
 

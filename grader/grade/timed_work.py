@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from grader.core.evidence import foreign_kernels
 
-# A timed call must keep the GPU busy for at least this share of the audit call's time. The two
+# A timed call's own kernels must run at least this share of their time in the audit call. The two
 # run the same kernels on inputs of the same shape with the GPU alone; the margin allows for the
 # audit call's inputs being partly in the L2 cache (they were just written) and for clock ramps.
 MIN_BUSY_SHARE = 0.7
@@ -24,8 +24,9 @@ MIN_BUSY_SHARE = 0.7
 def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[str]) -> tuple[str, str] | None:
     """(kind, learner-facing message) when the timed calls did not do the audit call's work, else
     None. ``window``: the trace of the ``reps`` timed calls (``counts``: launches per kernel name,
-    ``busy_us``: their summed GPU time); ``audit``: the same for the one judged call on fresh
-    inputs; ``own_kernels``: the submission's @triton.jit names."""
+    ``times_us``: GPU time per kernel name); ``audit``: the child's report of the one judged call
+    on fresh inputs (``kernel_counts``, ``kernel_us``); ``own_kernels``: the submission's
+    @triton.jit names."""
     window_counts, audit_counts = window.get("counts"), audit.get("kernel_counts")
     if not isinstance(window_counts, dict) or not isinstance(audit_counts, dict):
         return "untraced", ("the timed calls could not be traced (no CUPTI trace on this machine), so their "
@@ -45,11 +46,21 @@ def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[st
         return "timed_skipped", (f"the timed calls did not launch your kernels as a judged call does ({detail}). "
                                  "Every call must compute its result; remembering results or work from earlier "
                                  "calls is not allowed.")
-    window_busy, audit_busy = float(window.get("busy_us") or 0.0), float(audit.get("busy_us") or 0.0)
-    per_call = window_busy / max(reps, 1)
-    if audit_busy > 0 and per_call < MIN_BUSY_SHARE * audit_busy:
-        return "timed_skipped", (f"each timed call kept the GPU busy for {per_call:.1f} us, a judged call on fresh "
-                                 f"inputs of the same shape for {audit_busy:.1f} us: the timed calls did less work. "
-                                 "Every call must compute its result; remembering results or work from earlier "
-                                 "calls is not allowed.")
+    # The submission's own kernels' GPU time: data movement differs between a judged call (whose
+    # outputs the harness may fill beforehand) and a timed one, and is not the exercise's work.
+    per_call, audit_us = own_gpu_us(reps, window, audit, own_kernels).values()
+    if audit_us > 0 and per_call < MIN_BUSY_SHARE * audit_us:
+        return "timed_skipped", (f"your kernels ran on the GPU for {per_call:.1f} us per timed call, and for "
+                                 f"{audit_us:.1f} us in a judged call on fresh inputs of the same shape: the timed "
+                                 "calls did less work. Every call must compute its result; remembering results or "
+                                 "work from earlier calls is not allowed.")
     return None
+
+
+def own_gpu_us(reps: int, window: dict, audit: dict, own_kernels: set[str]) -> dict:
+    """The submission's own kernels' GPU time in microseconds: per timed call, and in the audit call."""
+    def own_time(times) -> float:
+        return sum(float(us) for name, us in (times or {}).items() if name in own_kernels)
+
+    return {"timed": round(own_time(window.get("times_us")) / max(reps, 1), 2),
+            "judged": round(own_time(audit.get("kernel_us")), 2)}

@@ -28,7 +28,7 @@ from grader.core.loading import kernel_path
 from grader.core.protocols import order_of
 from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
-from grader.grade.timed_work import timed_work_problem
+from grader.grade.timed_work import own_gpu_us, timed_work_problem
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.isolation import ChildEnded
@@ -324,7 +324,7 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
 
 
 def _saved(grading, child) -> dict:
-    """The kernel trace of the timed calls (``counts``, ``busy_us``), once the child has saved
+    """The kernel trace of the timed calls (``counts``, ``times_us``), once the child has saved
     their outputs; else the performance entry saying why not."""
     def unsaved(event: dict) -> dict:
         why = f": {event['error']}" if event.get("error") else " (the process ended)"
@@ -338,7 +338,7 @@ def _saved(grading, child) -> dict:
     if failure is None:
         _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"),
                             unsaved, late)
-    return failure if failure is not None else {"counts": trace.get("counts"), "busy_us": trace.get("busy_us")}
+    return failure if failure is not None else {"counts": trace.get("counts"), "times_us": trace.get("times_us")}
 
 
 def _audit_call(grading, child, inputs: TimingInputs) -> dict:
@@ -384,12 +384,10 @@ def _checked(grading, child, plan: TimingPlan, window: tuple, traced: dict, audi
         return {**_failed(f"the timed calls were not the judged work: {message}"),
                 "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
                 "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
-                "gpu_us_per_call": {"timed": round(float(traced.get("busy_us") or 0) / plan.reps, 2),
-                                    "judged": round(float(audit.get("busy_us") or 0), 2)}}
+                "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels)}
     problem = _timed_outputs_problem(grading, child, plan)
     entry = verdict(spec, plan, window_ms, event_ms, not problem, problem)
-    entry["gpu_us_per_call"] = {"timed": round(float(traced.get("busy_us") or 0) / plan.reps, 2),
-                                "judged": round(float(audit.get("busy_us") or 0), 2)}
+    entry["own_kernels_us"] = own_gpu_us(plan.reps, traced, audit, grading.own_kernels)
     return entry
 
 

@@ -242,7 +242,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
             seconds = tools.clock() - started
             observed = monitor.report()
             if trace is not None:
-                observed.update(kernels=trace.names, kernel_counts=trace.counts, busy_us=trace.busy_us)
+                observed.update(kernels=trace.names, kernel_counts=trace.counts, kernel_us=trace.times_us,
+                                busy_us=trace.busy_us)
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
                 tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(args), "kwargs": kwargs}))
@@ -357,7 +358,7 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock
             end.record()
             tools.synchronize()
             channel.send("timing_end", event_ms=start.elapsed_time(end))
-        channel.send("timing_kernels", counts=trace.counts, busy_us=trace.busy_us)
+        channel.send("timing_kernels", counts=trace.counts, times_us=trace.times_us, busy_us=trace.busy_us)
         if save:
             kept = [[out if type(out) is tools.plain_tensor else None for out in last[index]] for index in sorted(last)]
             tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "sets": sorted(last)}))
