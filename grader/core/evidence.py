@@ -225,19 +225,18 @@ def canary(monitor: Monitor):
             out = add(x, out)
         return out
 
-    runs = [0]
-
     def seen() -> bool:
         # The monitor's methods are looked up as the child's own call looks them up: a
-        # replaced ``report`` or ``watching`` fails the canary as it would fool the child. One
-        # run in two makes two launches and two additions, so that a report left over from the
-        # run before (a monitor that no longer starts afresh) does not pass either.
-        runs[0] += 1
-        times = 1 + runs[0] % 2
+        # replaced ``report`` or ``watching`` fails the canary as it would fool the child. Two
+        # watched calls, of two launches and additions and then of one, so that a report left
+        # over from before (a monitor that no longer starts afresh) cannot pass.
         try:
-            monitor.watching(probe, ALLOWED_OPS)(times)
-            found = monitor.report()
-            return found.get("launches") == times and (found.get("ops") or {}).get("add") == times
+            for times in (2, 1):
+                monitor.watching(probe, ALLOWED_OPS)(times)
+                found = monitor.report()
+                if found.get("launches") != times or (found.get("ops") or {}).get("add") != times:
+                    return False
+            return True
         except BaseException:  # the learner's code broke something the canary needs
             return False
 
