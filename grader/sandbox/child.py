@@ -163,6 +163,9 @@ class CompileGate:
 
 
 def main(argv: list[str], booted: float | None = None) -> int:
+    from grader.sandbox.boot import forbid_own_memory
+
+    forbid_own_memory()  # first: no /proc/<pid>/mem of this process opens from here on
     request_fd, reply_fd = int(argv[-2]), int(argv[-1])
     orders = Orders(request_fd)
     request = orders.next()
@@ -176,15 +179,20 @@ def main(argv: list[str], booted: float | None = None) -> int:
     from grader.core.loading import LoadError, load_kernel
     from grader.core.protocols import calling, from_order, timed
     from grader.sandbox import wire
-    from grader.core.evidence import ALLOWED_OPS, KernelTrace, shared_monitor
+    from grader.core.evidence import ALLOWED_OPS, KernelTrace, canary, shared_monitor
+    from grader.core.memcheck import BoundsGuard
 
     monitor = shared_monitor()
+    canary_seen = canary(monitor)  # bound now: checks after each call that the monitor still sees
     allowed_ops = ALLOWED_OPS | frozenset(request.get("allowed_ops", ()))
     # Taken before the learner's file is imported, so that patching them later changes nothing here.
     tools = _Tools(save=wire.dump, load=wire.parse, clock=time.perf_counter, plain_tensor=torch.Tensor,
                    synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file,
                    trace=KernelTrace)
     cuda = device.is_cuda()
+    # Under the interpreter a kernel's addresses are host addresses: from before the learner's
+    # import on, every access outside the launch's tensors is refused.
+    guard = None if cuda else BoundsGuard().install()
     if cuda and not request.get("autotune", True):
         device.run_first_autotune_config()  # before the learner's file applies the decorator
     # A timed child tunes twice: once warming up beside other processes, again with the GPU alone.
@@ -205,11 +213,17 @@ def main(argv: list[str], booted: float | None = None) -> int:
     try:
         kernel = load_kernel(module, Path(request["kernel"]).resolve())
     except LoadError as error:
-        channel.send("load_error", message=str(error))
+        fault = guard.take_fault() if guard is not None else None
+        channel.send("load_error", message=_stopped_at_import(fault) if fault else str(error))
         return 0
     except BaseException as error:  # e.g. KeyboardInterrupt raised by the file itself
-        channel.send("load_error", message=f"kernel.py raised {type(error).__name__} while being imported: "
-                                           f"{short_error(error, 3)}")
+        fault = guard.take_fault() if guard is not None else None
+        channel.send("load_error", message=_stopped_at_import(fault) if fault else
+                     f"kernel.py raised {type(error).__name__} while being imported: {short_error(error, 3)}")
+        return 0
+    fault = guard.take_fault() if guard is not None else None
+    if fault is not None:  # refused, even if the file caught the error
+        channel.send("load_error", message=_stopped_at_import(fault))
         return 0
     raw = getattr(kernel.namespace, api)  # the module's main function, the one that is timed
     # Every function the module's cases call; the parent names one per call, and how the case
@@ -234,6 +248,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
             trace = tools.trace() if cuda else None
             try:
                 target = watched if trace is None else _traced(watched, trace)
+                if guard is not None:  # the call's tensors reachable; its stores recorded
+                    target = guard.call(target, args, kwargs)
                 outputs = call_api(target, args, kwargs, called, mutates)
             except KernelCallError as failure:
                 error = str(failure)
@@ -244,6 +260,15 @@ def main(argv: list[str], booted: float | None = None) -> int:
             if trace is not None:
                 observed.update(kernels=trace.names, kernel_counts=trace.counts, kernel_us=trace.times_us,
                                 busy_us=trace.busy_us)
+            if guard is not None:
+                fault = guard.take_fault()
+                if fault is not None:  # refused, even if the learner's code caught the error
+                    error = f"The grader stopped {called}(): {fault}"
+                try:
+                    observed["unwritten_by_kernel"] = guard.unwritten(outputs)
+                except Exception:  # a malformed output: the parent's comparison says what is wrong
+                    observed["unwritten_by_kernel"] = []
+            observed["canary"] = canary_seen()  # after the report, which it replaces in the monitor
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
                 tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(args), "kwargs": kwargs}))
@@ -285,6 +310,11 @@ def main(argv: list[str], booted: float | None = None) -> int:
             break
     channel.send("finished")
     return 0
+
+
+def _stopped_at_import(fault) -> str:
+    return (f"kernel.py launched a kernel while being imported, and the grader stopped it: {fault} "
+            "Launch kernels only inside your functions, on the tensors they are given.")
 
 
 def _traced(fn, trace):
