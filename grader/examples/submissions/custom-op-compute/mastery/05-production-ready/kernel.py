@@ -1,0 +1,1007 @@
+"""Example "custom-op-compute": PyTorch computes the forward inside an allowed custom operator.
+
+Attack: this module lets the wrapper call operators registered with ``torch.library`` under
+the names the exercise uses (``layer_norm_gelu`` and its backward), and the grader's operator log
+(a ``TorchDispatchMode``) used to see only that outer operator: while a dispatch mode handles an
+operator it is off the stack, so the PyTorch operators run inside the operator's implementation
+went unlogged. This file is the reference solution with one change: ``layer_norm_gelu_forward``,
+the registered forward, returns ``F.gelu(F.layer_norm(...))`` computed by PyTorch instead of
+launching the forward kernel. The backward still launches its Triton kernel, so every call
+counts a launch.
+
+Mechanism abused: an allowed operator name as a wrapper around PyTorch compute.
+
+Expected under the hardened grader: 0 for the module, refused by the policy gate before anything
+runs (``torch.nn.functional`` is not among the module's allowed names). Behind the gate, the log
+runs a custom operator's kernel with itself back on the stack, so it sees aten.native_layer_norm
+and aten.gelu inside ``layer_norm_gelu``: every case fails with "computed with PyTorch".
+"""
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from grader.validation import check_tensors
+
+# fp32/fp16/bf16 for models, float64 for torch.autograd.gradcheck.
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+# layer_norm_gelu keeps a whole row in registers: up to 65536 values (the longest spill to local
+# memory, still correct). Longer rows raise a ValueError that says what to use instead.
+MAX_ROW = 65536
+# Elements per program of bias_gelu_residual's tiles: 4 warps of 32 threads, 8 elements each.
+TILE_ELEMENTS = 1024
+
+# Operator names are global to a process: torch.ops.<namespace>.<name>. A library registers its
+# operators once, under its own name (PyTorch's are "aten", FBGEMM's "fbgemm"). The course imports
+# this file several times in one process under different module names (your copy, the reference,
+# the tests' variants of it), so each copy registers under a namespace of its own, made from the
+# name Python imported it under: otherwise the last copy imported would replace the others' ops.
+NAMESPACE = "course_" + __name__.replace(".", "_").strip("_")
+
+
+# ---- kernels: shared helpers ---------------------------------------------------------------------
+
+@triton.jit
+def compute_type(x):
+    """float32 for fp16, bf16 and fp32 values; float64 stays float64 (decided at compile time)."""
+    if x.dtype != tl.float64:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def gelu(z):
+    """The exact GELU, z * Phi(z), with Phi the standard normal distribution function."""
+    return 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
+
+
+@triton.jit
+def gelu_derivative(z):
+    """d/dz [z Phi(z)] = Phi(z) + z phi(z), with phi(z) = exp(-z^2 / 2) / sqrt(2 pi) the normal
+    density. For large |z| exp underflows to 0 and the derivative is 1 or 0, with no NaN."""
+    cdf = 0.5 * (1.0 + tl.erf(z * 0.7071067811865476))
+    density = 0.3989422804014327 * tl.exp(-0.5 * z * z)
+    return cdf + z * density
+
+
+@triton.jit
+def column_sum_kernel(partial_ptr, out_ptr, n_partials, N, BLOCK: tl.constexpr):
+    """out[c] = sum over p of partial[p, c], for a (n_partials, N) row-major buffer: the second
+    step of a weight or bias gradient, once every program has stored its partial sums."""
+    cols = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    total = tl.zeros((BLOCK,), dtype=partial_ptr.dtype.element_ty)
+    ptrs = partial_ptr + cols  # pointer steps are 64-bit: no overflow at n_partials * N >= 2^31
+    for _ in range(0, n_partials):
+        total += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += N
+    tl.store(out_ptr + cols, total.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# ---- kernels: bias + GELU + residual -------------------------------------------------------------
+
+@triton.jit
+def bias_gelu_residual_kernel(x_ptr, bias_ptr, residual_ptr, out_ptr, M, N,
+                              x_row_stride, residual_row_stride, out_row_stride,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out = residual + gelu(x + bias) on one BLOCK_M x BLOCK_N tile: one read of x and of the
+    residual, one write of out. bias is one row, loaded once per tile."""
+    rows = tl.program_id(axis=0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    mask = (rows[:, None] < M) & col_mask[None, :]
+    x = compute_type(tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0))
+    residual = compute_type(tl.load(residual_ptr + rows[:, None] * residual_row_stride + cols[None, :],
+                                    mask=mask, other=0.0))
+    bias = compute_type(tl.load(bias_ptr + cols, mask=col_mask, other=0.0))
+    out = residual + gelu(x + bias[None, :])
+    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def bias_gelu_residual_backward_kernel(dy_ptr, x_ptr, bias_ptr, dx_ptr, dbias_partial_ptr, M, N,
+                                       dy_row_stride, x_row_stride, dx_row_stride,
+                                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dx = dy * gelu'(x + bias) tile by tile, and this program's partial sum of dx over its
+    rows (dbias is the sum over all rows). Program (p, c) takes column block c of row tiles
+    p, p + P, p + 2P, ... (P programs along axis 0) and stores its partial sums in row p of a
+    (P, N) buffer; column_sum_kernel adds the P rows up."""
+    pid = tl.program_id(axis=0)
+    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    bias = compute_type(tl.load(bias_ptr + cols, mask=col_mask, other=0.0))
+    dbias = tl.zeros((BLOCK_N,), dtype=dbias_partial_ptr.dtype.element_ty)
+    first_row = pid.to(tl.int64) * BLOCK_M  # 64-bit: rows * stride passes 2^31 on large inputs
+    for _ in range(pid, tl.cdiv(M, BLOCK_M), tl.num_programs(axis=0)):
+        rows = first_row + tl.arange(0, BLOCK_M)
+        mask = (rows[:, None] < M) & col_mask[None, :]
+        x = compute_type(tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0))
+        dy = compute_type(tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0))
+        dx = dy * gelu_derivative(x + bias[None, :])  # 0 in the masked lanes, where dy is 0
+        tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=mask)
+        dbias += tl.sum(dx, axis=0)
+        first_row += tl.num_programs(axis=0) * BLOCK_M
+    tl.store(dbias_partial_ptr + pid.to(tl.int64) * N + cols, dbias, mask=col_mask)
+
+
+# ---- kernels: LayerNorm + GELU -------------------------------------------------------------------
+
+@triton.jit
+def normalize_row(x, x0, mask, N, eps):
+    """(x_hat, rstd) of one row held in registers: x the row with 0 in the masked lanes, x0 its
+    first element. Two passes over the registers, both on the row shifted by x0: the mean, then
+    the variance of the centred values (track 1's layer norm explains why). x_hat is 0 in the
+    masked lanes."""
+    shifted = tl.where(mask, x - x0, 0.0)
+    shifted_mean = tl.sum(shifted, axis=0) / N
+    centred = tl.where(mask, shifted - shifted_mean, 0.0)
+    # eps in x's type: Inductor may pass a Python float as a float64 scalar, which would turn
+    # rstd, and every sum that uses it, into float64.
+    rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + tl.cast(eps, x.dtype))
+    return centred * rstd, rstd
+
+
+@triton.jit
+def layer_norm_gelu_kernel(x_ptr, y_ptr, weight_ptr, bias_ptr, x_row_stride, y_row_stride, N, eps,
+                           BLOCK_N: tl.constexpr):
+    """y = gelu(x_hat * weight + bias), one program per row: one read of x, one write of y."""
+    row = tl.program_id(axis=0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x_row_ptr = x_ptr + row * x_row_stride
+    x = compute_type(tl.load(x_row_ptr + cols, mask=mask, other=0.0))
+    x_hat, _ = normalize_row(x, compute_type(tl.load(x_row_ptr)), mask, N, eps)
+    weight = compute_type(tl.load(weight_ptr + cols, mask=mask, other=0.0))
+    bias = compute_type(tl.load(bias_ptr + cols, mask=mask, other=0.0))
+    y = gelu(x_hat * weight + bias)
+    tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def layer_norm_gelu_backward_kernel(dy_ptr, x_ptr, weight_ptr, bias_ptr, dx_ptr,
+                                    dweight_partial_ptr, dbias_partial_ptr, M, N,
+                                    dy_row_stride, x_row_stride, dx_row_stride, eps,
+                                    BLOCK_N: tl.constexpr):
+    """dx for rows pid, pid + P, pid + 2P, ... (P programs), and this program's partial sums of
+    dweight and dbias over those rows, stored in row pid of two (P, N) buffers.
+
+    The forward saves nothing but its inputs: the mean and rstd of a row are recomputed here from
+    x, which the backward reads anyway, so the forward writes y alone. With z = x_hat * w + b:
+        dz      = dy * gelu'(z)
+        dweight = sum over rows of dz * x_hat        dbias = sum over rows of dz
+        g       = dz * w                             (the gradient of x_hat)
+        dx      = rstd * (g - mean(g) - x_hat * mean(g * x_hat))
+    """
+    pid = tl.program_id(axis=0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    weight = compute_type(tl.load(weight_ptr + cols, mask=mask, other=0.0))
+    bias = compute_type(tl.load(bias_ptr + cols, mask=mask, other=0.0))
+    dweight = tl.zeros((BLOCK_N,), dtype=dweight_partial_ptr.dtype.element_ty)
+    dbias = tl.zeros((BLOCK_N,), dtype=dbias_partial_ptr.dtype.element_ty)
+    row = pid.to(tl.int64)  # 64-bit: row * stride passes 2^31 on large inputs
+    for _ in range(pid, M, tl.num_programs(axis=0)):
+        x_row_ptr = x_ptr + row * x_row_stride
+        x = compute_type(tl.load(x_row_ptr + cols, mask=mask, other=0.0))
+        x_hat, rstd = normalize_row(x, compute_type(tl.load(x_row_ptr)), mask, N, eps)
+        dy = compute_type(tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0))
+        dz = dy * gelu_derivative(x_hat * weight + bias)  # 0 in the masked lanes, where dy is 0
+        dweight += dz * x_hat
+        dbias += dz
+        g = dz * weight
+        dx = rstd * (g - tl.sum(g, axis=0) / N - x_hat * (tl.sum(g * x_hat, axis=0) / N))
+        tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        row += tl.num_programs(axis=0)
+    tl.store(dweight_partial_ptr + pid.to(tl.int64) * N + cols, dweight, mask=mask)
+    tl.store(dbias_partial_ptr + pid.to(tl.int64) * N + cols, dbias, mask=mask)
+
+
+# ---- launchers: layouts and launch settings ------------------------------------------------------
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """t as a 2-D (rows, last dimension) tensor whose rows are unit-stride: a view wherever one
+    exists (rows may be any distance apart, even 0 for a broadcast), a copy only otherwise."""
+    rows = t.reshape(t.shape[:-1].numel(), t.shape[-1])
+    return rows if rows.stride(-1) == 1 or rows.numel() == 0 else rows.contiguous()
+
+
+def row_config(n_cols: int) -> tuple[int, int]:
+    """(BLOCK_N, num_warps) of the row kernels: the whole row in one power-of-two block, about 16
+    values per thread, between 1 and 16 warps. (The backward holds five rows' worth of values per
+    row in registers: more warps would leave each thread too few registers.) int(): block sizes are
+    compile-time constants, so a traced row length becomes a fixed one here."""
+    block_n = triton.next_power_of_2(int(n_cols))
+    return block_n, min(max(block_n // 512, 1), 16)
+
+
+def tile_config(n_cols: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of bias_gelu_residual's tiles: up to 1024 columns, then rows up to
+    TILE_ELEMENTS elements per tile (short rows share a tile, long rows span several)."""
+    block_n = min(triton.next_power_of_2(max(int(n_cols), 1)), TILE_ELEMENTS)
+    return TILE_ELEMENTS // block_n, block_n
+
+
+def backward_programs(device: torch.device, row_blocks: int, column_blocks: int = 1) -> int:
+    """How many programs share the rows of a backward pass (at least 1, so that a gradient over
+    zero rows is still written, as zeros): two per multiprocessor on a GPU, 4 under the
+    interpreter. Each program writes one row of partial sums, so more programs would grow the
+    partial-sum buffers (and the second pass that adds them up) with no gain once the GPU is full."""
+    target = 2 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return max(1, min(row_blocks, target // max(column_blocks, 1)))
+
+
+def column_sums(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The sum of a (P, N) buffer of partial sums over its P rows, in ``dtype``, by a kernel."""
+    n_cols = partial.shape[1]
+    out = torch.empty(n_cols, dtype=dtype, device=partial.device)
+    if n_cols:
+        block = min(triton.next_power_of_2(n_cols), 1024)
+        torch.library.wrap_triton(column_sum_kernel)[(triton.cdiv(n_cols, block),)](
+            partial, out, partial.shape[0], n_cols, BLOCK=block)
+    return out
+
+
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 for float64 data (gradcheck), float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ==================================================================================================
+# Operator 1, the worked example: bias_gelu_residual(x, bias, residual) = residual + gelu(x + bias)
+# ==================================================================================================
+
+# ---- validation ----------------------------------------------------------------------------------
+
+def check_bias_gelu_residual_inputs(x, bias, residual) -> None:
+    """Raise a TypeError or ValueError that says what to do, unless the kernel can run on these
+    inputs. Only metadata is read (never values), so the check costs no GPU work."""
+    check_tensors(("x", x), ("bias", bias), ("residual", residual), dtypes=DTYPES)
+    if x.dim() == 0:
+        raise ValueError("x is a 0-dimensional tensor; bias_gelu_residual adds one bias value per "
+                         "element of x's last dimension, so x needs at least one dimension "
+                         "(x.reshape(1) for a single value).")
+    if tuple(bias.shape) != (x.shape[-1],):
+        raise ValueError(f"bias must have shape ({x.shape[-1]},), one value per element of x's last "
+                         f"dimension, got {tuple(bias.shape)}.")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)} but x has {tuple(x.shape)}: the "
+                         "residual is added element by element, so the shapes must be equal (no "
+                         "broadcasting: expand it yourself if you mean to).")
+
+
+# ---- the forward operator: validate, allocate, launch through wrap_triton ------------------------
+
+def bias_gelu_residual_forward(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The forward operator's implementation (registered below): out = residual + gelu(x + bias)."""
+    check_bias_gelu_residual_inputs(x, bias, residual)
+    x_rows, residual_rows = as_rows(x), as_rows(residual)
+    out = torch.empty(x_rows.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        M, N = x_rows.shape
+        block_m, block_n = tile_config(N)
+        # wrap_triton: in eager mode the kernel just runs; under torch.compile it becomes a node
+        # of the graph that Inductor can see, schedule and compile along with the rest.
+        torch.library.wrap_triton(bias_gelu_residual_kernel)[(triton.cdiv(M, block_m), triton.cdiv(N, block_n))](
+            x_rows, bias.contiguous(), residual_rows, out, M, N,
+            x_rows.stride(0), residual_rows.stride(0), out.stride(0), BLOCK_M=block_m, BLOCK_N=block_n)
+    return out.view(x.shape)
+
+
+def bias_gelu_residual_fake(x, bias, residual):
+    """What the operator returns, from the inputs' metadata alone: a tensor of x's shape and dtype,
+    contiguous (the launcher allocates out contiguous whatever x's layout). Never launches."""
+    return x.new_empty(x.shape)
+
+
+# ---- the backward operator -----------------------------------------------------------------------
+
+def bias_gelu_residual_grads(grad_out: torch.Tensor, x: torch.Tensor,
+                             bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_x, grad_bias) for an upstream gradient grad_out: dy * gelu'(x + bias) and its sum
+    over the rows. An operator of its own, so that torch.compile sees the backward's kernels too."""
+    dy_rows, x_rows = as_rows(grad_out), as_rows(x)
+    M, N = x_rows.shape
+    grad_x = torch.empty(x_rows.shape, dtype=x.dtype, device=x.device)
+    if N == 0:
+        return grad_x.view(x.shape), torch.empty(0, dtype=bias.dtype, device=x.device)
+    block_m, block_n = tile_config(N)
+    column_blocks = triton.cdiv(N, block_n)
+    programs = backward_programs(x.device, triton.cdiv(M, block_m), column_blocks)
+    partial = torch.empty((programs, N), dtype=accumulator_dtype(x.dtype), device=x.device)
+    torch.library.wrap_triton(bias_gelu_residual_backward_kernel)[(programs, column_blocks)](
+        dy_rows, x_rows, bias.contiguous(), grad_x, partial, M, N,
+        dy_rows.stride(0), x_rows.stride(0), grad_x.stride(0), BLOCK_M=block_m, BLOCK_N=block_n)
+    return grad_x.view(x.shape), column_sums(partial, bias.dtype)
+
+
+def bias_gelu_residual_backward_fake(grad_out, x, bias):
+    return x.new_empty(x.shape), bias.new_empty(bias.shape)
+
+
+# ---- registration --------------------------------------------------------------------------------
+
+# triton_op infers the schema from the type annotations: (Tensor x, Tensor bias, Tensor residual)
+# -> Tensor. mutates_args=() promises that no input is written to (functional: torch.compile may
+# reorder, repeat or drop calls). It registers the function itself as the fake; register_fake
+# replaces that with one that only reads metadata, which any tensor can answer (meta tensors,
+# fake tensors, and under Triton's interpreter, where wrap_triton cannot trace the kernel).
+bias_gelu_residual_op = torch.library.triton_op(f"{NAMESPACE}::bias_gelu_residual", bias_gelu_residual_forward,
+                                                mutates_args=())
+bias_gelu_residual_op.register_fake(bias_gelu_residual_fake)
+bias_gelu_residual_backward_op = torch.library.triton_op(
+    f"{NAMESPACE}::bias_gelu_residual_backward", bias_gelu_residual_grads, mutates_args=())
+bias_gelu_residual_backward_op.register_fake(bias_gelu_residual_backward_fake)
+
+
+# ---- autograd ------------------------------------------------------------------------------------
+
+def bias_gelu_residual_setup_context(ctx, inputs, output):
+    """Runs after the forward: keep what the backward needs. gelu'(x + bias) is recomputed from x
+    and bias (an exp and an erf per element are free in a memory-bound kernel; saving x + bias
+    would cost a write and a read). The residual's gradient needs nothing."""
+    x, bias, residual = inputs
+    ctx.save_for_backward(x, bias)
+
+
+def bias_gelu_residual_backward(ctx, grad_out):
+    """One gradient per input of the operator, in its order (x, bias, residual)."""
+    x, bias = ctx.saved_tensors
+    grad_x, grad_bias = bias_gelu_residual_backward_op(grad_out, x, bias)
+    # out = residual + ...: the residual's gradient is the upstream gradient itself (no kernel).
+    return grad_x, grad_bias, grad_out
+
+
+bias_gelu_residual_op.register_autograd(bias_gelu_residual_backward, setup_context=bias_gelu_residual_setup_context)
+
+
+# ---- the public function -------------------------------------------------------------------------
+
+def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """residual + gelu(x + bias): a linear layer's bias, its activation and the residual
+    connection of a transformer block in one pass over memory.
+
+    Args:
+        x: (..., N), float32, float16, bfloat16 or float64, any layout.
+        bias: (N,), x's dtype.
+        residual: x's shape and dtype, any layout.
+
+    Returns a new tensor of x's shape and dtype, contiguous. Differentiable in all three inputs;
+    works under torch.compile(fullgraph=True). gelu is the exact GELU (F.gelu's default).
+    Raises TypeError (dtypes, devices) or ValueError (shapes) with what to change.
+    """
+    return bias_gelu_residual_op(x, bias, residual)
+
+
+# ==================================================================================================
+# Operator 2, yours: layer_norm_gelu(x, weight, bias, eps) = gelu(layer_norm(x) * weight + bias)
+# ==================================================================================================
+
+# ---- validation ----------------------------------------------------------------------------------
+
+def check_layer_norm_gelu_inputs(x, weight, bias, eps) -> None:
+    """Raise a TypeError or ValueError that says what to do, unless the kernel can run on these
+    inputs. Only metadata is read (never values)."""
+    # TODO: check x: a tensor of a supported dtype, on the kernels' device, with rows of 1 to MAX_ROW values
+    # HINT: check_tensors(("x", x), dtypes=DTYPES) checks the type, the dtype and the device, with
+    # HINT: messages that say what to do. Then the shape: a 0-dimensional x, or an empty last dimension,
+    # HINT: has no row to normalise (ValueError); rows longer than MAX_ROW do not fit one block
+    # HINT: (ValueError naming the limit and F.gelu(F.layer_norm(...)) as the way out).
+    check_tensors(("x", x), dtypes=DTYPES)
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(f"x has shape {tuple(x.shape)}; layer_norm_gelu normalizes over x's last dimension, "
+                         "which must have at least one element.")
+    n_cols = x.shape[-1]
+    if n_cols > MAX_ROW:
+        raise ValueError(f"x has {n_cols} elements in its last dimension, but this kernel keeps a whole row "
+                         f"in one block and supports at most {MAX_ROW}. Use "
+                         "F.gelu(F.layer_norm(...)) for longer rows.")
+    # END TODO
+    # TODO: check weight and bias (each may be None) and eps
+    # HINT: a given weight or bias shares x's dtype and device (check_tensors with x first says so) and has
+    # HINT: shape (N,), N = x.shape[-1]. eps is added to the variance under a square root: a negative
+    # HINT: eps gives NaN for constant rows, so refuse it (ValueError).
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is None:
+            continue
+        check_tensors(("x", x), (name, param), dtypes=DTYPES)
+        if tuple(param.shape) != (n_cols,):
+            raise ValueError(f"{name} must have shape ({n_cols},), one value per element of x's last "
+                             f"dimension, got {tuple(param.shape)}.")
+    if not eps >= 0:
+        raise ValueError(f"eps must be a number >= 0 (it is added to the variance under a square root), "
+                         f"got {eps}.")
+    # END TODO
+
+
+# ---- the forward operator ------------------------------------------------------------------------
+
+def affine_or_identity(weight, bias, x):
+    """weight and bias, with None replaced by ones and zeros: N values cost nothing next to x, and
+    keep one kernel for every case."""
+    n_cols = x.shape[-1]
+    weight = torch.ones(n_cols, dtype=x.dtype, device=x.device) if weight is None else weight.contiguous()
+    bias = torch.zeros(n_cols, dtype=x.dtype, device=x.device) if bias is None else bias.contiguous()
+    return weight, bias
+
+
+def layer_norm_gelu_forward(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                            eps: float) -> torch.Tensor:
+    """The registered forward: validates, then lets PyTorch compute (the attack)."""
+    check_layer_norm_gelu_inputs(x, weight, bias, eps)
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), weight, bias, eps)).contiguous()
+
+
+def layer_norm_gelu_fake(x, weight, bias, eps):
+    """What layer_norm_gelu returns, from the inputs' metadata alone. Never launches."""
+    # TODO: return an empty tensor with the shape, dtype, device and strides of the real output
+    # HINT: look at what layer_norm_gelu_forward returns: which shape, which dtype, and is it contiguous
+    # HINT: whatever x's layout? torch.empty_like(x) keeps x's strides (a transposed x gives a transposed
+    # HINT: result), so it is not the same; x.new_empty(shape) is contiguous. opcheck compares all four.
+    return x.new_empty(x.shape)
+    # STUB: return ...
+    # END TODO
+
+
+# ---- the backward operator -----------------------------------------------------------------------
+
+def layer_norm_gelu_grads(grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor],
+                          bias: Optional[torch.Tensor], eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(grad_x, grad_weight, grad_bias) for an upstream gradient grad_y. For a weight or bias that
+    was None, the gradient of the ones or zeros that stood in for it (the caller drops it)."""
+    dy_rows, x_rows = as_rows(grad_y), as_rows(x)
+    weight, bias = affine_or_identity(weight, bias, x)
+    M, N = x_rows.shape
+    grad_x = torch.empty(x_rows.shape, dtype=x.dtype, device=x.device)
+    block_n, num_warps = row_config(N)
+    programs = backward_programs(x.device, M)
+    partial_dtype = accumulator_dtype(x.dtype)
+    dweight_partial = torch.empty((programs, N), dtype=partial_dtype, device=x.device)
+    dbias_partial = torch.empty((programs, N), dtype=partial_dtype, device=x.device)
+    torch.library.wrap_triton(layer_norm_gelu_backward_kernel)[(programs,)](
+        dy_rows, x_rows, weight, bias, grad_x, dweight_partial, dbias_partial, M, N,
+        dy_rows.stride(0), x_rows.stride(0), grad_x.stride(0), eps, BLOCK_N=block_n, num_warps=num_warps)
+    return grad_x.view(x.shape), column_sums(dweight_partial, x.dtype), column_sums(dbias_partial, x.dtype)
+
+
+def layer_norm_gelu_backward_fake(grad_y, x, weight, bias, eps):
+    n_cols = x.shape[-1]
+    return x.new_empty(x.shape), x.new_empty(n_cols), x.new_empty(n_cols)
+
+
+# ---- registration --------------------------------------------------------------------------------
+
+# TODO: register layer_norm_gelu_forward as the operator f"{NAMESPACE}::layer_norm_gelu", with its fake
+# HINT: follow bias_gelu_residual_op above: torch.library.triton_op(name, function, mutates_args=()),
+# HINT: then .register_fake(...) on the operator it returns. The schema comes from the annotations of
+# HINT: layer_norm_gelu_forward: Optional[torch.Tensor] becomes "Tensor?", float becomes "float".
+layer_norm_gelu_op = torch.library.triton_op(f"{NAMESPACE}::layer_norm_gelu", layer_norm_gelu_forward,
+                                             mutates_args=())
+layer_norm_gelu_op.register_fake(layer_norm_gelu_fake)
+# STUB: layer_norm_gelu_op = ...
+# END TODO
+layer_norm_gelu_backward_op = torch.library.triton_op(
+    f"{NAMESPACE}::layer_norm_gelu_backward", layer_norm_gelu_grads, mutates_args=())
+layer_norm_gelu_backward_op.register_fake(layer_norm_gelu_backward_fake)
+
+
+# ---- autograd ------------------------------------------------------------------------------------
+
+def layer_norm_gelu_setup_context(ctx, inputs, output):
+    """Runs after the forward: keep what the backward needs."""
+    # TODO: save what the backward needs: the tensors with ctx.save_for_backward, and eps
+    # HINT: inputs is the tuple of the operator's inputs (x, weight, bias, eps). The backward kernel
+    # HINT: recomputes each row's mean and rstd from x, so it needs x itself, not the output. Tensors
+    # HINT: (None included) go through ctx.save_for_backward; a Python float can be an attribute of ctx.
+    x, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.eps = eps
+    # END TODO
+
+
+def layer_norm_gelu_backward(ctx, grad_y):
+    """One gradient per input of the operator, in its order (x, weight, bias, eps)."""
+    # TODO: run the backward operator and return the four gradients
+    # HINT: ctx.saved_tensors gives back what setup_context saved, and ctx.eps the forward's eps.
+    # HINT: layer_norm_gelu_backward_op(grad_y, x, weight, bias, eps) returns (grad_x, grad_weight, grad_bias).
+    # HINT: An input that was None (weight or bias left out) and eps (a float) get None as their gradient.
+    x, weight, bias = ctx.saved_tensors
+    grad_x, grad_weight, grad_bias = layer_norm_gelu_backward_op(grad_y, x, weight, bias, ctx.eps)
+    return (grad_x, grad_weight if weight is not None else None, grad_bias if bias is not None else None,
+            None)
+    # STUB: return ...
+    # END TODO
+
+
+# TODO: register the autograd formula of layer_norm_gelu_op
+# HINT: as bias_gelu_residual_op does: op.register_autograd(backward, setup_context=...).
+layer_norm_gelu_op.register_autograd(layer_norm_gelu_backward, setup_context=layer_norm_gelu_setup_context)
+# END TODO
+
+
+# ---- the public function -------------------------------------------------------------------------
+
+def layer_norm_gelu(x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+                    eps: float = 1e-5) -> torch.Tensor:
+    """gelu(layer_norm(x) * weight + bias) over x's last dimension, in one pass over memory:
+    F.gelu(F.layer_norm(x, (N,), weight, bias, eps)) without the normalised x ever stored.
+
+    Args:
+        x: (..., N) with 1 <= N <= 65536, float32, float16, bfloat16 or float64, any layout.
+        weight, bias: (N,) of x's dtype, or None (no scale, no shift).
+        eps: >= 0, added to the variance.
+
+    Returns a new tensor of x's shape and dtype, contiguous. Differentiable in x, weight and bias;
+    works under torch.compile(fullgraph=True). gelu is the exact GELU (F.gelu's default).
+    Raises TypeError (dtypes, devices) or ValueError (shapes, eps) with what to change.
+    """
+    return layer_norm_gelu_op(x, weight, bias, eps)
+
+
+# ---- the contract, for the property tests --------------------------------------------------------
+
+def layer_norm_gelu_input_space(st):
+    """Every input layer_norm_gelu promises to handle, as a Hypothesis strategy of dicts; the
+    property tests draw from it. ``st`` is the module hypothesis.strategies, which the tests pass in
+    (kernel.py imports only torch and triton). A dict has the keys:
+
+        leading   tuple of the leading dimensions of x (() for a 1-D x; a 0 means no rows)
+        n         the length of the rows, N
+        dtype     "float32", "float16" or "bfloat16"
+        layout    "contiguous", "transposed" (the transpose of an (N, rows) tensor; needs a 2-D x)
+                  or "row-strided" (the first N columns of a wider tensor)
+        offset    added to every value of x (its mean); x's spread is about 1
+        affine    "both", "weight", "bias" or "none": which of weight and bias are given
+        eps       the eps to pass
+    """
+    # TODO: describe the whole input space, edge cases included, as one strategy
+    # HINT: st.fixed_dictionaries({"n": st.integers(1, 300), ...}) draws one value per key. Reach what
+    # HINT: the validation accepts, not only the easy part: N = 1 and N not a power of two, zero rows
+    # HINT: and 3-D inputs (st.lists(...).map(tuple)), every dtype, strided layouts, means far from 0
+    # HINT: (1000, where a careless variance cancels), weight or bias left out, a large eps. Keep
+    # HINT: shapes small (a few hundred values): the interpreter runs every example.
+    # HINT: A layout that needs a 2-D x must come with one: draw the dict, then .filter(...) it.
+    return st.fixed_dictionaries({
+        "leading": st.lists(st.integers(0, 5), max_size=2).map(tuple),
+        "n": st.integers(1, 300),
+        "dtype": st.sampled_from(("float32", "float16", "bfloat16")),
+        "layout": st.sampled_from(("contiguous", "transposed", "row-strided")),
+        "offset": st.sampled_from((0.0, 3.0, -50.0, 1000.0)),
+        "affine": st.sampled_from(("both", "weight", "bias", "none")),
+        "eps": st.sampled_from((1e-5, 1e-3, 0.1)),
+    }).filter(lambda d: d["layout"] != "transposed" or len(d["leading"]) == 1)
+    # STUB: return ...
+    # END TODO
+
+
+
+# ==================================================================================================
+# Operator 3, attention: the same steps for FlashAttention's forward and backward kernels
+# ==================================================================================================
+#
+# The kernels are those of mastery/03-attention-kernels (online softmax, causal tiles skipped,
+# grouped-query heads), with fixed tile sizes instead of @triton.autotune: an operator launches
+# through wrap_triton, and a fixed launch is what torch.compile can trace most simply.
+
+# exp(x) = exp2(x * log2(e)); ln(2) is written out inside the kernels (they read no globals).
+LOG2E = 1.4426950408889634
+ATTENTION_HEAD_DIMS = (16, 32, 64, 128)
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+
+@triton.jit
+def attention_key_tiles(acc, l_i, m_i, q, k_ptr, v_ptr, stride_kn, stride_kd, stride_vn, stride_vd,
+                        offs_m, offs_d, lo, hi, seq_k, qk_scale,
+                        BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                        COMPUTE_DTYPE: tl.constexpr):
+    """Fold the key tiles from lo to hi into the running (acc, l_i, m_i) of the online softmax,
+    in base 2 (qk_scale = sm_scale * log2(e)). MASKED tiles hold padding keys or the diagonal."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        k_ptrs = k_ptr + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_ptr + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[:, None] < seq_k, other=0.0)
+            v = tl.load(v_ptrs, mask=cols[:, None] < seq_k, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        if MASKED:
+            visible = cols[None, :] < seq_k
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None])
+            s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attention_forward_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    n_heads, group_size, seq_q, seq_k, qk_scale,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program per (query tile, batch x head): o and the log-sum-exp of BLOCK_M query rows."""
+    if CAUSAL:  # the last query tiles see the most keys: start them first
+        start_m = tl.num_programs(axis=0) - 1 - tl.program_id(axis=0)
+    else:
+        start_m = tl.program_id(axis=0)
+    bh = tl.program_id(axis=1)
+    batch = (bh // n_heads).to(tl.int64)
+    head = (bh % n_heads).to(tl.int64)
+    kv_head = head // group_size
+    q_ptr += batch * stride_qb + head * stride_qh
+    k_ptr += batch * stride_kb + kv_head * stride_kh
+    v_ptr += batch * stride_vb + kv_head * stride_vh
+    o_ptr += batch * stride_ob + head * stride_oh
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_mask = offs_m < seq_q
+    q = tl.load(q_ptr + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=row_mask[:, None], other=0.0)
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=COMPUTE_DTYPE)
+    l_i = tl.zeros((BLOCK_M,), dtype=COMPUTE_DTYPE)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=COMPUTE_DTYPE)
+    if CAUSAL:
+        hi = tl.minimum((start_m + 1) * BLOCK_M, seq_k)
+        full_end = tl.minimum(start_m * BLOCK_M, seq_k) // BLOCK_N * BLOCK_N
+    else:
+        hi = seq_k
+        full_end = seq_k // BLOCK_N * BLOCK_N
+    acc, l_i, m_i = attention_key_tiles(acc, l_i, m_i, q, k_ptr, v_ptr, stride_kn, stride_kd, stride_vn, stride_vd,
+                                        offs_m, offs_d, 0, full_end, seq_k, qk_scale,
+                                        BLOCK_N, False, CAUSAL, COMPUTE_DTYPE)
+    acc, l_i, m_i = attention_key_tiles(acc, l_i, m_i, q, k_ptr, v_ptr, stride_kn, stride_kd, stride_vn, stride_vd,
+                                        offs_m, offs_d, full_end, hi, seq_k, qk_scale,
+                                        BLOCK_N, True, CAUSAL, COMPUTE_DTYPE)
+    o = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(o_ptr + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, o.to(o_ptr.dtype.element_ty),
+             mask=row_mask[:, None])
+    tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_mask)
+
+
+@triton.jit
+def attention_delta_kernel(o_ptr, do_ptr, delta_ptr,
+                           stride_ob, stride_oh, stride_om, stride_od,
+                           stride_dob, stride_doh, stride_dom, stride_dod,
+                           n_heads, seq_q,
+                           HEAD_DIM: tl.constexpr, COMPUTE_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """delta = rowsum(dO * O) for BLOCK_M query rows of one (batch, head)."""
+    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(axis=1)
+    batch = (bh // n_heads).to(tl.int64)
+    head = (bh % n_heads).to(tl.int64)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_mask = offs_m < seq_q
+    o = tl.load(o_ptr + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_om
+                + offs_d[None, :] * stride_od, mask=row_mask[:, None], other=0.0).to(COMPUTE_DTYPE)
+    do = tl.load(do_ptr + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=row_mask[:, None], other=0.0).to(COMPUTE_DTYPE)
+    tl.store(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, tl.sum(o * do, axis=1), mask=row_mask)
+
+
+@triton.jit
+def attention_query_tiles(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, stride_qm, stride_qd, stride_dom,
+                          stride_dod, offs_n, offs_d, lo, hi, seq_q, qk_scale,
+                          BLOCK_M: tl.constexpr, MASKED: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
+    """Add to dk and dv (BLOCK_N keys) the share of the query tiles from lo to hi, computed
+    transposed (keys along the rows). MASKED tiles straddle the causal diagonal."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_mask = offs_m < seq_q
+        q = tl.load(q_ptr + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=row_mask[:, None],
+                    other=0.0)
+        do = tl.load(do_ptr + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=row_mask[:, None],
+                     other=0.0)
+        # lse in base 2; rows past seq_q get +inf, so that their probabilities are exp2(-inf) = 0
+        lse = tl.load(lse_ptr + offs_m, mask=row_mask, other=float("inf")) * 1.4426950408889634
+        delta = tl.load(delta_ptr + offs_m, mask=row_mask, other=0.0)
+        pT = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision="ieee", out_dtype=COMPUTE_DTYPE) * qk_scale
+                          - lse[None, :])
+        if MASKED:
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        dk = tl.dot((pT * (dpT - delta[None, :])).to(q.dtype), q, dk, input_precision="ieee",
+                    out_dtype=COMPUTE_DTYPE)
+    return dk, dv
+
+
+@triton.jit
+def attention_dkdv_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_gb, stride_gh, stride_gn, stride_gd,
+    n_heads, n_kv_heads, group_size, seq_q, seq_k, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program per (key tile, batch x key/value head): dK and dV of BLOCK_N keys, summed over
+    the queries of every query head that reads this key/value head (dk and dv share strides)."""
+    start_n = tl.program_id(axis=0) * BLOCK_N
+    bh_kv = tl.program_id(axis=1)
+    batch = (bh_kv // n_kv_heads).to(tl.int64)
+    kv_head = (bh_kv % n_kv_heads).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    key_mask = offs_n < seq_k
+    k = tl.load(k_ptr + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kd, mask=key_mask[:, None], other=0.0)
+    v = tl.load(v_ptr + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vd, mask=key_mask[:, None], other=0.0)
+    dk = tl.zeros((BLOCK_N, HEAD_DIM), dtype=COMPUTE_DTYPE)
+    dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=COMPUTE_DTYPE)
+    if CAUSAL:  # query i sees key j when i >= j: the band of tiles on the diagonal takes the mask
+        lo = start_n // BLOCK_M * BLOCK_M
+        band_end = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, seq_q)
+        rest_start = tl.maximum(lo, band_end)
+    else:
+        lo = 0
+        band_end = 0
+        rest_start = 0
+    for g in range(group_size):
+        head = kv_head * group_size + g
+        bh = batch * n_heads + head
+        q_head = q_ptr + batch * stride_qb + head * stride_qh
+        do_head = do_ptr + batch * stride_dob + head * stride_doh
+        dk, dv = attention_query_tiles(dk, dv, k, v, q_head, do_head, lse_ptr + bh * seq_q, delta_ptr + bh * seq_q,
+                                       stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
+                                       lo, band_end, seq_q, qk_scale, BLOCK_M, True, COMPUTE_DTYPE)
+        dk, dv = attention_query_tiles(dk, dv, k, v, q_head, do_head, lse_ptr + bh * seq_q, delta_ptr + bh * seq_q,
+                                       stride_qm, stride_qd, stride_dom, stride_dod, offs_n, offs_d,
+                                       rest_start, seq_q, seq_q, qk_scale, BLOCK_M, False, COMPUTE_DTYPE)
+    grads = batch * stride_gb + kv_head * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :] * stride_gd
+    tl.store(dk_ptr + grads, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=key_mask[:, None])
+    tl.store(dv_ptr + grads, dv.to(dv_ptr.dtype.element_ty), mask=key_mask[:, None])
+
+
+@triton.jit
+def attention_dq_kernel(
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_dom, stride_dod,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
+    n_heads, group_size, seq_q, seq_k, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, COMPUTE_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program per (query tile, batch x head): dQ of BLOCK_M queries, over the forward's keys."""
+    if CAUSAL:
+        start_m = tl.num_programs(axis=0) - 1 - tl.program_id(axis=0)
+    else:
+        start_m = tl.program_id(axis=0)
+    bh = tl.program_id(axis=1)
+    batch = (bh // n_heads).to(tl.int64)
+    head = (bh % n_heads).to(tl.int64)
+    kv_head = head // group_size
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    row_mask = offs_m < seq_q
+    q = tl.load(q_ptr + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm
+                + offs_d[None, :] * stride_qd, mask=row_mask[:, None], other=0.0)
+    do = tl.load(do_ptr + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dod, mask=row_mask[:, None], other=0.0)
+    rows = bh.to(tl.int64) * seq_q + offs_m
+    lse = tl.load(lse_ptr + rows, mask=row_mask, other=float("inf")) * 1.4426950408889634
+    delta = tl.load(delta_ptr + rows, mask=row_mask, other=0.0)
+    dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=COMPUTE_DTYPE)
+    k_ptr += batch * stride_kb + kv_head * stride_kh
+    v_ptr += batch * stride_vb + kv_head * stride_vh
+    hi = tl.minimum((start_m + 1) * BLOCK_M, seq_k) if CAUSAL else seq_k
+    for start_n in range(0, hi, BLOCK_N):
+        cols = start_n + offs_n
+        visible = (cols < seq_k)[None, :]
+        if CAUSAL:
+            visible = visible & (offs_m[:, None] >= cols[None, :])
+        k = tl.load(k_ptr + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=cols[:, None] < seq_k,
+                    other=0.0)
+        v = tl.load(v_ptr + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=cols[:, None] < seq_k,
+                    other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        p = tl.where(visible, tl.math.exp2(s * qk_scale - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+        dq = tl.dot((p * (dp - delta[:, None])).to(k.dtype), k, dq, input_precision="ieee", out_dtype=COMPUTE_DTYPE)
+    tl.store(dq_ptr + batch * stride_dqb + head * stride_dqh + offs_m[:, None] * stride_dqm
+             + offs_d[None, :] * stride_dqd, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=row_mask[:, None])
+
+
+# ---- launchers: tiles ----------------------------------------------------------------------------
+
+def attention_tiles(q: torch.Tensor, which: str) -> dict:
+    """Tile sizes and launch options of one attention kernel ("forward", "dkdv" or "dq"). Under
+    the interpreter, small tiles of unequal sizes (a causal diagonal then crosses two tiles); on a
+    GPU, the tiles mastery/03 launches below its autotuning threshold: modest tensor-core tiles for
+    16-bit data, small ones for float32 and float64, whose products run on the exact, slower units.
+    (mastery/03's autotuned tiles are faster on long sequences; a fixed launch keeps the operator's
+    eager and compiled calls the same.)"""
+    if not q.is_cuda:
+        block_m, block_n = {"forward": (32, 16), "dkdv": (16, 32), "dq": (32, 16)}[which]
+        return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=1)
+    if q.dtype in (torch.float32, torch.float64):
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    block_m, block_n = {"forward": (64, 64), "dkdv": (32, 64), "dq": (64, 32)}[which]
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4, num_stages=3)
+
+
+def attention_readable(*tensors):
+    """The tensors as the kernels read them: Triton's CPU interpreter multiplies bf16 blocks
+    wrongly in tl.dot (3.6 to 3.9), so there bf16 inputs are read as float32 copies."""
+    return tuple(t.float() if t.dtype == torch.bfloat16 and not t.is_cuda else t for t in tensors)
+
+
+def attention_compute_type(t: torch.Tensor):
+    return tl.float64 if t.dtype == torch.float64 else tl.float32
+
+
+# ---- validation ----------------------------------------------------------------------------------
+
+def check_attention_inputs(q, k, v, causal, sm_scale) -> None:
+    """Raise a TypeError or ValueError that says what to do, unless the kernels can run on these
+    inputs (metadata only)."""
+    check_tensors(("q", q), ("k", k), ("v", v), dtypes=DTYPES, ndim=4)
+    if k.shape != v.shape:
+        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}: every key needs one value, "
+                         "so give k and v the same shape (B, Hkv, Sk, D).")
+    batch, q_heads, seq_q, head_dim = q.shape
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(f"q has shape {tuple(q.shape)} and k {tuple(k.shape)}: q is (B, Hq, Sq, D) and k is "
+                         "(B, Hkv, Sk, D), with the same batch size B and head dimension D.")
+    if k.shape[1] == 0 or q_heads % k.shape[1]:
+        raise ValueError(f"q has {q_heads} heads and k {k.shape[1]}: grouped-query attention needs the number "
+                         "of query heads to be a multiple of the number of key/value heads.")
+    if head_dim not in ATTENTION_HEAD_DIMS:
+        raise ValueError(f"the head dimension is {head_dim}; attention supports "
+                         f"{', '.join(map(str, ATTENTION_HEAD_DIMS))}. Pad q, k and v with zeros up to the next "
+                         "one, pass sm_scale=1/sqrt(D) of the unpadded D, and slice the output back.")
+    if seq_q and not k.shape[2]:
+        raise ValueError("k and v hold no keys (Sk = 0): attention over zero keys is undefined.")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}.")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not 0 < sm_scale < math.inf:
+        raise ValueError(f"sm_scale must be a positive number (default 1 / sqrt(D)), got {sm_scale!r}.")
+
+
+# ---- the forward operator ------------------------------------------------------------------------
+
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward operator's implementation: (o, lse), lse being each query row's log-sum-exp of
+    sm_scale * q k^T (float32; float64 for float64 inputs), which the backward needs."""
+    check_attention_inputs(q, k, v, causal, sm_scale)
+    batch, q_heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, q_heads, seq_q), dtype=accumulator_dtype(q.dtype), device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    qr, kr, vr = attention_readable(q, k, v)
+    tiles = attention_tiles(q, "forward")
+    torch.library.wrap_triton(attention_forward_kernel)[(triton.cdiv(seq_q, tiles["BLOCK_M"]), batch * q_heads)](
+        qr, kr, vr, o, lse, *qr.stride(), *kr.stride(), *vr.stride(), *o.stride(),
+        q_heads, q_heads // kv_heads, seq_q, seq_k, sm_scale * LOG2E,
+        HEAD_DIM=head_dim, CAUSAL=causal, COMPUTE_DTYPE=attention_compute_type(q), **tiles)
+    return o, lse
+
+
+def attention_fake(q, k, v, causal, sm_scale):
+    """(o, lse) from metadata alone: o like q, contiguous; lse (B, Hq, Sq) in the statistics' dtype."""
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=accumulator_dtype(q.dtype))
+
+
+# ---- the backward operator -----------------------------------------------------------------------
+
+DELTA_ROWS = 64  # query rows per program of attention_delta_kernel
+
+
+def attention_grads(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                    lse: torch.Tensor, causal: bool, sm_scale: float
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) for an upstream gradient grad_o: delta = rowsum(dO * O) first, then dK and dV
+    per key tile and dQ per query tile, the probabilities recomputed from the saved lse."""
+    batch, q_heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)  # written whole: every key tile
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if dk.numel() == 0:
+        return dq, dk, dv
+    common = dict(HEAD_DIM=head_dim, CAUSAL=causal, COMPUTE_DTYPE=attention_compute_type(q))
+    qr, kr, vr, o_r, do = attention_readable(q, k, v, o, grad_o)
+    delta = torch.empty(lse.shape, dtype=lse.dtype, device=q.device)
+    if seq_q:
+        torch.library.wrap_triton(attention_delta_kernel)[(triton.cdiv(seq_q, DELTA_ROWS), batch * q_heads)](
+            o_r, do, delta, *o_r.stride(), *do.stride(), q_heads, seq_q,
+            HEAD_DIM=head_dim, COMPUTE_DTYPE=attention_compute_type(q), BLOCK_M=DELTA_ROWS)
+    tiles = attention_tiles(q, "dkdv")
+    torch.library.wrap_triton(attention_dkdv_kernel)[(triton.cdiv(seq_k, tiles["BLOCK_N"]), batch * kv_heads)](
+        qr, kr, vr, do, lse, delta, dk, dv, *qr.stride(), *kr.stride(), *vr.stride(), *do.stride(), *dk.stride(),
+        q_heads, kv_heads, q_heads // kv_heads, seq_q, seq_k, sm_scale * LOG2E, sm_scale, **common, **tiles)
+    if seq_q:
+        tiles = attention_tiles(q, "dq")
+        torch.library.wrap_triton(attention_dq_kernel)[(triton.cdiv(seq_q, tiles["BLOCK_M"]), batch * q_heads)](
+            qr, kr, vr, do, lse, delta, dq, *qr.stride(), *kr.stride(), *vr.stride(), *do.stride(), *dq.stride(),
+            q_heads, q_heads // kv_heads, seq_q, seq_k, sm_scale * LOG2E, sm_scale, **common, **tiles)
+    return dq, dk, dv
+
+
+def attention_backward_fake(grad_o, q, k, v, o, lse, causal, sm_scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---- registration and autograd -------------------------------------------------------------------
+
+attention_op = torch.library.triton_op(f"{NAMESPACE}::attention", attention_forward, mutates_args=())
+attention_op.register_fake(attention_fake)
+attention_backward_op = torch.library.triton_op(f"{NAMESPACE}::attention_backward", attention_grads,
+                                                mutates_args=())
+attention_backward_op.register_fake(attention_backward_fake)
+
+
+def attention_setup_context(ctx, inputs, output):
+    """Keep q, k, v, o and lse: the backward recomputes the probabilities from them."""
+    q, k, v, causal, sm_scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.sm_scale = causal, sm_scale
+    ctx.mark_non_differentiable(lse)
+
+
+def attention_backward(ctx, grad_o, grad_lse):
+    """One gradient per input (q, k, v, causal, sm_scale); lse is not differentiable."""
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward_op(grad_o, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+    return dq, dk, dv, None, None
+
+
+attention_op.register_autograd(attention_backward, setup_context=attention_setup_context)
+
+
+# ---- the public function -------------------------------------------------------------------------
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              sm_scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(sm_scale * q k^T) v by FlashAttention: F.scaled_dot_product_attention(q, k, v,
+    is_causal=causal, scale=sm_scale, enable_gqa=True) as an operator.
+
+    Args:
+        q: (B, Hq, Sq, D), D one of 16, 32, 64, 128; float32, float16, bfloat16 or float64.
+        k, v: (B, Hkv, Sk, D) of q's dtype, Hq a multiple of Hkv (grouped-query attention).
+        causal: query i sees keys 0..i (top-left aligned, as SDPA's is_causal).
+        sm_scale: the softmax scale, 1 / sqrt(D) by default.
+
+    Returns o, shaped and typed like q, contiguous. Differentiable in q, k and v; works under
+    torch.compile(fullgraph=True). Raises TypeError or ValueError with what to change.
+    """
+    check_attention_inputs(q, k, v, causal, 1.0 if sm_scale is None else sm_scale)  # errors name the argument
+    o, _ = attention_op(q, k, v, causal, 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale))
+    return o
+
+if __name__ == "__main__":
+    from grader.check import self_check
+
+    self_check(__file__)
