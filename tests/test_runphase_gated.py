@@ -50,7 +50,8 @@ def gated(tmp_path_factory, platform_protections) -> Gated:
     options = runphase.Options(limits=LIMITS,
                                allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    names = [n for n in names if n not in ON_THEIR_OWN]
+    # Only the examples of vector add (and not those graded on their own).
+    names = [n for n in names if any(p.parent.name.endswith(VECTOR_ADD.slug) for p in (root / n).rglob("kernel.py"))]
     return Gated(summary, names)
 
 
