@@ -125,6 +125,8 @@ REFUSED_EXAMPLES = {
     "exits-at-import": "module-member",
     "os-exit-at-import": "import",
     "fork-bomb": "import",
+    "opens-own-memory": "class-object",
+    "positional-pre-hook": "hook",
 }
 
 

@@ -86,14 +86,28 @@ def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
             assert len(reason) > 20, (name, reason)
 
 
+# The refusal's reason for the examples whose file is refused for one construct (the rest of it is
+# the reference solution): the line of the refusal that names it.
+REFUSED_FOR = {
+    "opens-own-memory": r"line \d+: `type\(sys\.stdout\.buffer\.raw\)` is a class, which kernel\.py may only compare",
+    "positional-pre-hook": r"line \d+: argument 6 of `triton\.Config\(\.\.\.\)` is its `pre_hook`, a Python hook",
+}
+
+
 @pytest.mark.parametrize("example", sorted(example_submissions.REFUSED_BY_THE_GATE_ALONE | {"forges-result", "reads-files", "writes-files",
                                                         "network", "fork-bomb", "deep-folders", "fifo-outputs",
-                                                        "output-bomb", "leaks-hidden-cases", "patches-checks"}))
+                                                        "output-bomb", "leaks-hidden-cases", "patches-checks",
+                                                        *REFUSED_FOR}))
 def test_escapes_are_refused_by_the_gate_with_the_line_named(gated, example):
     record = gated.record(example)
     assert record["refusal"] and re.search(r"line \d+: ", record["refusal"]), record["summary"]
     assert record["integrity"]["violation"] == "policy" and record["totals"]["score"] == 0.0
     assert all(row["kind"] == "policy" for row in record["cases"])
+
+
+@pytest.mark.parametrize("example, reason", sorted(REFUSED_FOR.items()))
+def test_the_refusal_names_the_construct_the_example_abuses(gated, example, reason):
+    assert re.search(reason, gated.record(example)["refusal"]), gated.record(example)["refusal"]
 
 
 def test_nothing_learner_facing_names_a_hidden_case_under_the_gate(gated, hidden_numbers_shown):
