@@ -559,7 +559,8 @@ class BoundsGuard:
         axes = max((i + 1 for i, n in enumerate(grid) if n > 1), default=1)
         buffers = [b for b, _ in launch]
         buffer = _nearest(buffers, address)
-        if buffer is not None and abs(address - buffer.start) < (1 << 20):
+        near = buffer is not None and min(abs(address - buffer.start), abs(address - buffer.end)) < (1 << 20)
+        if near:  # a mask or an offset a little off: say where, as the memory checker does
             what = _outside(buffer, address, itemsize)
         else:
             what = f"address {address:#x} is in none of the tensors given to the kernel"
@@ -569,7 +570,7 @@ class BoundsGuard:
             f"{kind} at line {line} of {Path(file).name} (kernel {kernel}), program "
             f"{program[:axes]}, lane {lane_text}: {what}. A kernel may touch only the tensors passed "
             "to its launch; the grader refused the access.",
-            kernel, file, line, program[:axes], lane, buffer.name if buffer else None)
+            kernel, file, line, program[:axes], lane, buffer.name if near else None)
         if self.fault is None:
             self.fault = finding
         raise MemoryFault(finding)
