@@ -79,3 +79,42 @@ def test_storages_of_any_size_start_aligned_and_are_read_where_they_lie():
     assert torch.equal(wire.parse(bytes(data), 1000)[4], sent[4]), "plain bytes are accepted too"
     with pytest.raises(wire.WireError, match="do not match"):
         wire.parse(data + b"\0", 1000)
+
+
+def test_a_small_view_of_a_large_storage_travels_at_its_own_size():
+    """What the child sends back holds only the bytes each output addresses: a right answer that
+    is one element of a 4 MiB workspace is not refused for the workspace's size."""
+    workspace = torch.zeros(1 << 20)
+    workspace[12345] = 2.5
+    block = torch.arange(40.0)
+    sent = {"outputs": [workspace[12345:12346].reshape(()), block[10:20].view(2, 5)[:, 1:4]]}
+    data = wire.dump_spans(sent)
+    assert len(data) < 1024, len(data)
+    got = wire.parse(data, 100)["outputs"]
+    assert got[0].shape == () and float(got[0]) == 2.5
+    assert torch.equal(got[1], sent["outputs"][1]) and got[1].stride() == (5, 1)
+    assert len(wire.dump(sent)) > 4 << 20, "dump() sends whole storages (the inputs the parent hands over)"
+
+
+def test_views_that_share_a_storage_still_share_one_when_sent_as_spans():
+    """An output that is a view of an input arrives as a view of that input's storage (the
+    aliasing check needs it), whatever part of it each one covers; views of other dtypes too."""
+    x = torch.randn(8, 100)
+    words = torch.arange(64, dtype=torch.int32)
+    sent = {"args": [x[2:5, 10:20]], "outputs": [x[4, 50:60], words[3:9], words.view(torch.int16)[20:31]]}
+    got = wire.parse(wire.dump_spans(sent), 1000)
+    (arg,), (row, ints, halves) = got["args"], got["outputs"]
+    assert torch.equal(arg, x[2:5, 10:20]) and arg.stride() == (100, 1)
+    assert torch.equal(row, x[4, 50:60]) and row.untyped_storage().data_ptr() == arg.untyped_storage().data_ptr()
+    assert torch.equal(ints, words[3:9]) and torch.equal(halves, words.view(torch.int16)[20:31])
+    assert ints.untyped_storage().data_ptr() == halves.untyped_storage().data_ptr()
+    assert arg.untyped_storage().nbytes() < x.untyped_storage().nbytes()
+
+
+def test_a_sparse_view_alone_in_its_storage_travels_packed():
+    sparse = torch.randn(1 << 20)[::4096]
+    empty = torch.empty(0)
+    data = wire.dump_spans([sparse, empty, torch.ones(3, 4).t()])
+    assert len(data) < 4096
+    got = wire.parse(data, 1000)
+    assert torch.equal(got[0], sparse) and got[1].shape == (0,) and torch.equal(got[2], torch.ones(4, 3))

@@ -13,6 +13,11 @@ starts at a multiple of ``ALIGN`` bytes from the start of the file (the header i
 spaces, a storage with zeros), so that ``parse`` can use the bytes where they lie instead of
 copying gigabytes.
 
+What the child sends back (``dump_spans``) holds of each storage only the bytes its tensors
+address, from the lowest element to the highest (or, for a storage that one sparse view alone
+reaches, that view's elements packed): a result that is a small view of a large workspace costs
+its own size. Views of one storage still share one after the trip.
+
 Nothing is unpickled, and ``parse`` trusts nothing: the file is read by the caller with a size
 limit, the declared sizes must account for exactly the bytes present, every view must lie inside
 its storage, and no tensor may hold more elements than the caller allows, so a small file cannot
@@ -37,11 +42,14 @@ class WireError(ValueError):
     """The bytes are not a well-formed tensor file within the limits given."""
 
 
-def dump(value) -> bytearray:
-    """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes."""
+def dump(value, spans: bool = False) -> bytearray:
+    """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes: each
+    storage whole (what the parent hands over: a padded input keeps its padding), or with
+    ``spans`` only the bytes its tensors address (``dump_spans``)."""
     storages: list[torch.UntypedStorage] = []
     storage_index: dict[tuple, int] = {}
     tensors: list[dict] = []
+    viewing: list[list[torch.Tensor]] = []  # per storage, the tensors sent as its views
 
     def encode(item):
         if isinstance(item, torch.Tensor):
@@ -50,6 +58,8 @@ def dump(value) -> bytearray:
             if key not in storage_index:
                 storage_index[key] = len(storages)
                 storages.append(storage)
+                viewing.append([])
+            viewing[storage_index[key]].append(item)
             tensors.append({"storage": storage_index[key], "dtype": str(item.dtype).removeprefix("torch."),
                             "shape": list(item.shape), "stride": list(item.stride()),
                             "offset": item.storage_offset()})
@@ -67,17 +77,72 @@ def dump(value) -> bytearray:
         raise TypeError(f"cannot send a {type(item).__name__}")
 
     skeleton = encode(value)
-    sizes = [s.nbytes() for s in storages]
+    sources: list = list(storages)
+    if spans:
+        for index, views in enumerate(viewing):
+            sources[index] = _span(views, [t for t in tensors if t["storage"] == index], storages[index])
+    sizes = [source.nbytes() if isinstance(source, torch.UntypedStorage) else source.numel()
+             for source in sources]
     header = json.dumps({"storages": sizes, "tensors": tensors, "value": skeleton}).encode()
     header += b" " * (_aligned(8 + len(header)) - 8 - len(header))
     offsets, end = _layout(8 + len(header), sizes)
     data = bytearray(end)  # zero-filled: the padding between storages
     data[:8 + len(header)] = MAGIC + struct.pack("<I", len(header)) + header
-    for storage, offset, size in zip(storages, offsets, sizes):
+    for source, offset, size in zip(sources, offsets, sizes):
         if size:  # straight from the device into the file's bytes: one copy
-            source = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            if isinstance(source, torch.UntypedStorage):
+                source = torch.empty(0, dtype=torch.uint8, device=source.device).set_(source)
             torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset).copy_(source)
     return data
+
+
+def dump_spans(value) -> bytearray:
+    """``dump`` that sends of each storage only what its tensors address (what the child saves)."""
+    return dump(value, spans=True)
+
+
+def _span(views: list[torch.Tensor], described: list[dict], storage: torch.UntypedStorage) -> torch.Tensor:
+    """The bytes of ``storage`` that its ``views`` address, as a uint8 tensor (on the storage's
+    device, sharing its memory where it can), and each view's description (``described``, in the
+    same order) rewritten to address them: from the lowest element any view reaches to the
+    highest, its start a multiple of every view's element size; or, where one view alone reaches
+    the storage and its elements lie sparse in it, that view's elements packed in order."""
+    reached = [(t, _extent(t)) for t in views if t.numel()]
+    whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    if not reached:
+        for entry in described:
+            entry["offset"] = 0
+        return whole[:0]
+    first_view = reached[0][0]
+    alone = all(t.dtype == first_view.dtype and t.shape == first_view.shape and t.stride() == first_view.stride()
+                and t.storage_offset() == first_view.storage_offset() for t, _ in reached)
+    dense = first_view.numel() * first_view.element_size()
+    low, high = min(start for _, (start, _) in reached), max(end for _, (_, end) in reached)
+    if alone and high - low > 2 * dense + 4096:
+        packed = first_view.detach().contiguous().view(-1).view(torch.uint8)
+        stride, size = [], 1
+        for n in reversed(first_view.shape):
+            stride.insert(0, size)
+            size *= n
+        for entry in described:
+            entry["offset"] = 0
+            if entry["shape"]:
+                entry["stride"] = stride
+        return packed
+    unit = max(t.element_size() for t, _ in reached)
+    low -= low % unit
+    high = min(high + (-high) % unit, storage.nbytes())
+    for view, entry in zip(views, described):
+        entry["offset"] = max(0, (view.storage_offset() * view.element_size() - low) // view.element_size()) \
+            if view.numel() else 0
+    return whole[low:high]
+
+
+def _extent(tensor: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage that ``tensor`` (not empty) reaches: [first, end)."""
+    size = tensor.element_size()
+    last = tensor.storage_offset() + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return tensor.storage_offset() * size, (last + 1) * size
 
 
 def _aligned(position: int) -> int:
