@@ -149,14 +149,17 @@ def numpy_too_new(error: BaseException) -> str:
 
 
 def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
-             mutates: tuple[int, ...] = ()) -> tuple:
+             mutates: tuple[int, ...] = (), arg_names: list[str] | None = None) -> tuple:
     """Call ``fn`` (the API, or its protocol from ``grader.core.protocols.calling``, watched as a
     whole) with poisoned allocations, and return its outputs after a device sync (not the
     arguments it updates in place).
 
     Raises KernelCallError if the call raises, changes an input it must not (all but those at
-    ``mutates``), or returns an input tensor.
+    ``mutates``), leaves other tensors in its arguments than the caller's (a list slot reassigned:
+    the caller's tensor was not updated), or returns an input tensor. ``arg_names`` name the
+    arguments in that message.
     """
+    passed = protocols.tensors_in(protocols.as_passed(args, kwargs))
     inputs = protocols.frozen_inputs(args, kwargs, mutates)
     snapshots = [t.detach().clone() for t in inputs]
     checker = (memcheck.MemoryChecker(known=_named_tensors(args, kwargs))
@@ -175,7 +178,10 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
         message += numpy_too_new(error)
         raise KernelCallError(message) from None
-    problem = changed_input(snapshots, inputs, api) or aliased_output(outputs, tensors_in((args, kwargs)), api)
+    problem = changed_input(snapshots, inputs, api) or \
+        protocols.moved_input(passed, tensors_in((args, kwargs)), api,
+                              protocols.tensor_names(list(arg_names or ()), args, kwargs)) or \
+        aliased_output(outputs, passed, api)
     if not problem and isinstance(checker, memcheck.MemoryChecker):
         problem = memory_problem(checker, api)
     if problem:
@@ -217,6 +223,45 @@ def largest_magnitude(inputs) -> float:
     return max(sizes, default=0.0)
 
 
+def expected_dtypes(spec: Spec, case: Case, references: tuple, inputs=None) -> list[tuple[torch.dtype, str]]:
+    """The dtype each compared value must have (the references are float64, so they cannot say),
+    with the end of the sentence that explains it: the one ``Spec.output_dtypes`` declares; for a
+    gradient, its input's; for an argument updated in place, the caller's tensor's; else a floating
+    result has the case's dtype (the inputs') and any other the reference's (a bool mask). The
+    comparison's tolerance is that of this dtype, never of the one a submission chose."""
+    spec = spec_for(case, spec)
+    count = len(references)
+    names = output_names(spec, count, inputs)
+    args = inputs[0] if inputs is not None else None
+    known: dict[int, tuple[torch.dtype, str]] = {}
+    if args is not None:
+        updated = protocols.mutated(args, spec.mutates)
+        for k, tensor in enumerate(updated):
+            known[count - len(updated) + k] = (tensor.dtype, " (the dtype of the tensor it updates)")
+        if isinstance(spec.protocol, protocols.Backward):
+            forward_args = args[:len(args) - spec.protocol.upstream]
+            arg_names = input_names(spec.reference)
+            first = count - len(updated) - len(spec.protocol.wrt)
+            for k, position in enumerate(spec.protocol.wrt):
+                if position < len(forward_args) and isinstance(forward_args[position], torch.Tensor):
+                    input_name = arg_names[position] if position < len(arg_names) else f"input #{position + 1}"
+                    known[first + k] = (forward_args[position].dtype,
+                                        f", the dtype of {input_name}: a gradient has the dtype of its input")
+    found = []
+    for index, (name, ref) in enumerate(zip(names, references)):
+        declared = spec.output_dtypes.get(name.split("[")[0])
+        if declared is not None:
+            dtype = declared(case) if callable(declared) else declared
+            found.append((dtype, f" (as the function documents): allocate {name} with dtype={dtype}"))
+        elif index in known:
+            found.append(known[index])
+        elif isinstance(ref, torch.Tensor) and not (ref.is_floating_point() or ref.is_complex()):
+            found.append((ref.dtype, ""))
+        else:
+            found.append((case.dtype, " (the input's dtype): allocate the output with dtype=x.dtype"))
+    return found
+
+
 def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=None) -> list[str]:
     """Problems found in ``outputs`` (empty when the case passes). ``inputs`` (the call's args and
     kwargs) let the diagnosis tell overflow on large inputs from unwritten elements."""
@@ -226,36 +271,39 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
         in_place = len(protocols.mutated(inputs[0], spec.mutates)) if inputs is not None else 0
         return [f"{spec.api}() returned {len(outputs) - in_place} value(s); it should return "
                 f"{len(references) - in_place}: {', '.join(names[:len(references) - in_place])}."]
-    problems, right = [], []
+    problems, right, wrong_values = [], [], []
     largest = largest_magnitude(inputs) if inputs is not None else 0.0
     inf_seen = any(isinstance(out, torch.Tensor) and out.is_floating_point() and out.shape == ref.shape
                    and bool((torch.isinf(out.detach().to(ref.device)) & torch.isfinite(ref)).any())
                    for out, ref in zip(outputs, references))
-    for name, out, ref in zip(names, outputs, references):
+    for name, out, ref, (expected_dtype, why) in zip(names, outputs, references,
+                                                      expected_dtypes(spec, case, references, inputs)):
         if not isinstance(out, torch.Tensor):
             problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}."
                             + (" A `...` placeholder is still in kernel.py: replace it with your code."
                                if out is Ellipsis else ""))
             continue
-        expected_dtype = case.dtype if name == names[0] else out.dtype
         if out.dtype != expected_dtype:
-            problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype} (the input's "
-                            "dtype): allocate the output with dtype=x.dtype.")
+            problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype}{why}.")
+            continue
+        if tuple(out.shape) != tuple(ref.shape):
+            problems.append(f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
+                            "allocate it with the shape the function documents.")
             continue
         if spec.judge is not None:
             right.append(name)
             continue
-        atol, rtol = spec.tolerance(out.dtype, case, name)
+        atol, rtol = spec.tolerance(expected_dtype, case, name)
         problem = diagnose(out, ref, atol, rtol, name=name, largest_input=largest, inf_elsewhere=inf_seen)
         if problem:
             problems.append(problem)
+            wrong_values.append(name)
         else:
             right.append(name)
-    if problems and right:
-        wrong = [n for n in names if n not in right]
-        only = "; ".join(spec.output_notes[n] for n in wrong if n in spec.output_notes)
+    if wrong_values and right:  # wrong values beside right ones (not a dtype or a shape): what differs
+        only = "; ".join(spec.output_notes[n] for n in wrong_values if n in spec.output_notes)
         problems.append(f"{' and '.join(right)} {'is' if len(right) == 1 else 'are'} right, so look at "
-                        f"what only {' and '.join(wrong)} depend{'s' if len(wrong) == 1 else ''} on"
+                        f"what only {' and '.join(wrong_values)} depend{'s' if len(wrong_values) == 1 else ''} on"
                         + (f": {only}." if only else "."))
     if not problems and spec.judge is not None:
         args, kwargs = inputs if inputs is not None else ((), {})
@@ -279,7 +327,7 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     try:
         called = protocols.calling(spec.protocol, fn, spec.api)
         outputs = call_api(monitor.watching(called, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api,
-                           spec.mutates)
+                           spec.mutates, input_names(spec.reference))
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
     outputs = with_mutated(spec, outputs, args)

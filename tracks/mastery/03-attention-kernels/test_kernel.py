@@ -289,6 +289,8 @@ FORWARD_LSE = Spec(
     make_inputs=attention_inputs,
     reference=attention_lse_reference,
     output_names=("o", "lse"),
+    # lse is float32 whatever q's dtype (float64 for float64 inputs): the backward recomputes P from it
+    output_dtypes={"lse": lambda case: torch.promote_types(case.dtype, torch.float32)},
     output_notes={"o": "the final division of acc by l, and the rescaling of acc when the maximum grows",
                   "lse": "the saved log-sum-exp: the natural log of the sum of exp(sm_scale * s) over the row; "
                          "m and log2(l) are base 2, so lse = (m + log2(l)) * ln 2"},

@@ -93,6 +93,7 @@ SPEC = Spec(
     row_wise=True,
     reference=reference,
     output_names=("y", "mean", "rstd"),
+    output_dtypes={"mean": torch.float32, "rstd": torch.float32},  # whatever x's dtype
     output_notes={"y": "normalising with the statistics, then the weight and the bias",
                   "rstd": "the variance and eps"},
     bytes_moved=bytes_moved,
