@@ -3,17 +3,15 @@ learner may read of a failed hidden case."""
 
 from __future__ import annotations
 
-import builtins
-import re
 from dataclasses import dataclass
 
 import torch
 
-from grader.core import crashes
 from grader.core.cases import Case, Spec, spec_for
 from grader.core.checks import (aliased_output, changed_input, compare, reference_outputs, same_values, tensors_in,
                                  with_mutated)
-from grader.core.protocols import frozen_inputs
+from grader.core.diagnosis import input_names
+from grader.core.protocols import frozen_inputs, moved_input, tensor_names
 from grader.core.evidence import judge_evidence
 from grader.sandbox import wire
 from grader.sandbox.isolation import ChildEnded
@@ -30,7 +28,7 @@ class Trial:
 @dataclass
 class Verdict:
     passed: bool
-    kind: str = ""  # what went wrong, for the hidden cases' generic messages
+    kind: str = ""  # what went wrong, for records and integrity findings (never a hidden case's text)
     message: str = ""
     seconds: float = 0.0
     outputs: tuple = ()
@@ -65,16 +63,24 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
     spec = spec_for(case, spec)
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
+    replaced = None
     if done.get("error"):
         # call_api's own messages start with these; a learner's exception starts "add() raised".
         error = str(done["error"])
-        kind = "mutation" if error.startswith(f"{api}() changed its input") else \
-            "alias" if error.startswith(f"{api}() returned one of its inputs") else "error"
-        return Verdict(False, kind, error, seconds)
+        if not error.startswith(f"{api}() put another tensor in the place of"):
+            kind = "mutation" if error.startswith(f"{api}() changed its input") else \
+                "alias" if error.startswith(f"{api}() returned one of its inputs") else "error"
+            return Verdict(False, kind, error, seconds)
+        # The child found the caller's tensors replaced: the parent says so from what it saved,
+        # naming the arguments as the reference does (the child knows no names).
+        replaced = error
     references = reference_outputs(spec, args, kwargs)
     try:
         saved = fetch(references)
+        # "args" and "kwargs": the caller's tensors (as the child held them before the call, now
+        # holding what the call wrote into them); "after": the arguments' tensors after the call.
         kept, args_after, kwargs_after = saved["outputs"], saved["args"], saved["kwargs"]
+        after = saved.get("after")
     except FileNotFoundError:
         return Verdict(False, "unreadable", f"{api}() returned, but nothing it returned was saved.", seconds)
     except Exception as error:
@@ -99,7 +105,15 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
                             frozen_inputs(args_after, kwargs_after, spec.mutates), api)
     if problem:
         return Verdict(False, "mutation", problem, seconds)
-    problem = aliased_output(outputs, tensors_in((args_after, kwargs_after)), api)
+    passed = tensors_in((args_after, kwargs_after))
+    if after is not None:  # an in-place API's results are read from the caller's tensors, which must stay put
+        problem = moved_input(passed, after if isinstance(after, list) else [], api,
+                              tensor_names(input_names(spec.reference), args, kwargs))
+        if problem:
+            return Verdict(False, "replaced", problem, seconds)
+    if replaced:  # a call that failed in the child never passes here
+        return Verdict(False, "replaced", replaced, seconds)
+    problem = aliased_output(outputs, passed, api)
     if problem:
         return Verdict(False, "alias", problem, seconds)
     outputs = with_mutated(spec, outputs, args_after)
@@ -124,20 +138,6 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
     return Verdict(True, seconds=seconds, outputs=outputs)
 
 
-_GENERIC = {
-    "wrong": "the output is wrong.",
-    "mutation": "the function changed one of its inputs.",
-    "alias": "the function returned one of its inputs instead of a new tensor.",
-    "device": "the output is on the wrong device.",
-    "unreadable": "the function returned something other than tensors.",
-    "cache": "the function returned an earlier result for new inputs of the same shape.",
-    "torch": "the function computed with PyTorch (or NumPy) instead of a Triton kernel.",
-    "no_launch": "the function did not launch a Triton kernel.",
-    "timeout": "the function did not return within the time limit (an endless loop?).",
-    "policy": "not run: the grader refused kernel.py before running it.",
-}
-
-
 # Failures that are not mistakes but ways around the exercise: any one of them withholds every
 # point of the module, with this reason.
 INTEGRITY = {
@@ -150,38 +150,23 @@ INTEGRITY = {
 }
 
 
-# A dtype's name keeps its digits ("Compute in float32"); every other number becomes N.
-_DTYPE_OR_NUMBER = re.compile(r"\b((?:b?float|u?int)(?:8|16|32|64)|(?:fp|bf)(?:16|32|64))\b"
-                              r"|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-
-
-def _without_numbers(line: str) -> str:
-    return _DTYPE_OR_NUMBER.sub(lambda match: match.group(1) or "N", line)
+# Every failed hidden case reads the same: how it failed (the kind of failure, what was raised,
+# which elements were wrong, how the process ended) is the submission's choice, so it could spell
+# out the hidden inputs a few bits per case. Only the grader's own reasons for not running a case
+# (the time budget spent, kernel.py refused) are said.
+HIDDEN_FAILED = ("Hidden case failed: {api}() did not pass it. Hidden cases show nothing more: run the public "
+                 "cases (make check), whose messages say what went wrong and what to try; the hidden ones "
+                 "test the same things on other sizes, dtypes and layouts.")
 
 
 def hidden_message(verdict: Verdict, api: str) -> str:
-    """What a learner may read about a failed hidden case: what kind of failure, and the pattern
-    of wrong elements, with every number (a size, an index, a value) left out."""
-    text = f"Hidden case failed: {_GENERIC.get(verdict.kind, 'it did not pass.')}"
-    if verdict.kind == "error":
-        # Only a built-in exception's name: a class of the learner's could be named after a shape.
-        match = re.search(r"raised (\w+)", verdict.message)
-        found = getattr(builtins, match.group(1), None) if match else None
-        name = found.__name__ if isinstance(found, type) and issubclass(found, BaseException) else "an exception"
-        text = (f"Hidden case failed: {api}() raised {name}. Hidden cases do not show error messages; "
-                "the public cases with similar shapes usually raise the same error.")
-    elif verdict.kind == "wrong":
-        kept = [line for line in verdict.message.splitlines() if line.startswith("Pattern:") or "NaN" in line]
-        kept = [re.sub(r"^\d+ element\(s\) are NaN", "Some elements are NaN", line) for line in kept]
-        text += "".join(" " + _without_numbers(line) for line in kept)
-    elif verdict.kind == "not_run":  # the grader's own words (the time budget), never the learner's
-        text = f"Hidden case {verdict.message[0].lower()}{verdict.message[1:]}"
-    if verdict.crash is not None:  # the signal and make check's diagnosis: nothing of the case
-        name = crashes.signal_name(verdict.crash.returncode)
-        crashed = (f"the process running {api}() crashed{f' ({name})' if name else ''} on this case, in a fresh "
-                   f"process that ran no other case. {crashes.explain(verdict.crash.returncode)}").rstrip()
-        text = f"Hidden case failed: {crashed}" if verdict.kind == "crash" else f"{text} Then {crashed}"
-    return text
+    """What a learner may read about a hidden case that did not pass: ``HIDDEN_FAILED``, or the
+    grader's own reason for not running it. Nothing of the verdict's kind or message beyond that."""
+    if verdict.kind == "not_run":  # the grader's own words (the time budget), never the learner's
+        return f"Hidden case {verdict.message[0].lower()}{verdict.message[1:]}"
+    if verdict.kind == "policy":  # the module's refusal, the same for every case
+        return "Hidden case not run: the grader refused kernel.py before running it."
+    return HIDDEN_FAILED.format(api=api)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
     from grader.core.catalog import find_module
     from grader.core.checks import KernelCallError, call_api, short_error
     from grader.core.loading import LoadError, load_kernel
-    from grader.core.protocols import calling, from_order, timed
+    from grader.core.protocols import as_passed, calling, from_order, tensors_in, timed
     from grader.sandbox import wire
     from grader.core.evidence import ALLOWED_OPS, KernelTrace, canary, shared_monitor
     from grader.core.memcheck import BoundsGuard
@@ -186,7 +186,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
     canary_seen = canary(monitor)  # bound now: checks after each call that the monitor still sees
     allowed_ops = ALLOWED_OPS | frozenset(request.get("allowed_ops", ()))
     # Taken before the learner's file is imported, so that patching them later changes nothing here.
-    tools = _Tools(save=wire.dump, load=wire.parse, clock=time.perf_counter, plain_tensor=torch.Tensor,
+    tools = _Tools(save=wire.dump_spans, load=wire.parse, clock=time.perf_counter, plain_tensor=torch.Tensor,
                    synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file,
                    trace=KernelTrace)
     cuda = device.is_cuda()
@@ -243,6 +243,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
             watched = monitor.watching(calling(protocol, functions[called], called), allowed_ops)
             value = tools.load(tools.take(input_name(trial)), 1 << 40, on)
             args, kwargs = tuple(value["args"]), value["kwargs"]
+            passed = as_passed(args, kwargs)  # the caller's tensors, whatever the call puts in its lists
             started = tools.clock()
             error, outputs = None, ()
             trace = tools.trace() if cuda else None
@@ -271,7 +272,8 @@ def main(argv: list[str], booted: float | None = None) -> int:
             observed["canary"] = canary_seen()  # after the report, which it replaces in the monitor
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
-                tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(args), "kwargs": kwargs}))
+                tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(passed[0]), "kwargs": passed[1],
+                                                          "after": tensors_in((args, kwargs))}))
             except BaseException as failure:
                 error = error or f"the grader could not save what {called}() returned: {short_error(failure, 2)}"
             fatal = None
@@ -286,7 +288,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
                          **compile_clock.take(),
                          returned=[type(out).__name__ for out in outputs],
                          devices=[out.device.type if type(out) is tools.plain_tensor else None for out in outputs])
-            del outputs, kept, args, kwargs, value
+            del outputs, kept, args, kwargs, value, passed
             if fatal:  # the rest of the trials need a fresh process
                 channel.send("fatal", reason=fatal)
                 return 0
