@@ -10,8 +10,9 @@ LAYER_NORM = public_spec(MODULE, "layer_norm")
 SWIGLU = public_spec(MODULE, "swiglu")
 SILU_AND_MUL = public_spec(MODULE, "silu_and_mul")
 RELU = public_spec(MODULE, "relu")
-DROPOUT = public_spec(MODULE, "dropout")
-DROPOUT_WITH_MASK = public_spec(MODULE, "dropout_with_mask")
+DROPOUT = public_spec(MODULE, "DROPOUT")
+DROPOUT_WITH_MASK = public_spec(MODULE, "DROPOUT_WITH_MASK")
+DROPOUT_SEEDS = public_spec(MODULE, "DROPOUT_SEEDS")
 
 CASES = [
     Case({"shape": (2, 1)}, torch.float16, label="N = 1"),
@@ -61,6 +62,8 @@ CASES = [
     Case({"shape": (0, 5), "p": 0.5, "seed": 77}, spec=DROPOUT_WITH_MASK, label="empty"),
     Case({"shape": (1 << 22,), "p": 0.2, "seed": 31337}, torch.bfloat16, spec=DROPOUT_WITH_MASK,
          label="large", cuda_only=True),
+    Case({"shape": (25, 90), "p": 0.3, "layout": "row-strided"}, spec=DROPOUT_SEEDS,
+         label="the mask: the seed's alone, strided rows"),
 ]
 
 ADAMW = public_spec(MODULE, "ADAMW")

@@ -24,7 +24,7 @@ from torch.optim.adamw import adamw as functional_adamw
 from torch.optim.sgd import sgd as functional_sgd
 
 from grader import device
-from grader.cases import Backward, Case, Spec, Steps
+from grader.cases import Backward, Calls, Case, Spec, Steps
 from grader.checks import autograd_reference, check_case, expect_error, explained
 
 # A learner's wrapper builds a torch.autograd.Function; the grader's static policy allows that.
@@ -450,6 +450,104 @@ DROPOUT_WITH_MASK = Spec(
 )
 
 
+# The mask itself: a function of (seed, element offset) alone. Cases with these specs call the
+# function three times: on x with a seed, on other values of the same shape with the same seed
+# (the same elements must be dropped: the mask does not depend on the data), and on x with
+# another seed (a mask about as different as two independent ones). The seeds come from the
+# case's random numbers, so no seed is special.
+
+def dropout_calls_inputs(case, rand):
+    """Three calls' (args, kwargs): (x, seed), (other values, seed), (x, another seed), with p."""
+    shape, layout, p = case.params["shape"], case.params.get("layout", "contiguous"), case.params["p"]
+    x = strided(rand, shape, case.dtype, 1.0, layout)
+    other = strided(rand, shape, case.dtype, 1.0, layout)
+    seed = int(rand.uniform(1, low=0.0, high=2.0 ** 31).item())
+    another = seed + 1 + int(rand.uniform(1, low=0.0, high=2.0 ** 20).item())
+    return tuple(((values,), {"p": p, "seed": drawn}) for values, drawn in
+                 ((x, seed), (other, seed), (x, another))), {}
+
+
+def dropout_calls_expectation(*calls):
+    """The expectation of each call's outputs (the judge decides): it fixes their number."""
+    return tuple(args[0] * 1.0 for args, _ in calls)
+
+
+def dropout_with_mask_calls_expectation(*calls):
+    return tuple(out for args, _ in calls for out in dropout_with_mask_expectation(args[0]))
+
+
+def judge_dropout_calls(outputs, references, args, kwargs, case):
+    """The problems of three dropout calls (``dropout_calls_inputs``): each a dropout (0 or
+    x / (1 - p), the keep rate near 1 - p, a mask that agrees with y), the same seed dropping the
+    same elements of other values, another seed dropping other elements."""
+    per_call = len(outputs) // len(args)
+    problems, keeps = [], []
+    for index, ((x,), call_kwargs) in enumerate(args):
+        y = outputs[index * per_call]
+        mask = outputs[index * per_call + 1] if per_call == 2 else None
+        p = call_kwargs["p"]
+        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+        kept, dropped, neither = _scaled_or_zero(y, x, scale, x.dtype)
+        call = f"call {index + 1} (seed {call_kwargs['seed']})"
+        if bool(neither.any()):
+            problems.append(f"y of {call} holds {int(neither.sum())} element(s) that are neither 0 nor x / (1 - p) "
+                            f"(first at flat index {_first(neither)}). Keep an element as x / (1 - p), drop it as 0.")
+            continue
+        known = (kept | dropped) & (x.detach().flatten() != 0)
+        keep = kept & known
+        n, n_kept, q = int(known.sum()), int(keep.sum()), 1.0 - p
+        if n and _outside(n_kept, n, q, n * p * q):
+            problems.append(f"{call} kept {n_kept} of {n} elements ({n_kept / n:.4f}); with p = {p} about 1 - p = "
+                            f"{q:.4f} should be kept. Keep an element when its uniform number is >= p.")
+        if mask is not None and bool((known & (mask.detach().flatten() != keep)).any()):
+            problems.append(f"the mask of {call} disagrees with its y: it must be True exactly where y kept x.")
+        keeps.append((keep, known))
+    if problems:
+        return problems
+    (first, known_first), (same_seed, known_same), (other_seed, known_other) = keeps
+    seed, another = args[0][1]["seed"], args[2][1]["seed"]
+    both = known_first & known_same
+    differ = both & (first != same_seed)
+    if bool(differ.any()):
+        problems.append(f"with the same seed ({seed}), x and other values of its shape lost different elements: "
+                        f"{int(differ.sum())} of {int(both.sum())} positions differ (first at flat index "
+                        f"{_first(differ)}). The mask must be "
+                        "a function of the seed and each element's offset alone, never of the values: keep where "
+                        "tl.rand(seed, offsets) >= p.")
+    both = known_first & known_other
+    n, n_differ = int(both.sum()), int((both & (first != other_seed)).sum())
+    p = args[0][1]["p"]
+    chance = 2 * p * (1 - p)  # two independent masks differ at an element with this probability
+    if n and _outside(n_differ, n, chance, n * chance * (1 - chance)):
+        problems.append(f"seeds {seed} and {another} gave masks that differ at {n_differ} of {n} elements "
+                        f"({n_differ / n:.4f}); two independent masks differ at about 2p(1 - p) = {chance:.4f} of "
+                        "them. Pass the seed itself to tl.rand: another seed must give another mask.")
+    return problems
+
+
+DROPOUT_SEEDS = Spec(
+    api="dropout",
+    make_inputs=dropout_calls_inputs,
+    reference=dropout_calls_expectation,
+    protocol=Calls(),
+    judge=judge_dropout_calls,
+    output_names=("y", "y_other_values", "y_other_seed"),
+    torch_baseline=torch_dropout,
+    allowed_torch_names=AUTOGRAD,
+)
+
+DROPOUT_WITH_MASK_SEEDS = Spec(
+    api="dropout_with_mask",
+    make_inputs=dropout_calls_inputs,
+    reference=dropout_with_mask_calls_expectation,
+    protocol=Calls(),
+    judge=judge_dropout_calls,
+    output_names=("y", "mask", "y_other_values", "mask_other_values", "y_other_seed", "mask_other_seed"),
+    torch_baseline=torch_dropout_with_mask,
+    allowed_torch_names=AUTOGRAD,
+)
+
+
 # ----------------------------------------------------------------------------------------------
 # The cases
 # ----------------------------------------------------------------------------------------------
@@ -458,6 +556,9 @@ VARIANCE_ZERO = ("every row is constant, so x_hat = 0, rstd = 1 / sqrt(eps) (abo
                  "in the saved statistics is multiplied by it.")
 SATURATED = ("gate values up to about +-150: exp() overflows float32 past 88. 1 / (1 + exp(-g)) still "
              "gives 0 or 1; exp(g) / (1 + exp(g)) gives inf / inf = NaN.")
+SEED_ONLY = ("three calls: x with a seed, other values with the same seed (the same elements must be dropped), "
+             "and x with another seed (other elements): the mask comes from the seed and the element's offset "
+             "alone, never from the values.")
 STATISTICS = ("dropout is random, so it is judged by statistics: every element 0 or x / (1 - p), the keep "
               "rate near 1 - p, each element decided on its own, and the backward dropping exactly the "
               "elements the forward dropped.")
@@ -558,6 +659,12 @@ CASES = [
          spec=DROPOUT_WITH_MASK, label="non-contiguous", hint=STATISTICS),
     Case({"shape": (4096, 8192), "p": 0.1, "seed": 7}, torch.bfloat16, spec=DROPOUT_WITH_MASK, label="large",
          cuda_only=True),
+
+    Case({"shape": (40, 50), "p": 0.5}, spec=DROPOUT_SEEDS, label="the mask: the seed's alone", hint=SEED_ONLY),
+    Case({"shape": (3000,), "p": 0.2}, torch.float16, spec=DROPOUT_SEEDS, label="the mask: the seed's alone",
+         hint=SEED_ONLY),
+    Case({"shape": (30, 70), "p": 0.4, "layout": "transposed"}, torch.bfloat16, spec=DROPOUT_WITH_MASK_SEEDS,
+         label="the mask: the seed's alone", hint=SEED_ONLY),
 ]
 
 
@@ -966,6 +1073,7 @@ UNSCALE = Spec(
     make_inputs=unscale_inputs,
     reference=unscale_reference,
     output_names=("found_inf",),
+    output_dtypes={"found_inf": torch.float32},  # whatever the gradients' dtypes
     output_notes={"found_inf": "the check for inf and NaN"},
     mutates=(0,),
     bytes_moved=lambda case: 2 * sum(_numel(s) * GRAD_DTYPES[d].itemsize for s, d in
