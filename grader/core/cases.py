@@ -134,10 +134,11 @@ class Spec:
     # Python hooks of Triton's launch the module may install (the static gate refuses them otherwise).
     allowed_hooks: frozenset = frozenset()
     # Training APIs (grader.core.protocols): the positions of the arguments the API updates in
-    # place (compared after the returned outputs, named after the reference's parameters), and how
-    # a case calls it: None (once), Backward (forward, then gradients) or Steps (an optimizer).
+    # place (compared after the returned outputs, read from the caller's very tensors, named after
+    # the reference's parameters), and how a case calls it: None (once), Backward (forward, then
+    # gradients), Steps (an optimizer) or Calls (several calls judged together: a seed's mask).
     mutates: tuple[int, ...] = ()
-    protocol: Backward | Steps | None = None
+    protocol: Backward | Steps | Calls | None = None
     # judge(outputs, references, args, kwargs, case) -> problems: replaces the element-wise
     # comparison where the right answer is a distribution (dropout), not values.
     judge: Callable[..., list[str]] | None = None

@@ -42,8 +42,9 @@ def _placeholder(type_name: str):
 
 def fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> dict:
     """What the child saved under ``name``, read within limits set by what a right answer needs:
-    the inputs as they are after the call plus the outputs (the references, in float64, bound
-    any dtype), with room for one wrong-sized output. Raises on anything else."""
+    the caller's tensors as the call left them, the tensors the arguments hold after the call
+    (the same ones, unless the call replaced some) and the outputs (the references, in float64,
+    bound any dtype), with room for one wrong-sized output. Raises on anything else."""
     inputs = tensors_in((args, kwargs))
     expected = [t for t in (*references, *inputs) if isinstance(t, torch.Tensor)]
     max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
