@@ -118,3 +118,15 @@ def test_a_sparse_view_alone_in_its_storage_travels_packed():
     assert len(data) < 4096
     got = wire.parse(data, 1000)
     assert torch.equal(got[0], sparse) and got[1].shape == (0,) and torch.equal(got[2], torch.ones(4, 3))
+
+
+def test_written_in_chunks_is_the_same_file_as_dumped(tmp_path):
+    """Inputs handed to a child are streamed to its file, never held whole in the grader's memory."""
+    base = torch.arange(1000, dtype=torch.float32)
+    value = {"args": [base[3:900:7], torch.ones(5, dtype=torch.bfloat16), (base[:4], 2.5)], "kwargs": {"eps": None}}
+    with open(tmp_path / "f", "wb") as handle:
+        wire.write(value, handle, chunk_bytes=100)
+    data = (tmp_path / "f").read_bytes()
+    assert data == bytes(wire.dump(value))
+    parsed = wire.parse(bytearray(data), 10_000)
+    assert torch.equal(parsed["args"][0], base[3:900:7]) and parsed["args"][2][1] == 2.5

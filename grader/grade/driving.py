@@ -149,7 +149,8 @@ class ChildRun:
                 phase, started_at = "calling", time.monotonic()
                 try:
                     args, kwargs = grading.inputs[current.id]
-                    child.give(input_name(current.id), wire.dump({"args": list(args), "kwargs": kwargs}))
+                    child.give(input_name(current.id),
+                               lambda handle: wire.write({"args": list(args), "kwargs": kwargs}, handle))
                     child.order({"trial": current.id, "api": grading.api_of(current.id),
                                  "call": grading.call_of(current.id)}, time.monotonic() + 30)
                 except ChildEnded as ended:

@@ -237,8 +237,9 @@ def _ended(ended: ChildEnded) -> dict:
 def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
     """Give the timed child its inputs, and wait until it holds them on the GPU."""
     try:
-        child.give(TIMING_INPUTS, wire.dump([{"args": list(args), "kwargs": kwargs}
-                                             for args, kwargs in inputs.input_sets]))
+        # Streamed into the file: several sets beyond the L2 cache, for each timed child at once.
+        sets = [{"args": list(args), "kwargs": kwargs} for args, kwargs in inputs.input_sets]
+        child.give(TIMING_INPUTS, lambda handle: wire.write(sets, handle))
         child.order({"timing_inputs": True}, time.monotonic() + 10)
     except ChildEnded as ended:
         return _ended(ended)
@@ -348,7 +349,7 @@ def _audit_call(grading, child, inputs: TimingInputs) -> dict:
     spec = grading.plan.spec
     args, kwargs = inputs.audit
     try:
-        child.give(input_name(AUDIT_TRIAL), wire.dump({"args": list(args), "kwargs": kwargs}))
+        child.give(input_name(AUDIT_TRIAL), lambda handle: wire.write({"args": list(args), "kwargs": kwargs}, handle))
     except OSError:
         return _failed("the grader could not hand the process the inputs of a call after the timed ones")
     failure = _order(child, {"trial": AUDIT_TRIAL, "api": spec.api, "call": order_of(spec.protocol, spec.mutates)})

@@ -116,9 +116,10 @@ class Child:
             os.close(self.order_fd)
             self.order_fd = None
 
-    def give(self, name: str, data: bytes) -> None:
-        """Put a file the child will read into its folder. The name must be new: a file, link or
-        FIFO the child placed there beforehand makes this fail instead of being followed."""
+    def give(self, name: str, data) -> None:
+        """Put a file the child will read into its folder: ``data``, bytes or a function that
+        writes them to the binary file it is given. The name must be new: a file, link or FIFO
+        the child placed there beforehand makes this fail instead of being followed."""
         folder = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -127,7 +128,10 @@ class Child:
             os.close(folder)
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(fd, 0o644)  # whatever the grader's umask: the child's uid must read it
-            handle.write(data)
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
 
     def discard(self, name: str) -> None:
         """Delete a file of the child's folder (unlink never follows a link)."""

@@ -42,10 +42,9 @@ class WireError(ValueError):
     """The bytes are not a well-formed tensor file within the limits given."""
 
 
-def dump(value, spans: bool = False) -> bytearray:
-    """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes: each
-    storage whole (what the parent hands over: a padded input keeps its padding), or with
-    ``spans`` only the bytes its tensors address (``dump_spans``)."""
+def _prepared(value, spans: bool) -> tuple[bytes, list[torch.Tensor], list[int], int]:
+    """What a file of ``value`` holds: its head (magic, length, header), each storage's bytes as a
+    uint8 tensor and where it starts, and the file's length."""
     storages: list[torch.UntypedStorage] = []
     storage_index: dict[tuple, int] = {}
     tensors: list[dict] = []
@@ -81,19 +80,40 @@ def dump(value, spans: bool = False) -> bytearray:
     if spans:
         for index, views in enumerate(viewing):
             sources[index] = _span(views, [t for t in tensors if t["storage"] == index], storages[index])
-    sizes = [source.nbytes() if isinstance(source, torch.UntypedStorage) else source.numel()
-             for source in sources]
+    sources = [torch.empty(0, dtype=torch.uint8, device=source.device).set_(source)
+               if isinstance(source, torch.UntypedStorage) else source for source in sources]
+    sizes = [source.numel() for source in sources]
     header = json.dumps({"storages": sizes, "tensors": tensors, "value": skeleton}).encode()
     header += b" " * (_aligned(8 + len(header)) - 8 - len(header))
     offsets, end = _layout(8 + len(header), sizes)
+    return MAGIC + struct.pack("<I", len(header)) + header, sources, offsets, end
+
+
+def dump(value, spans: bool = False) -> bytearray:
+    """``value`` (nested lists, tuples and dicts of tensors, numbers, strings, None) as bytes: each
+    storage whole (what the parent hands over: a padded input keeps its padding), or with
+    ``spans`` only the bytes its tensors address (``dump_spans``)."""
+    head, sources, offsets, end = _prepared(value, spans)
     data = bytearray(end)  # zero-filled: the padding between storages
-    data[:8 + len(header)] = MAGIC + struct.pack("<I", len(header)) + header
-    for source, offset, size in zip(sources, offsets, sizes):
-        if size:  # straight from the device into the file's bytes: one copy
-            if isinstance(source, torch.UntypedStorage):
-                source = torch.empty(0, dtype=torch.uint8, device=source.device).set_(source)
-            torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset).copy_(source)
+    data[:len(head)] = head
+    for source, offset in zip(sources, offsets):
+        if source.numel():  # straight from the device into the file's bytes: one copy
+            torch.frombuffer(data, dtype=torch.uint8, count=source.numel(), offset=offset).copy_(source)
     return data
+
+
+def write(value, handle, chunk_bytes: int = 64 << 20) -> None:
+    """``dump(value)`` written to the binary file ``handle`` a chunk at a time, so that handing
+    over inputs of gigabytes never holds them in host memory whole."""
+    head, sources, offsets, end = _prepared(value, spans=False)
+    handle.write(head)
+    position = len(head)
+    for source, offset in zip(sources, offsets):
+        handle.write(bytes(offset - position))  # the padding before the storage
+        for start in range(0, source.numel(), chunk_bytes):
+            handle.write(source[start:start + chunk_bytes].cpu().numpy().tobytes())
+        position = offset + source.numel()
+    handle.write(bytes(end - position))
 
 
 def dump_spans(value) -> bytearray:
