@@ -258,8 +258,11 @@ def test_computing_with_pytorch_is_detected(graded):
     # On a GPU the kernel trace speaks first (PyTorch's own CUDA kernel ran); on a CPU the operator log.
     evidence = "not your Triton kernels (void at::native::" if device.is_cuda() else "computed with PyTorch (aten.add)"
     for row in record["cases"]:
-        expected = evidence if row["visibility"] == "public" else "computed with PyTorch"
-        assert expected in row["message"], row
+        if row["visibility"] == "public":
+            assert evidence in row["message"], row
+        else:  # a hidden case says only that it failed; the module's integrity finding says why
+            assert row["message"] == judging.HIDDEN_FAILED.format(api="add"), row
+    assert "computed with PyTorch" in record["integrity"]["message"]
 
 
 def test_patching_the_checks_and_timers_has_no_effect(graded):
