@@ -28,8 +28,10 @@ from typing import Callable
 
 import numpy as np
 
-_TRITON_DIR = None  # the installed triton package's folder, found on first use
-_HARNESS_DIR = str(Path(__file__).resolve().parent)
+# Folders as code objects may name them: as imported, and with links resolved (a venv reached
+# through a symbolic link names its files by the link).
+_TRITON_DIR: tuple[str, ...] | None = None  # the installed triton package's folder, found on first use
+_HARNESS_DIR = tuple({str(Path(__file__).parent), str(Path(__file__).resolve().parent)})
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def where() -> tuple[str, str, int]:
     global _TRITON_DIR
     if _TRITON_DIR is None:
         import triton
-        _TRITON_DIR = str(Path(triton.__file__).resolve().parent)
+        _TRITON_DIR = tuple({str(Path(triton.__file__).parent), str(Path(triton.__file__).resolve().parent)})
     frames = []  # innermost first
     frame = sys._getframe(1)
     while frame is not None:
@@ -185,7 +187,7 @@ def where() -> tuple[str, str, int]:
         frame = frame.f_back
 
     def ours(f) -> bool:  # not triton, not the harness's own patches of the interpreter
-        return not f.f_code.co_filename.startswith((_TRITON_DIR, _HARNESS_DIR))
+        return not f.f_code.co_filename.startswith(_TRITON_DIR + _HARNESS_DIR)
 
     innermost = next((f for f in frames if ours(f)), None)
     if innermost is None:
