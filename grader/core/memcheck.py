@@ -467,19 +467,7 @@ class BoundsGuard:
         for index, tensor in enumerate(outputs):
             if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" or not tensor.numel():
                 continue
-            storage = tensor.untyped_storage()
-            entry = written.get(storage.data_ptr())
-            offsets = _element_offsets(tensor) * tensor.element_size() + \
-                (tensor.data_ptr() - storage.data_ptr())
-            spans = offsets[:, None] + np.arange(tensor.element_size())
-            if entry is not None and len(entry[1]) == storage.nbytes():
-                stored = entry[1][spans].all(axis=1)
-            else:
-                stored = np.zeros(len(offsets), dtype=bool)
-            if stored.all():
-                continue
-            raw = np.frombuffer(_bytes_of(tensor), dtype=np.uint8).reshape(len(offsets), -1)
-            if raw[~stored].any():
+            if _holds_unstored(tensor, written.get(tensor.untyped_storage().data_ptr())):
                 found.append(index)
         return found
 
@@ -576,11 +564,23 @@ class BoundsGuard:
         raise MemoryFault(finding)
 
 
-def _bytes_of(tensor: torch.Tensor) -> bytes:
-    """The bytes of ``tensor``'s elements in flat order."""
-    flat = tensor.detach().reshape(-1).contiguous()
-    return flat.view(torch.uint8).numpy().tobytes() if flat.dtype != torch.bool else \
-        flat.to(torch.uint8).numpy().tobytes()
+def _holds_unstored(tensor: torch.Tensor, entry) -> bool:
+    """Whether ``tensor`` has an element that is not all zero bytes and whose bytes the stores
+    recorded in ``entry`` (storage, bytes written) do not all cover."""
+    size, storage = tensor.element_size(), tensor.untyped_storage()
+    flat = tensor.detach()
+    if not flat.is_contiguous():
+        flat = flat.contiguous()  # the values, in flat order (the stored bytes are read by offset)
+    values = flat.reshape(-1).view(torch.uint8).numpy().reshape(tensor.numel(), size)
+    if entry is None or len(entry[1]) != storage.nbytes():
+        return bool(values.any())
+    start = tensor.data_ptr() - storage.data_ptr()
+    if tensor.is_contiguous():  # the usual case: one run of bytes, read in place
+        stored = entry[1][start:start + tensor.numel() * size].reshape(-1, size).all(axis=1)
+    else:
+        offsets = _element_offsets(tensor) * size + start
+        stored = entry[1][offsets[:, None] + np.arange(size)].all(axis=1)
+    return not stored.all() and bool(values[~stored].any())
 
 
 # -- the launch seam --------------------------------------------------------------------------------
