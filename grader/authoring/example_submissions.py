@@ -18,9 +18,11 @@ from grader.core.markers import modules_with_solutions, stub_for
 
 HANDWRITTEN = REPO_ROOT / "grader" / "examples" / "submissions"
 HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
-# Examples that only the static policy gate stops on a CPU: the evidence gathered in the child's
-# own process can be switched off by the very code that the gate refuses (patching the monitor,
-# computing in a thread, in a heuristic or in numpy, forging the child's channel).
+# Examples that the static policy gate stops on a CPU, and the run phase's tests grade with it
+# only: the evidence gathered in the child's own process can be switched off by the very code that
+# the gate refuses (computing in a thread, in a heuristic or in numpy, forging the child's channel).
+# Patching the monitor is also caught behind the gate now, by the canary after each call
+# (tests/test_child_hardening.py grades it so).
 REFUSED_BY_THE_GATE_ALONE = frozenset({"patches-monitor", "disables-dispatch", "computes-in-thread",
                                        "computes-in-heuristics", "computes-in-kernel-body", "numpy-interop",
                                        "forges-channel"})
