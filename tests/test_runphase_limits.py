@@ -37,7 +37,12 @@ SMALL_BUDGET = 120 if device.is_cuda() else 40
 
 
 # A kernel that stores far outside its tensor: under the interpreter every call dies of SIGSEGV.
+# The interpreter's bounds guard refuses a stray store before it happens, so the crash comes from
+# reading address 0 through ctypes (graded behind the policy gate, which refuses `import ctypes`;
+# a signal sent to itself would not do: the child is the first process of its PID namespace).
 CRASHES_EVERY_CALL = """
+import ctypes
+
 import torch
 import triton
 import triton.language as tl
@@ -47,13 +52,13 @@ import triton.language as tl
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets + (1 << 40), x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
 def add(x, y):
     out = torch.empty_like(x)
     add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
+    ctypes.string_at(0)
     return out
 """
 
@@ -70,7 +75,7 @@ def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
     # Public and hidden children side by side, as on a GPU: together they must stay in the budget.
     options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET, side_by_side=True,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+                               allow_unsafe=not offers(platform_protections, "processes"), policy_gate=False)
     started = time.monotonic()
     summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
     summary.seconds = time.monotonic() - started
