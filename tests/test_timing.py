@@ -230,3 +230,15 @@ def test_last_timed_outputs_cover_every_input_set():
 
     plan = timing.TimingPlan(None, [0, 1, 2], reps=10)
     assert timing.last_sets(plan) == [0, 1, 2]
+
+
+def test_a_timed_child_may_write_files_as_large_as_a_benchmark_call_needs():
+    """The audit call saves its inputs after the call and its outputs: at benchmark sizes that is
+    more than the correctness children's file-size limit (2 GiB for 1 GiB inputs)."""
+    import torch
+
+    from grader.grade import timing
+
+    big = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(1 << 20))  # its storage's size counts
+    inputs = timing.TimingInputs(None, [((big,), {})], ((big, big[:10]), {}))
+    assert timing.saved_file_bytes(inputs) >= 4 * (1 << 20) + 2 * (1 << 20)

@@ -21,7 +21,7 @@ import math
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -258,11 +258,13 @@ class Grading:
             suspects = [t for t in waiting if t.id in self.unconfirmed]
             ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
 
-    def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None):
+    def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None,
+                    file_bytes: int | None = None):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
         the others share the GPU's memory. ``source``: another file to run instead (the reference
-        solution, timed the way the submission is), with a Triton cache of its own.
+        solution, timed the way the submission is), with a Triton cache of its own. ``file_bytes``:
+        a larger file-size limit than the run's (a timed child saves benchmark-sized calls).
 
         On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
         imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing
@@ -275,8 +277,9 @@ class Grading:
                    # A timed child's compiling happens before it has the GPU alone; the others'
                    # lets timings go ahead (grader.grade.leases).
                    "gate_compiles": not timed, "gate_start": self.on.type == "cuda"}
+        limits = replace(self.limits, file_bytes=max(self.limits.file_bytes, file_bytes or 0))
         child = self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
-                                   request, n_calls, secrets.token_hex(16),
+                                   request, n_calls, secrets.token_hex(16), limits=limits,
                                    shared=self.shared if source is None else None)
         if self.on.type == "cuda":
             self.lease.leave(child, child.pause, child.resume)

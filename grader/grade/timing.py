@@ -25,7 +25,7 @@ from grader.core.cases import Case, Spec
 from grader.core.catalog import Module
 from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
-from grader.core.protocols import order_of
+from grader.core.protocols import order_of, tensors_in
 from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
 from grader.grade.timed_work import own_gpu_us, timed_work_problem
@@ -196,7 +196,7 @@ def measure(grading, secret: int) -> dict:
 def _started(grading, inputs: TimingInputs, source: bytes | None = None):
     """A timed child of ``source`` (default: the submission), its file imported and the timing
     inputs on the GPU; else the record's performance entry saying why not."""
-    child = grading.start_child(3, timed=True, source=source)
+    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs))
     grading.child_started()
     grading.sandbox.wait_sandbox(child)
     failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(grading, child)
@@ -206,6 +206,17 @@ def _started(grading, inputs: TimingInputs, source: bytes | None = None):
         child.close()
         return failure
     return child
+
+
+def saved_file_bytes(inputs: TimingInputs) -> int:
+    """A file-size limit for a timed child that fits what it saves: the audit call's inputs after
+    the call and its outputs (each at most a few times the inputs' size), and the last outputs of
+    every input set."""
+    def size(value) -> int:
+        return sum(t.untyped_storage().nbytes() for t in tensors_in(value))
+
+    audit = size(inputs.audit) if inputs.audit is not None else 0
+    return 4 * audit + 2 * sum(size(entry) for entry in inputs.input_sets) + (64 << 20)
 
 
 def _reference_child(grading, inputs: TimingInputs):
