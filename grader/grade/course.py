@@ -110,7 +110,7 @@ and the cells below read that result.
 
 Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: it shows 0 points
 and says so, and your instructor sees it as not graded, not as failed. Each failed case comes
-with the same diagnosis `make check` gives (for hidden cases, only the kind of failure).
+with the same diagnosis `make check` gives; a failed hidden case says only that it failed.
 """
 
 
