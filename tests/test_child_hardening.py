@@ -201,7 +201,7 @@ def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 @interpreter_only
 def test_a_monitor_whose_report_was_replaced_fails_the_canary(hardened):
     record = _record(hardened, "patches-monitor", VECTOR_ADD)
-    assert record["integrity"]["violation"] == "torch" and record["totals"]["score"] == 0.0
+    assert record["integrity"]["violation"] == "tampered" and record["totals"]["score"] == 0.0
     for message in _messages(record):
         assert message.startswith("the grader's monitor was tampered with"), message
 
@@ -222,7 +222,7 @@ def test_a_report_without_its_canary_is_judged_as_tampering():
     clean = {"launches": 1, "ops": {}, "escapes": []}
     assert judge_evidence("add", {**clean, "canary": True}, True) is None
     kind, message = judge_evidence("add", {**clean, "canary": False}, True)
-    assert kind == "torch" and message.startswith("the grader's monitor was tampered with")
+    assert kind == "tampered" and message.startswith("the grader's monitor was tampered with")
     assert judge_evidence("add", clean, True) is None  # make check's own monitor has no canary
 
 
@@ -297,7 +297,7 @@ def test_the_memory_file_is_covered_even_for_a_process_that_stays_dumpable(platf
 @interpreter_only
 def test_a_transpose_moved_by_pytorch_gets_no_points(hardened):
     record = _record(hardened, "transpose-by-view", TILING)
-    assert record["integrity"]["violation"] == "torch" and record["totals"]["score"] == 0.0
+    assert record["integrity"]["violation"] == "moved" and record["totals"]["score"] == 0.0
     rows = [row for row in record["cases"] if row["visibility"] == "public"]
     transposes = [row for row in rows if not row["name"].startswith("matmul: ")]
     assert transposes and not any(row["passed"] for row in transposes)
@@ -348,9 +348,9 @@ def test_a_spec_that_moves_data_counts_a_copy_kernel_as_not_the_submissions_work
     report = {"launches": 1, "ops": {}, "escapes": [], "kernels": trace}
     assert judge_evidence("transpose", report, True, {"transpose_kernel"}, _Spec(False)) is None
     kind, message = judge_evidence("transpose", report, True, {"transpose_kernel"}, _Spec(True))
-    assert kind == "torch" and "copy kernels" in message and "tl.store" in message
+    assert kind == "moved" and "copy kernels" in message and "tl.store" in message
     interpreted = {"launches": 1, "ops": {}, "escapes": [], "unwritten_by_kernel": [0]}
     assert judge_evidence("transpose", interpreted, True, None, _Spec(False)) is None
     kind, message = judge_evidence("transpose", interpreted, True, None, _Spec(True))
-    assert kind == "torch" and message.startswith("transpose() returned values that no Triton kernel of yours "
+    assert kind == "moved" and message.startswith("transpose() returned values that no Triton kernel of yours "
                                                   "stored (output)")

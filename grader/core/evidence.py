@@ -366,7 +366,7 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
     kernel in a CUDA trace).
     A report that carries a canary (the grader's child) counts only if the canary was seen."""
     if "canary" in report and report["canary"] is not True:
-        return "torch", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
+        return "tampered", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
                          "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
                          "grader, PyTorch or Triton; compute in your Triton kernel.")
     moves_data = bool(getattr(spec, "kernel_writes_outputs", False))
@@ -376,7 +376,7 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         if foreign:
             shown = ", ".join(name[:80] for name in foreign[:3])
             if moves_data and not foreign_kernels([str(k) for k in kernels], own_kernels):
-                return "torch", (f"{api}() ran GPU copy kernels that are not your Triton kernels ({shown}): "
+                return "moved", (f"{api}() ran GPU copy kernels that are not your Triton kernels ({shown}): "
                                  "moving the data is this exercise, so the output must be written by your "
                                  "kernel's tl.store, not copied or rearranged with PyTorch (.t(), .contiguous(), "
                                  ".clone(), copy_).")
@@ -402,7 +402,7 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         names = list(getattr(spec, "output_names", ()) or ())
         shown = ", ".join(names[i] if 0 <= i < len(names) else f"output #{i + 1}"
                           for i in unwritten[:4] if isinstance(i, int)) or "an output"
-        return "torch", (f"{api}() returned values that no Triton kernel of yours stored ({shown}): the output "
+        return "moved", (f"{api}() returned values that no Triton kernel of yours stored ({shown}): the output "
                          "must be written by your kernel's tl.store, not copied or rearranged with PyTorch "
                          "(.t(), .contiguous(), .clone(), copy_, .to()) after or instead of the launch.")
     return None

@@ -143,6 +143,8 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
 # point of the module, with this reason.
 INTEGRITY = {
     "torch": "a case was computed with PyTorch (or NumPy) instead of a Triton kernel.",
+    "moved": "a case's output was moved into place with PyTorch, where moving the data is the exercise.",
+    "tampered": "the grader's monitor was tampered with (its check after a call went unseen).",
     "no_launch": "a case returned a result without launching a Triton kernel.",
     "cache": "a call returned an earlier result for new inputs (outputs cached across calls).",
     "alias": "a call returned one of its inputs instead of a new tensor.",
