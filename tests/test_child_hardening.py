@@ -112,8 +112,10 @@ def hardened(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     tmp = tmp_path_factory.mktemp("hardening")
     root, results = tmp / "submissions", tmp / "results"
     for name, module in EXAMPLES.items():
-        folder = example_submissions.HANDWRITTEN / name / module.track / module.slug
-        shutil.copytree(folder, root / name / module.track / module.slug)
+        folder = root / name / module.track / module.slug
+        folder.mkdir(parents=True)
+        (folder / "kernel.py").write_text(
+            example_submissions.kernel_source(example_submissions.HANDWRITTEN / name / module.track / module.slug))
     for name, source in INLINE.items():
         folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
         folder.mkdir(parents=True)

@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
+from grader.authoring import example_submissions
 from grader.core import cases, device, memcheck, protocols
 from grader.core.cases import Case, Spec, spec_for, specs_of
 from grader.core.catalog import REPO_ROOT, find_module
@@ -39,7 +41,11 @@ MEMORY = find_module("debugging/04-memory-debugging")
 
 
 def _example(name: str, module) -> Path:
-    return EXAMPLES / name / module.track / module.slug / "kernel.py"
+    """The example's kernel.py, derived from its patch into a folder of its own."""
+    folder = Path(tempfile.mkdtemp(prefix="example-")) / name / module.track / module.slug
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.py").write_text(example_submissions.kernel_source(EXAMPLES / name / module.track / module.slug))
+    return folder / "kernel.py"
 
 
 def _cases(module, apis: set[str], labels: str = "") -> list[Case]:

@@ -92,3 +92,17 @@ def test_each_bug_region_is_a_planted_bug_with_its_symptom():
 def test_bug_regions_need_a_symptom_and_todo_regions_refuse_one(broken):
     with pytest.raises(MarkerError):
         planted_bugs(broken)
+
+
+def test_every_patched_example_applies_to_its_base_and_changes_it():
+    """Examples of the larger modules are patches on a reference or a stub: each must still apply
+    (a reference that moved on makes it fail here, with what to do) and must change something."""
+    from grader.authoring import example_submissions
+
+    patches = sorted((example_submissions.HANDWRITTEN.parent).rglob(example_submissions.PATCH))
+    assert len(patches) >= 9
+    for patch in patches:
+        derived = example_submissions.derived(patch)
+        header = next(line for line in patch.read_text().splitlines() if line.startswith("--- "))
+        assert derived != example_submissions._base(header[4:].strip()), patch
+        assert derived.startswith('"""') and "xample" in derived.split('"""')[1], f"{patch}: say what it tries"
