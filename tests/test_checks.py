@@ -5,6 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
+from grader.core import device
 from grader.core.cases import Case, Spec
 from grader.core.checks import run_case
 
@@ -224,3 +225,27 @@ def test_a_module_judge_sees_outputs_on_the_inputs_device():
     references = reference_outputs(spec, (x,), {})
     assert compare(spec, Case({}, torch.float32), ((x * 2).cpu(),), references, ((x,), {})) == []
     assert devices == [{"cuda"}]
+
+
+@pytest.mark.skipif(device.is_cuda(), reason="on a GPU the kernel trace names the copy kernel instead")
+def test_make_check_fails_a_transpose_that_pytorch_moved(tmp_path):
+    """`make check` judges as the grader does: where moving the data is the exercise, an output
+    that no Triton store wrote fails, here too."""
+    from grader.authoring import example_submissions
+    from grader.core import cases
+    from grader.core.catalog import find_module
+    from grader.core.checks import run_case
+    from grader.core.loading import load_kernel
+
+    module = find_module("optimization/01-tiling")
+    folder = tmp_path / module.track / module.slug
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text(example_submissions.kernel_source(
+        example_submissions.HANDWRITTEN / "transpose-by-view" / module.track / module.slug))
+    kernel = load_kernel(module, tmp_path)
+    spec, public = cases.public(module)
+    case = next(c for c in public if cases.spec_for(c, spec).api == "transpose")
+    result = run_case(kernel.api("transpose"), cases.spec_for(case, spec), case)
+    assert not result.passed and "no Triton kernel of yours stored" in result.message
+    reference = load_kernel(module, "solutions")
+    assert run_case(reference.api("transpose"), cases.spec_for(case, spec), case).passed

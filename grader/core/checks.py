@@ -324,17 +324,26 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     args, kwargs = build_inputs(spec, case, secret)
     references = reference_outputs(spec, args, kwargs)
     monitor = shared_monitor()
+    # Where moving the data is the exercise, the stores of the call are recorded under the
+    # interpreter, as the grader's child does, so that an output PyTorch moved into place fails here too.
+    guard = memcheck.BoundsGuard().install() if spec.kernel_writes_outputs and not device.is_cuda() else None
     try:
-        called = protocols.calling(spec.protocol, fn, spec.api)
-        outputs = call_api(monitor.watching(called, ALLOWED_OPS | spec.allowed_ops), args, kwargs, spec.api,
+        called = monitor.watching(protocols.calling(spec.protocol, fn, spec.api), ALLOWED_OPS | spec.allowed_ops)
+        outputs = call_api(called if guard is None else guard.call(called, args, kwargs), args, kwargs, spec.api,
                            spec.mutates, input_names(spec.reference))
+        report = monitor.report()
+        if guard is not None:
+            report["unwritten_by_kernel"] = guard.unwritten(outputs)
     except KernelCallError as error:
         return CaseResult(case, False, str(error))
+    finally:
+        if guard is not None:
+            guard.uninstall()
     outputs = with_mutated(spec, outputs, args)
     problems = compare(spec, case, outputs, references, (args, kwargs))
     if not problems:
-        found = judge_evidence(spec.api, monitor.report(),
-                               any(isinstance(o, torch.Tensor) and o.numel() for o in outputs))
+        found = judge_evidence(spec.api, report, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs),
+                               spec=spec)
         problems = [found[1]] if found else []
     return CaseResult(case, not problems, "\n".join(problems))
 
