@@ -105,10 +105,11 @@ def test_legitimate_example_submissions_pass(name):
     assert check_source(example(name).read_text()) == []
 
 
-def test_side_stream_example_is_refused_only_for_a_private_torch_cuda_call():
-    # It keeps the stream busy with torch.cuda._sleep, a private API; the rest is legitimate.
-    violations = check_source(example("submissions-gpu/side-stream").read_text())
-    assert all(v.rule == "private" and "torch.cuda._" in v.message for v in violations)
+def test_side_stream_example_passes_the_gate():
+    # It keeps a side stream busy with a Triton loop of its own: nothing in it breaks a rule, and
+    # its work left running is the run phase's to judge (after a device-wide sync).
+    source = example("submissions-gpu/side-stream").read_text()
+    assert "torch.cuda.stream(" in source and check_source(source) == []
 
 
 # Hand-written attacks under grader/examples: each is refused, for the reason its docstring gives.
