@@ -286,6 +286,8 @@ def test_updated_copies_in_the_lists_lose_every_optimizer_case(graded):
         assert not row["passed"] and "put another tensor in the place of params[0]" in row["message"], row
     assert all(row["passed"] for row in _rows(found, "public") if row not in optimizers)
     assert found["totals"]["hidden"]["passed"] < found["totals"]["hidden"]["total"]
+    assert found["integrity"]["violation"] == "replaced" and found["totals"]["score"] == 0.0, \
+        "not updating the caller's tensors goes around the in-place contract: no points for the module"
 
 
 def test_a_dropout_that_ignores_the_seed_loses_exactly_the_seed_cases(graded):

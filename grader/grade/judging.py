@@ -149,6 +149,7 @@ INTEGRITY = {
     "cache": "a call returned an earlier result for new inputs (outputs cached across calls).",
     "alias": "a call returned one of its inputs instead of a new tensor.",
     "mutation": "a call changed its inputs.",
+    "replaced": "a call put other tensors in place of those it had to update in place.",
     "policy": "the grader refused kernel.py before running it.",
 }
 
