@@ -323,3 +323,22 @@ def test_the_exception_a_submission_raises_on_hidden_cases_reaches_no_learner(gr
         record.part_report(found, "hidden", 4)[0]
     assert not re.search(r"[A-Z][A-Za-z]*(Error|Exception)\b", shown), shown
     assert {row["message"] for row in hidden} == {judging.HIDDEN_FAILED.format(api="dot")}
+
+
+def test_how_a_process_of_hidden_cases_ended_is_never_said():
+    """A crash no single case is blamed for gets a note in the module's summary; a submission
+    could choose how a process running hidden cases ends (SIGSEGV, SIGABRT, ...) to spell out
+    bits of them, so the note is only ever about public cases."""
+    from types import SimpleNamespace
+
+    from grader.grade.judging import Trial, Verdict
+    from grader.grade.results import crash_note
+    from grader.sandbox.process import ChildEnded
+
+    plan = SimpleNamespace(trials=[Trial(0, 0, 1), Trial(1, 1, 1)], cases=[(None, "public"), (None, "hidden")])
+    ended = ChildEnded("was ended by SIGABRT", -6)
+    passed = {0: Verdict(True), 1: Verdict(True)}
+    public = SimpleNamespace(plan=plan, crashes=[(ended, {0})], verdicts=passed)
+    hidden = SimpleNamespace(plan=plan, crashes=[(ended, {1})], verdicts=passed)
+    assert "SIGABRT" in crash_note(public)
+    assert crash_note(hidden) is None

@@ -101,7 +101,10 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
 def crash_note(grading) -> str | None:
     """What to say of crashes that no case caused alone (each of the cases a crashed child
     ran got its verdict in a fresh process, and none crashed there)."""
+    trials = {trial.id: trial for trial in grading.plan.trials}
     for ended, ran in grading.crashes:
+        if any(trial in trials and grading.plan.cases[trials[trial].case_index][1] == "hidden" for trial in ran):
+            continue  # how a process of hidden cases ended is the submission's choice: never said
         verdicts = [grading.verdicts.get(t) for t in ran]
         if all(v is not None and v.kind != "not_run" and v.crash is None for v in verdicts):
             return (f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "
