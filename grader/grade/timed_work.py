@@ -18,7 +18,8 @@ from grader.core.evidence import foreign_kernels
 # A timed call's own kernels must run at least this share of their time in the audit call. The two
 # run the same kernels on inputs of the same shape with the GPU alone; the margin allows for the
 # audit call's inputs being partly in the L2 cache (they were just written) and for clock ramps.
-MIN_BUSY_SHARE = 0.7
+# The 17 timed references measured 0.94 to 1.01 on an H200; remembering work can gain at most 1.25 x.
+MIN_BUSY_SHARE = 0.8
 
 
 def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[str]) -> tuple[str, str] | None:
