@@ -175,6 +175,14 @@ def test_a_library_kernel_in_the_timed_window_is_an_integrity_violation():
     assert kind == "timed_foreign" and "sm90_xmma_gemm" in message
 
 
+def test_where_moving_data_is_the_exercise_a_copy_kernel_in_the_timed_calls_is_foreign():
+    from grader.grade.timed_work import timed_work_problem
+
+    copies = _window(50, 5000.0, **{"Memcpy DtoD (Device -> Device)": (50, 3000.0)})
+    assert timed_work_problem(50, copies, AUDIT, OWN) is None
+    assert timed_work_problem(50, copies, AUDIT, OWN, moves_data=True)[0] == "timed_foreign"
+
+
 def test_an_untraced_timing_is_not_graded_rather_than_trusted():
     from grader.grade.timed_work import timed_work_problem
 

@@ -22,17 +22,18 @@ from grader.core.evidence import foreign_kernels
 MIN_BUSY_SHARE = 0.8
 
 
-def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[str]) -> tuple[str, str] | None:
+def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[str],
+                       moves_data: bool = False) -> tuple[str, str] | None:
     """(kind, learner-facing message) when the timed calls did not do the audit call's work, else
     None. ``window``: the trace of the ``reps`` timed calls (``counts``: launches per kernel name,
     ``times_us``: GPU time per kernel name); ``audit``: the child's report of the one judged call
     on fresh inputs (``kernel_counts``, ``kernel_us``); ``own_kernels``: the submission's
-    @triton.jit names."""
+    @triton.jit names; ``moves_data``: moving data is the exercise, so copy kernels count as foreign."""
     window_counts, audit_counts = window.get("counts"), audit.get("kernel_counts")
     if not isinstance(window_counts, dict) or not isinstance(audit_counts, dict):
         return "untraced", ("the timed calls could not be traced (no CUPTI trace on this machine), so their "
                             "work could not be verified; performance is not graded without it.")
-    foreign = foreign_kernels([str(name) for name in window_counts], own_kernels)
+    foreign = foreign_kernels([str(name) for name in window_counts], own_kernels, moves_data)
     if foreign:
         shown = ", ".join(name[:80] for name in foreign[:3])
         return "timed_foreign", (f"the timed calls ran GPU kernels that are not your Triton kernels ({shown}). Every "

@@ -388,7 +388,7 @@ def _checked(grading, child, plan: TimingPlan, window: tuple, traced: dict, audi
         if judged.kind in INTEGRITY:
             entry["integrity"] = {"violation": judged.kind, "message": INTEGRITY[judged.kind]}
         return entry
-    found = timed_work_problem(plan.reps, traced, audit, grading.own_kernels)
+    found = timed_work_problem(plan.reps, traced, audit, grading.own_kernels, spec.kernel_writes_outputs)
     if found is not None:
         kind, message = found
         if kind == "untraced":
