@@ -25,6 +25,7 @@ import importlib.util
 import sys
 
 from grader.core import device as _device
+from grader.core import versions as _versions
 
 PUBLIC_NAMES = {
     "grader.device": "grader.core.device",
@@ -59,5 +60,11 @@ if not any(isinstance(finder, _PublicName) for finder in sys.meta_path):
 
 device = _device  # ``from grader import device``
 _device.select()
+
+try:  # a version the course cannot run with is named here, not misdiagnosed as the learner's bug
+    _versions.check(interpreter=not _device.is_cuda())
+except _versions.UnsupportedVersion as _error:
+    sys.stderr.write(f"{_error}\n")
+    raise SystemExit(2) from None
 
 __version__ = "0.1.0"

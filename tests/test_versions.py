@@ -1,0 +1,55 @@
+"""The supported versions: one table (grader.core.versions), held to the package's pins, and an
+installed version outside it named at start-up with what to do."""
+
+import re
+
+import pytest
+
+from grader.core import versions
+from grader.core.catalog import REPO_ROOT
+
+
+def _bounds(requirement: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(oldest, newest) major.minor from a ">=a.b,<c.d" requirement."""
+    low = re.search(r">=\s*(\d+)\.(\d+)", requirement)
+    high = re.search(r"<\s*(\d+)\.(\d+)", requirement)
+    oldest = (int(low[1]), int(low[2]))
+    newest = (int(high[1]), int(high[2]) - 1)
+    return oldest, newest
+
+
+def test_the_package_pins_are_the_supported_ranges():
+    """A new minor release is one line in versions.SUPPORTED and one pin: this test keeps them together."""
+    project = (REPO_ROOT / "pyproject.toml").read_text()  # read as text: tomllib needs Python 3.11
+    for name, supported in versions.SUPPORTED.items():
+        pin = re.search(rf'"{name}(>=[^"]*)"', project)[1]
+        assert _bounds(pin) == supported, (name, pin, supported)
+    assert _bounds(re.search(r'requires-python = "([^"]*)"', project)[1]) == versions.PYTHON
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    oldest, newest = versions.SUPPORTED["torch"]
+    assert f'"torch>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}"' in makefile, \
+        "the Makefile's CUDA install of PyTorch names the same range"
+
+
+def test_an_older_triton_is_named_with_what_to_do():
+    errors, _ = versions.findings({"triton": "3.5.1", "torch": "2.13.0+cpu"})
+    assert len(errors) == 1 and errors[0].startswith("triton 3.5.1 is older than this course supports (3.6-3.9)")
+    assert "make clean-env" in errors[0]
+
+
+def test_a_newer_release_is_a_note_not_a_refusal():
+    errors, warnings = versions.findings({"triton": "3.10.0", "torch": "2.16.0.dev20261201+cu130"})
+    assert errors == [] and len(warnings) == 2 and "newer than this course was tested with" in warnings[0]
+
+
+def test_numpy_that_breaks_the_interpreter_is_named_only_where_the_interpreter_runs():
+    installed = {"triton": "3.6.0", "torch": "2.11.0"}
+    assert "numpy 2.5.0 breaks Triton 3.6's interpreter" in versions.findings(installed, "2.5.0")[1][0]
+    assert versions.findings(installed, "2.5.0", interpreter=False) == ([], [])
+    assert versions.findings({"triton": "3.9.0", "torch": "2.13.0"}, "2.5.0") == ([], [])
+
+
+def test_check_raises_with_the_message(monkeypatch):
+    monkeypatch.setattr(versions, "installed_versions", lambda: ({"triton": "3.4.0", "torch": "2.13.0"}, "2.3.0"))
+    with pytest.raises(versions.UnsupportedVersion, match="older than this course supports"):
+        versions.check(interpreter=True)
