@@ -1,6 +1,7 @@
 # Every workflow of the course is a target. Targets set up their own environment on first use:
-# a .venv with PyTorch (the CPU build where there is no NVIDIA GPU), Triton, pytest, JupyterLab,
-# nbgrader and matplotlib. Use your own environment instead with PYTHON=/path/to/python.
+# a .venv with PyTorch (the CPU build where there is no NVIDIA GPU), Triton, pytest, JupyterLab
+# and matplotlib; grade and release add nbgrader, test and verify-* the maintainers' tools.
+# Use your own environment instead with PYTHON=/path/to/python.
 #
 #   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>] [MEMCHECK=0]
 #   make progress | make bench M=... | make lab | make stubs | make test
@@ -22,9 +23,15 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 ifeq ($(PYTHON),.venv/bin/python)
 ENV := .venv/.ready
+GRADING_ENV := .venv/.grading
+DEV_ENV := .venv/.dev
 else
 ENV :=
+GRADING_ENV :=
+DEV_ENV :=
 endif
+# The Pythons the course supports (grader/core/versions.py holds the same range).
+SUPPORTED_PYTHON := import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 13) else 1)
 
 .PHONY: help check progress bench stubs test verify-gpu verify-secrets lab grade release clean-env
 
@@ -32,19 +39,37 @@ help:
 	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
 
 .venv/.ready: pyproject.toml
+	@$(BOOTSTRAP_PYTHON) -c "$(SUPPORTED_PYTHON)" 2>/dev/null || { \
+		echo "$(BOOTSTRAP_PYTHON) is Python $$($(BOOTSTRAP_PYTHON) -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '(not found)'), but the course needs Python 3.10 to 3.13: run the same command with BOOTSTRAP_PYTHON=python3.12 (or another of those) added."; \
+		exit 2; }
+	@if [ -e .venv ] && [ "$$(.venv/bin/python -c 'import platform; print(platform.python_version())' 2>/dev/null)" != "$$($(BOOTSTRAP_PYTHON) -c 'import platform; print(platform.python_version())')" ]; then \
+		echo "Rebuilding .venv with $(BOOTSTRAP_PYTHON): the one there was made with another Python (or is broken)."; \
+		rm -rf .venv; \
+	fi
 	$(BOOTSTRAP_PYTHON) -m venv .venv
 	.venv/bin/python -m pip install -q --upgrade pip
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		echo "NVIDIA GPU found: installing PyTorch with CUDA"; \
-		.venv/bin/python -m pip install -q "torch>=2.11,<2.14"; \
+		.venv/bin/python -m pip install -q "torch>=2.11,<2.16"; \
 	else \
 		echo "No NVIDIA GPU: installing the CPU build of PyTorch (kernels run in Triton's interpreter)"; \
 		if .venv/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/', timeout=5)" 2>/dev/null; \
-		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; else extra=""; fi; \
+		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; else extra=""; \
+		echo "The PyTorch CPU index ($(TORCH_CPU_INDEX)) cannot be reached: pip takes PyTorch from the general index, which on Linux is the CUDA build (several GB; it runs on a CPU too)."; fi; \
 		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" $$extra; \
 	fi
-	.venv/bin/python -m pip install -q -e ".[dev]"
+	.venv/bin/python -m pip install -q -e ".[notebooks]"
 	@touch $@
+
+# Instructors: nbgrader, on top of the learners' environment.
+.venv/.grading: .venv/.ready
+	.venv/bin/python -m pip install -q -e ".[grading]"
+	@touch $@
+
+# Maintainers: everything, the test tools included.
+.venv/.dev: .venv/.ready
+	.venv/bin/python -m pip install -q -e ".[dev]"
+	@touch $@ .venv/.grading
 
 check: $(ENV)
 	@$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck)
@@ -60,7 +85,7 @@ stubs: $(ENV)
 
 # Two workers, a test file each at a time: a file's expensive fixtures (a graded class, a Ray
 # cluster, an nbgrader course) are built once, and the interpreter-bound tests use both cores.
-test: $(ENV)
+test: $(DEV_ENV)
 	@if [ ! -d solutions ]; then \
 		echo "The course's own test suite needs the instructor's solutions/, which this copy does not have."; \
 		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
@@ -68,23 +93,23 @@ test: $(ENV)
 
 # On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
 # then the tests that time the GPU, one at a time with the GPU to themselves.
-verify-gpu: $(ENV)
+verify-gpu: $(DEV_ENV)
 	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed"
 	$(PYTHON) -m pytest --impl=solutions -m timed
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
 
 # A hidden case's inputs come from the run's secret: the references must pass for any of them.
-verify-secrets: $(ENV)
+verify-secrets: $(DEV_ENV)
 	GRADER_AUTOTUNE=first $(PYTHON) -m grader sweep-secrets $(if $(M),--module $(M)) --secrets $(SECRETS)
 
 lab: $(ENV)
 	@$(PYTHON) -m grader lab -- $(LAB_ARGS)
 
-grade: $(ENV)
+grade: $(GRADING_ENV)
 	@$(PYTHON) -m grader grade $(SUBMISSIONS)
 
-release: $(ENV)
+release: $(GRADING_ENV)
 	@$(PYTHON) -m grader release
 
 clean-env:
