@@ -30,8 +30,10 @@ def cmd_check(args) -> int:
     from grader.learn import check
 
     code = check.check_contained(_module_or_next(args.module), args.impl, memcheck=not args.no_memcheck)
-    if code and os.environ.get("MAKELEVEL") and not check.is_inner():  # make adds its own "Error 1" line after ours
-        print("(make reports the exit status next: the check did not pass, as said above. Nothing crashed.)")
+    if code and os.environ.get("MAKELEVEL") and not check.is_inner():  # make adds its own "Error N" line after ours
+        crashed = code == check.CRASHED
+        print("(make reports the exit status next: " + ("the check crashed, as said above.)" if crashed else
+                                                        "the check did not pass, as said above. Nothing crashed.)"))
     return code
 
 

@@ -1,3 +1,4 @@
+import os
 import re
 import subprocess
 import sys
@@ -130,3 +131,17 @@ def test_check_says_what_the_grader_would_refuse():
     assert result.returncode == 1  # even if every test passed: a graded copy scores 0
     assert "The grader refuses this kernel.py before running it:" in result.stdout
     assert "`import threading` is not allowed" in result.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the crash is a read of address 0 on Linux")
+def test_a_check_that_crashed_never_says_nothing_crashed(tmp_path):
+    """Under make, a failed check adds a line before make's own "Error": it must not call a crash
+    a plain failure."""
+    folder = tmp_path / "missing-elements" / "01-vector-add"
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text("import ctypes\n\n\ndef add(x, y):\n    ctypes.string_at(0)\n")
+    result = subprocess.run([sys.executable, "-m", "grader", "check", "missing-elements/01-vector-add", "--impl",
+                             str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "MAKELEVEL": "1"})
+    assert result.returncode == 3, result.stdout[-2000:]
+    assert "Nothing crashed" not in result.stdout and "the check crashed, as said above" in result.stdout

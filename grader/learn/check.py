@@ -258,8 +258,12 @@ def check_contained(module: Module, impl: str | Path, memcheck: bool = True) -> 
                            env={**os.environ, _INNER: "1", ENV_SWITCH: switch})
     if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
         print("\n" + crashes.check_message(child.returncode))
-        return 1
+        return CRASHED
     return child.returncode
+
+
+# check_contained's exit code when the checking process crashed (a failed check is 1).
+CRASHED = 3
 
 
 def self_check(file: str) -> None:
