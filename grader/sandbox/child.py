@@ -230,7 +230,12 @@ def main(argv: list[str], booted: float | None = None) -> int:
     # calls it (grader.core.protocols), watched as a whole so that a backward pass is watched too.
     functions = {name: getattr(kernel.namespace, name) for name in {api, *(request.get("apis") or ())}}
     if cuda:  # GPU work queued at import ends before the parent may freeze this process or count it off the GPU
-        tools.synchronize()
+        try:
+            tools.synchronize()
+        except BaseException as error:
+            channel.send("load_error", message=f"GPU work that kernel.py started while being imported failed: "
+                                               f"{short_error(error, 3)}")
+            return 0
     channel.send("loaded")
 
     on = device.torch_device()
