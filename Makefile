@@ -52,11 +52,12 @@ help:
 		echo "NVIDIA GPU found: installing PyTorch with CUDA"; \
 		.venv/bin/python -m pip install -q "torch>=2.11,<2.16"; \
 	else \
-		echo "No NVIDIA GPU: installing the CPU build of PyTorch (kernels run in Triton's interpreter)"; \
+		echo "No NVIDIA GPU: kernels will run in Triton's interpreter."; \
 		if .venv/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/', timeout=5)" 2>/dev/null; \
-		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; else extra=""; \
-		echo "The PyTorch CPU index ($(TORCH_CPU_INDEX)) cannot be reached: pip takes PyTorch from the general index, which on Linux is the CUDA build (several GB; it runs on a CPU too)."; fi; \
+		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; echo "Installing the CPU build of PyTorch."; \
+		else extra=""; echo "The PyTorch CPU index ($(TORCH_CPU_INDEX)) cannot be reached: installing PyTorch from the general index."; fi; \
 		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" $$extra; \
+		.venv/bin/python -c "import torch; print('Installed PyTorch', torch.__version__, '(a CUDA build, several GB; it runs on a CPU too)' if torch.version.cuda else '(the CPU build)')"; \
 	fi
 	.venv/bin/python -m pip install -q -e ".[notebooks]"
 	@touch $@
