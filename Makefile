@@ -57,9 +57,9 @@ help:
 		then extra="--extra-index-url $(TORCH_CPU_INDEX)"; echo "Installing the CPU build of PyTorch."; \
 		else extra=""; echo "The PyTorch CPU index ($(TORCH_CPU_INDEX)) cannot be reached: installing PyTorch from the general index."; fi; \
 		.venv/bin/python -m pip install -q --no-deps "torch==$(TORCH_VERSION)" $$extra; \
-		.venv/bin/python -c "import torch; print('Installed PyTorch', torch.__version__, '(a CUDA build, several GB; it runs on a CPU too)' if torch.version.cuda else '(the CPU build)')"; \
 	fi
 	.venv/bin/python -m pip install -q -e ".[notebooks]"
+	@.venv/bin/python -c "import torch; print('Installed PyTorch', torch.__version__, '(a CUDA build: several GB, and it runs on a CPU too)' if torch.version.cuda else '(the CPU build)')"
 	@touch $@
 
 # Instructors: nbgrader, on top of the learners' environment.
