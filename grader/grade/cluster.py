@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grader.core import device
 from grader.core.catalog import find_module
-from grader.grade.grading import Graded, Options, grade_one
+from grader.grade.grading import Graded, Options, grade_one, make_sandbox
 from grader.grade.profile import Profile
 from grader.grade.store import RECORD_VERSION, cases_hash, keep, sha256
 from grader.sandbox.isolation import UnsafeSandbox
@@ -58,12 +58,10 @@ class GradingWorker:
     see ``_worker_class``). Its methods run in Ray's threads, ``slots`` at a time."""
 
     def __init__(self, options: Options, secret: int, slots: int, results_dir: Path):
-        from grader.grade import runphase  # the sandbox as the local pool makes it
-
         self.options, self.secret = options, secret
         # Children never see the driver's results, where the driver and worker share a machine.
-        self.sandbox = runphase.make_sandbox(replace(options, workers=slots), results_dir,
-                                             gpus=[0] if device.is_cuda() else None)
+        self.sandbox = make_sandbox(replace(options, workers=slots), results_dir,
+                                    gpus=[0] if device.is_cuda() else None)
         self.stop = threading.Event()
 
     def ready(self) -> dict:

@@ -18,6 +18,7 @@ runs one child, ``grader.grade.endings`` reads its ending, ``grader.grade.budget
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import threading
 import time
@@ -324,3 +325,21 @@ def grade_one(module: Module, source: bytes, sandbox: Sandbox, secret: int, opti
     record = results.build(grading, sha256(source), cases_hash(module))
     profile.close(time.monotonic() - started)
     return Graded(record, "\n".join(grading.log) + "\n", grading.children, profile)
+
+
+def default_workers(options: Options | None = None) -> int:
+    """Gradings at a time: ``children_per_gpu`` per GPU on CUDA, else one per CPU core (at most 4)."""
+    if device.is_cuda():
+        return max(1, torch.cuda.device_count()) * max(1, (options or Options()).children_per_gpu)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = (), gpus: list[int] | None = None) -> Sandbox:
+    """The sandbox for ``options``, its children blind to ``results_dir`` and ``extra_hide``;
+    its slots spread over ``gpus`` (default: every GPU this process sees, on CUDA)."""
+    workers = options.workers or default_workers(options)
+    if gpus is None and device.is_cuda():
+        gpus = list(range(torch.cuda.device_count()))
+    return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
+                   hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
+                   allow_unsafe=options.allow_unsafe)

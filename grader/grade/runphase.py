@@ -19,12 +19,11 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
 
 from grader.core import device
 from grader.core.catalog import Module, available_modules, find_module
 from grader.grade import leases, profile, store
-from grader.grade.grading import Cancelled, Graded, Options, grade_one
+from grader.grade.grading import Cancelled, Graded, Options, default_workers, grade_one, make_sandbox
 from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
 from grader.grade.store import (Submission, existing_record, find_submissions, keep, read_source,
@@ -87,24 +86,6 @@ class RunSummary:
         path = store.log_path(self.results_dir, find_module(module_id), record["submission_sha256"])
         return path.read_text() if path.is_file() else None
 
-
-
-def default_workers(options: Options | None = None) -> int:
-    """Gradings at a time: ``children_per_gpu`` per GPU on CUDA, else one per CPU core (at most 4)."""
-    if device.is_cuda():
-        return max(1, torch.cuda.device_count()) * max(1, (options or Options()).children_per_gpu)
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = (), gpus: list[int] | None = None) -> Sandbox:
-    """The sandbox for ``options``, its children blind to ``results_dir`` and ``extra_hide``;
-    its slots spread over ``gpus`` (default: every GPU this process sees, on CUDA)."""
-    workers = options.workers or default_workers(options)
-    if gpus is None and device.is_cuda():
-        gpus = list(range(torch.cuda.device_count()))
-    return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
-                   hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
-                   allow_unsafe=options.allow_unsafe)
 
 
 def grade_submission(module: Module, kernel_file: Path, results_dir: Path, options: Options | None = None,
