@@ -17,6 +17,7 @@ runs one child, ``grader.grade.endings`` reads its ending, ``grader.grade.budget
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
@@ -33,7 +34,7 @@ from grader.core.catalog import REPO_ROOT, Module
 from grader.core.checks import build_inputs
 from grader.core.evidence import triton_kernel_names
 from grader.core.protocols import order_of
-from grader.grade import leases, results, timing
+from grader.grade import gpu_memory, leases, results, timing
 from grader.grade.budget import budget_spent
 from grader.grade.driving import Cancelled, ChildRun
 from grader.grade.judging import Trial, Verdict
@@ -59,7 +60,7 @@ class Options:
     # uses a small fraction of it.
     module_seconds: float | None = None
     policy_gate: bool = True  # refuse what no exercise needs before running (off: tests of the layers behind it)
-    gpu_memory_fraction: float = 0.9  # of the GPU's memory, for a timed child; shared by the others
+    gpu_memory_fraction: float = 0.9  # of each GPU's memory, for all the children on it (grader.grade.gpu_memory)
     # Gradings that check correctness side by side on one GPU (timing has the GPU alone).
     children_per_gpu: int = 4
     # A grading's public and hidden children at the same time (None: on a GPU).
@@ -98,6 +99,9 @@ class Grading:
         self.module, self.source, self.sandbox, self.slot = module, source, sandbox, slot
         self.profile = profile or Profile()
         self.lease = leases.for_gpu(slot.gpu)
+        # On a GPU every child's memory cap is reserved in the GPU's ledger first (grader.grade.gpu_memory).
+        self.memory = gpu_memory.for_gpu(slot.gpu or 0, options.gpu_memory_fraction) if device.is_cuda() else None
+        self.child_cap: int | None = None  # bytes of GPU memory each child may allocate, while reserved
         # On a GPU the children of this grading share Triton's cache: each kernel compiles once.
         self.shared = sandbox.new_shared(slot) if device.is_cuda() else None
         self.options, self.stop, self.limits = options, stop, options.limits
@@ -203,6 +207,35 @@ class Grading:
                 self.verdicts[trial.id] = Verdict(False, "policy", "Not run: the grader refused kernel.py "
                                                   "before running it.")
             return
+        with self.reserving(self.correctness_cap(), 2 if self._side_by_side() else 1):
+            self._run_cases()
+
+    def correctness_cap(self) -> int:
+        """The GPU memory each correctness child may allocate (0 without a GPU)."""
+        if self.memory is None:
+            return 0
+        return gpu_memory.correctness_cap(self.memory, self.sandbox.slots_on(self.slot.gpu),
+                                          2 if self._side_by_side() else 1)
+
+    def reserving(self, per_child: int, children: int):
+        """Reserve GPU memory for ``children`` children of ``per_child`` bytes each, the cap of
+        every child started meanwhile (nothing to reserve without a GPU)."""
+        if self.memory is None:
+            return contextlib.nullcontext()
+        return self._reserved(per_child, children)
+
+    @contextlib.contextmanager
+    def _reserved(self, per_child: int, children: int):
+        waiting = time.monotonic()
+        with self.memory.reserve(per_child * children):
+            self.profile.add("waiting", time.monotonic() - waiting)
+            self.child_cap = per_child
+            try:
+                yield
+            finally:
+                self.child_cap = None
+
+    def _run_cases(self) -> None:
         self.wall_end = time.monotonic() + self.budget * self.limits.wall_factor
         public = sum(self._visibility(t) == "public" for t in self.plan.trials)
         share = self.public_share = self.budget * public / max(1, len(self.plan.trials))
@@ -262,18 +295,17 @@ class Grading:
     def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None,
                     file_bytes: int | None = None):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
-        Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``);
-        the others share the GPU's memory. ``source``: another file to run instead (the reference
+        Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``).
+        On a GPU it may allocate what the grading has reserved per child (``reserving``). ``source``: another file to run instead (the reference
         solution, timed the way the submission is), with a Triton cache of its own. ``file_bytes``:
         a larger file-size limit than the run's (a timed child saves benchmark-sized calls).
 
         On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
         imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing
         does not wait for a child that is only starting."""
-        share = 1 if timed else self.options.children_per_gpu
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
         request = {"module": self.module.id, "api": self.api, "apis": [spec.api for spec in specs],
-                   "kernel": "kernel.py", "gpu_memory_fraction": self.options.gpu_memory_fraction / max(1, share),
+                   "kernel": "kernel.py", "gpu_memory_fraction": self._memory_fraction(),
                    "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs))),
                    # A timed child's compiling happens before it has the GPU alone; the others'
                    # lets timings go ahead (grader.grade.leases).
@@ -285,6 +317,13 @@ class Grading:
         if self.on.type == "cuda":
             self.lease.leave(child, child.pause, child.resume)
         return child
+
+    def _memory_fraction(self) -> float | None:
+        if self.memory is None:
+            return None
+        if self.child_cap is None:
+            raise RuntimeError("a child was started on a GPU without GPU memory reserved for it")
+        return gpu_memory.fraction_of(self.child_cap, self.slot.gpu or 0)
 
     def let_in(self, child) -> float:
         """A child off the GPU (started by ``start_child`` and done importing, or done compiling)

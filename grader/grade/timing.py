@@ -26,6 +26,7 @@ from grader.core.catalog import Module
 from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
 from grader.core.protocols import order_of, tensors_in
+from grader.grade import gpu_memory
 from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
 from grader.grade.timed_work import own_gpu_us, timed_work_problem
@@ -140,13 +141,36 @@ def measure(grading, secret: int) -> dict:
         return _failed("not timed: the kernel must pass every case first")
     if not grading.plan.spec.bench_cases:
         return NOT_TIMED
+    waiting = time.monotonic()
+    with grading.lease.shared():
+        grading.profile.add("waiting", time.monotonic() - waiting)
+        with grading.profile.step("timing start"):
+            inputs = _inputs_for(grading.module, grading.plan.spec, secret, grading.on)
+    # The GPU memory of both timed children (the reference's only while this GPU still needs its
+    # time), reserved before the lease is waited for (grader.grade.gpu_memory).
+    children = 2 if _plan_wanted(grading.module, grading.on) else 1
+    with grading.reserving(_timed_cap(grading, inputs), children):
+        return _measure(grading, inputs)
+
+
+def _timed_cap(grading, inputs: TimingInputs) -> int:
+    """The GPU memory a timed child of ``grading`` may allocate for ``inputs`` (0 on a CPU)."""
+    if grading.memory is None:
+        return 0
+    return gpu_memory.timed_cap(grading.memory, _bytes_of(inputs.input_sets, inputs.audit), grading.correctness_cap())
+
+
+def _bytes_of(*values) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors_in(values))
+
+
+def _measure(grading, inputs: TimingInputs) -> dict:
     child = reference = None
     try:
         waiting = time.monotonic()
         with grading.lease.shared():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("timing start"):
-                inputs = _inputs_for(grading.module, grading.plan.spec, secret, grading.on)
                 child = _started(grading, inputs)
                 if isinstance(child, dict):
                     return child
@@ -212,11 +236,7 @@ def saved_file_bytes(inputs: TimingInputs) -> int:
     """A file-size limit for a timed child that fits what it saves: the audit call's inputs after
     the call and its outputs (each at most a few times the inputs' size), and the last outputs of
     every input set."""
-    def size(value) -> int:
-        return sum(t.untyped_storage().nbytes() for t in tensors_in(value))
-
-    audit = size(inputs.audit) if inputs.audit is not None else 0
-    return 4 * audit + 2 * sum(size(entry) for entry in inputs.input_sets) + (64 << 20)
+    return 4 * _bytes_of(inputs.audit) + 2 * _bytes_of(inputs.input_sets) + (64 << 20)
 
 
 def _reference_child(grading, inputs: TimingInputs):

@@ -202,8 +202,11 @@ def main(argv: list[str], booted: float | None = None) -> int:
         # Nothing so far has touched the GPU (importing is CPU work, done while timings ran):
         # from here on it is used, once the parent says go (grader.grade.leases).
         orders.next()
+    memory_cap = None
     if cuda and request.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(request["gpu_memory_fraction"])
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        memory_cap = request["gpu_memory_fraction"] * total
     module = find_module(request["module"])
     api = request["api"]
     compile_clock = CompileClock()
@@ -285,6 +288,9 @@ def main(argv: list[str], booted: float | None = None) -> int:
             if cuda and error:
                 if "out of memory" in error.lower():
                     fatal = "GPU memory ran out"
+                    if memory_cap:
+                        error += (f"\nThe grader lets this process allocate {memory_cap / (1 << 30):.1f} GiB of GPU "
+                                  "memory, room to spare for what the reference solution needs here.")
                 try:
                     tools.synchronize()
                 except BaseException:

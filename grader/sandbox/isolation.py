@@ -113,6 +113,10 @@ class Sandbox:
         finally:
             self._slots.put(slot)
 
+    def slots_on(self, gpu: int | None) -> int:
+        """How many worker slots (gradings at a time) use GPU ``gpu``."""
+        return sum(slot.gpu == gpu for slot in self._all_slots)
+
     def new_shared(self, slot: Slot) -> Path:
         """A folder that the children of one grading share, and no other child sees: Triton's
         cache, so that a submission's kernels compile once for all its children (one student's

@@ -1,0 +1,88 @@
+"""How much GPU memory each child may allocate, so that the caps of all the children alive on one
+GPU add up to no more than the GPU can hold.
+
+A cap alone (``torch.cuda.set_per_process_memory_fraction`` in the child) does not do that: eight
+gradings with a public and a hidden child each, plus timed children waiting frozen with their
+benchmark inputs still on the GPU, could together ask for several GPUs' worth, and the child that
+ran out would be marked down for another submission's memory. So every child's cap is reserved in
+a ledger of its GPU before the child starts, and given back once it has ended; a reservation that
+does not fit waits. Each grading holds one reservation at a time (its correctness children's,
+then its timing's), taken before it waits for the GPU's lease (``grader.grade.leases``), so a
+grading that waits for memory holds nothing another one waits for.
+
+Correctness children get an equal share that never waits while all gradings are checking
+correctness; a timing gets what its inputs need, at most half of the budget per child (the
+submission's and the reference's children exist together).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import torch
+
+GIB = 1 << 30
+CONTEXT_BYTES = 2 * GIB  # room for what a child's kernels use beside its inputs: outputs, workspaces
+INPUT_FACTOR = 4  # a timed child holds its inputs, the audit call's, and outputs of about their size
+
+
+class Ledger:
+    """The GPU memory reserved by the children of one GPU, against a fixed budget."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._used = 0
+        self._lock = threading.Condition()
+
+    @contextmanager
+    def reserve(self, nbytes: int):
+        """Hold ``nbytes`` (at most the whole budget) for as long as the block runs; wait first
+        while they do not fit beside what is held."""
+        nbytes = min(max(0, nbytes), self.budget)
+        with self._lock:
+            self._lock.wait_for(lambda: self._used + nbytes <= self.budget)
+            self._used += nbytes
+        try:
+            yield nbytes
+        finally:
+            with self._lock:
+                self._used -= nbytes
+                self._lock.notify_all()
+
+    @property
+    def used(self) -> int:
+        with self._lock:
+            return self._used
+
+
+_ledgers: dict[int, Ledger] = {}
+_ledgers_lock = threading.Lock()
+
+
+def for_gpu(index: int, fraction: float) -> Ledger:
+    """The ledger of GPU ``index`` in this process: ``fraction`` of its memory (the rest is the
+    grader's own and the CUDA contexts')."""
+    with _ledgers_lock:
+        if index not in _ledgers:
+            total = torch.cuda.get_device_properties(index).total_memory
+            _ledgers[index] = Ledger(int(total * fraction))
+        return _ledgers[index]
+
+
+def correctness_cap(ledger: Ledger, gradings: int, children_per_grading: int) -> int:
+    """Each correctness child's cap: an equal share for every child the GPU's gradings may run
+    at once, so that these reservations never wait for one another."""
+    return ledger.budget // max(1, gradings * children_per_grading)
+
+
+def timed_cap(ledger: Ledger, input_bytes: int, floor: int) -> int:
+    """A timed child's cap: room for its timing inputs (the rotated sets and the audit call's,
+    ``input_bytes`` in all), what its calls produce from them, and its kernels' own needs; never
+    less than a correctness child's (``floor``), never more than half the budget."""
+    return max(floor, min(ledger.budget // 2, INPUT_FACTOR * input_bytes + CONTEXT_BYTES))
+
+
+def fraction_of(nbytes: int, index: int) -> float:
+    """``nbytes`` as the fraction of GPU ``index``'s memory that PyTorch's allocator takes."""
+    return nbytes / torch.cuda.get_device_properties(index).total_memory
