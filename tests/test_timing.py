@@ -110,25 +110,55 @@ def test_the_timed_child_must_import_kernel_py_within_the_startup_limit():
 
 
 def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_it(monkeypatch):
-    """The timed calls end at timing_end; the child then reports their kernel trace and saves the
-    outputs, and a child that never saves them gets no credit."""
+    """The timed calls end at timing_end; the child then reports their kernel trace and, after
+    the last window, saves the outputs; a child that never saves them gets no credit."""
     from grader.grade import timing
 
     child = _ScriptedChild({"event": "timing_start", "received_at": 10.0},
-                           {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0})
-    window = timing._timed_window(_grading(), child, 100, retune=True, save=True)
-    assert window == (500.0, 480.0)
+                           {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0},
+                           {"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}})
+    window = timing._timed_window(_grading(), child, 100, retune=True, save=True, windows=1)
+    assert (window.ms, window.event_ms, window.traces) == (500.0, [480.0], [{"counts": {"k": 100}, "times_us": {"k": 5.0}}])
     assert child.orders[0]["timing"] == 100 and child.orders[0]["save"] and child.orders[0]["retune"]
-    assert not child.killed, "the window returns at timing_end, before the outputs are saved"
+    assert not child.killed, "the window returns with its trace, before the outputs are saved"
 
-    saved = timing._saved(_grading(), _ScriptedChild({"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}},
-                                                     {"event": "timing_saved"}))
-    assert saved == {"counts": {"k": 100}, "times_us": {"k": 5.0}}
+    assert timing._saved(_grading(), _ScriptedChild({"event": "timing_saved"})) is None
     never = _ScriptedChild({"event": "timing_kernels", "counts": {}, "times_us": {}})
     entry = timing._saved(_grading(), never)
     assert never.killed and entry["credit"] == 0.0 and "not saved within 2 s" in entry["reason"]
     failed = timing._saved(_grading(), _ScriptedChild({"event": "timing_error", "error": "x"}))
     assert failed["credit"] == 0.0 and "could not be saved" in failed["reason"]
+
+
+def test_the_grade_takes_the_fastest_of_several_windows_each_with_its_own_trace():
+    """A moment of interference in one window (another process waking) does not decide a
+    host-bound timing: the fastest window counts, and each window's trace is kept to be checked."""
+    from grader.grade import timing
+
+    events = []
+    for index, (start, end) in enumerate([(10.0, 10.30), (11.0, 11.20), (12.0, 12.25)]):
+        events += [{"event": "timing_start", "received_at": start},
+                   {"event": "timing_end", "received_at": end, "event_ms": 190.0 + index},
+                   {"event": "timing_kernels", "counts": {"k": 100 + index}, "times_us": {"k": 5.0}}]
+    child = _ScriptedChild(*events)
+    window = timing._timed_window(_grading(), child, 100, windows=3)
+    assert child.orders[0]["windows"] == 3
+    assert window.best == 1 and round(window.ms, 6) == 200.0 and window.event_ms[window.best] == 191.0
+    assert [trace["counts"]["k"] for trace in window.traces] == [100, 101, 102]
+    short = timing._timed_window(_grading(), _ScriptedChild(*events[:3]), 100, windows=3)
+    assert short["credit"] == 0.0, "a child that stops after one window is not graded on it"
+
+
+def test_every_window_must_do_the_judged_work_not_only_the_fastest():
+    """Skipping work in one window and making it up in another keeps the total launches equal;
+    each window is therefore held to the judged call on its own."""
+    from grader.grade.timed_work import windows_work_problem
+
+    honest = _window(50, 4900.0)
+    assert windows_work_problem(50, [honest, honest, honest], AUDIT, OWN) is None
+    skipped, doubled = _window(0, 0.0), _window(100, 9800.0)
+    kind, message, window = windows_work_problem(50, [honest, skipped, doubled], AUDIT, OWN)
+    assert kind == "timed_skipped" and window is skipped and "0 launches in 50 timed calls" in message
 
 
 # --- What is timed is what was judged (grader.grade.timed_work) ---------------------------------
@@ -201,7 +231,8 @@ def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs
     grading.own_kernels, grading.on = OWN, None
     plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=50, reference_ms=4.0)
     inputs = timing.TimingInputs(plan.case, plan.input_sets, ((), {}))
-    return timing._checked(grading, _ScriptedChild(), plan, (250.0, 240.0), traced, dict(AUDIT), inputs)
+    window = timing.Timed([250.0], [240.0], [traced])
+    return timing._checked(grading, _ScriptedChild(), plan, window, dict(AUDIT), inputs)
 
 
 def test_the_speed_counts_only_when_the_timed_calls_did_the_judged_work(monkeypatch):

@@ -59,6 +59,18 @@ def timed_work_problem(reps: int, window: dict, audit: dict, own_kernels: set[st
     return None
 
 
+def windows_work_problem(reps: int, windows: list[dict], audit: dict, own_kernels: set[str],
+                         moves_data: bool = False) -> tuple[str, str, dict] | None:
+    """``timed_work_problem`` of the first of several timed windows (each of ``reps`` calls) that
+    has one, with that window's trace; None when every window did the audit call's work. The
+    grade takes the fastest window, so each one must be held to the judged work on its own."""
+    for window in windows:
+        found = timed_work_problem(reps, window, audit, own_kernels, moves_data)
+        if found is not None:
+            return (*found, window)
+    return None
+
+
 def own_gpu_us(reps: int, window: dict, audit: dict, own_kernels: set[str]) -> dict:
     """The submission's own kernels' GPU time in microseconds: per timed call, and in the audit call."""
     def own_time(times) -> float:

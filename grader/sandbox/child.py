@@ -318,7 +318,7 @@ def main(argv: list[str], booted: float | None = None) -> int:
                 if order.get("retune"):
                     retune()
                 _timed_loop(channel, timed(from_order(order.get("call"))[0], raw, api), int(order["timing"]),
-                            tools, timing_sets, compile_clock, bool(order.get("save")))
+                            tools, timing_sets, compile_clock, bool(order.get("save")), int(order.get("windows", 1)))
         else:
             break
     channel.send("finished")
@@ -371,15 +371,16 @@ def _warm_up(channel, fn, tools: _Tools, sets: list | None) -> None:
 
 
 def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock,
-                save: bool) -> None:
-    """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times.
+                save: bool, windows: int = 1) -> None:
+    """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times,
+    in each of ``windows`` windows one after another (the parent keeps the fastest).
 
-    The closing message follows a device-wide synchronize taken before the learner's import, so
+    Each closing message follows a device-wide synchronize taken before the learner's import, so
     work left running (lazy, or on a side stream) is inside the timed window. The GPU's kernel
-    trace covers the timed calls: which kernels ran, how often, and for how long, so that the
-    parent can hold the timed calls to the same evidence as a judged call. With ``save``, the
-    outputs of the last call on each input set are saved afterwards for the parent to check. The
-    events are only a cross-check for the parent."""
+    trace covers each window's calls: which kernels ran, how often, and for how long, so that the
+    parent can hold every window to the same evidence as a judged call. With ``save``, the
+    outputs of the last window's last call on each input set are saved afterwards for the parent
+    to check. The events are only a cross-check for the parent."""
     from grader.core.checks import as_tuple, short_error
 
     try:
@@ -387,21 +388,23 @@ def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock
         for args, kwargs in sets:  # warm up: tune, and compile what the warm-up left
             fn(*args, **kwargs)
         tools.synchronize()
-        start, end = tools.event(enable_timing=True), tools.event(enable_timing=True)
         last = {}  # input set -> the outputs of its last call
-        trace = tools.trace()
-        with trace:
-            channel.send("timing_start", **compile_clock.take())
-            start.record()
-            for i in range(reps):
-                args, kwargs = sets[i % len(sets)]
-                outputs = as_tuple(fn(*args, **kwargs))
-                if save and i >= reps - len(sets):
-                    last[i % len(sets)] = outputs
-            end.record()
-            tools.synchronize()
-            channel.send("timing_end", event_ms=start.elapsed_time(end))
-        channel.send("timing_kernels", counts=trace.counts, times_us=trace.times_us, busy_us=trace.busy_us)
+        for window in range(windows):
+            start, end = tools.event(enable_timing=True), tools.event(enable_timing=True)
+            keep = save and window == windows - 1
+            trace = tools.trace()
+            with trace:
+                channel.send("timing_start", **compile_clock.take())
+                start.record()
+                for i in range(reps):
+                    args, kwargs = sets[i % len(sets)]
+                    outputs = as_tuple(fn(*args, **kwargs))
+                    if keep and i >= reps - len(sets):
+                        last[i % len(sets)] = outputs
+                end.record()
+                tools.synchronize()
+                channel.send("timing_end", event_ms=start.elapsed_time(end))
+            channel.send("timing_kernels", counts=trace.counts, times_us=trace.times_us, busy_us=trace.busy_us)
         if save:
             kept = [[out if type(out) is tools.plain_tensor else None for out in last[index]] for index in sorted(last)]
             tools.put(TIMED_OUTPUTS, tools.save({"outputs": kept, "sets": sorted(last)}))
