@@ -32,6 +32,8 @@ DEV_ENV :=
 endif
 # The Pythons the course supports (grader/core/versions.py holds the same range).
 SUPPORTED_PYTHON := import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 13) else 1)
+# nbgrader, which grade and release use, needs 3.11 (versions.GRADING_PYTHON).
+GRADING_PYTHON := import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)
 
 .PHONY: help check progress bench stubs test verify-gpu verify-secrets lab grade release clean-env
 
@@ -64,6 +66,9 @@ help:
 
 # Instructors: nbgrader, on top of the learners' environment.
 .venv/.grading: .venv/.ready
+	@.venv/bin/python -c "$(GRADING_PYTHON)" || { \
+		echo "Grading needs nbgrader, which needs Python 3.11 or newer, and .venv has Python $$(.venv/bin/python -c 'import platform; print(platform.python_version())'): run make clean-env, then the same command with BOOTSTRAP_PYTHON=python3.12 (or 3.11 or 3.13) added."; \
+		exit 2; }
 	.venv/bin/python -m pip install -q -e ".[grading]"
 	@touch $@
 

@@ -140,6 +140,8 @@ def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
     assert [line for line in lines if line.startswith("GPU")] == [
         "GPU 0: 2 timings had it alone for 3.0 s in all; they waited 5.0 s for the calls in progress to end "
         "(children whose call had ended frozen meanwhile)."]
+    peak = float(lines[-1].split("peaked at ")[1].split(" GiB")[0])
+    assert 0 < peak < 64, "the grader's own peak memory, in GiB"
 
 
 def test_a_timing_does_not_wait_for_a_child_that_compiles_but_freezes_it_until_done():

@@ -53,3 +53,38 @@ def test_check_raises_with_the_message(monkeypatch):
     monkeypatch.setattr(versions, "installed_versions", lambda: ({"triton": "3.4.0", "torch": "2.13.0"}, "2.3.0"))
     with pytest.raises(versions.UnsupportedVersion, match="older than this course supports"):
         versions.check(interpreter=True)
+
+
+def test_the_grading_python_is_the_same_in_the_pin_the_makefile_and_the_table():
+    """nbgrader's own floor, stated three times: the extra's marker, the Makefile's early check,
+    and the message of the instructors' commands."""
+    floor = "{}.{}".format(*versions.GRADING_PYTHON)
+    project = (REPO_ROOT / "pyproject.toml").read_text()
+    assert re.search(r'"nbgrader==[^;"]*; python_version >= \'(\d+\.\d+)\'"', project)[1] == floor
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert f"sys.version_info[:2] >= ({versions.GRADING_PYTHON[0]}, {versions.GRADING_PYTHON[1]})" in makefile
+    assert f"needs Python {floor} or newer" in makefile
+
+
+def test_the_instructors_commands_say_what_to_do_without_nbgrader(monkeypatch, capsys):
+    import builtins
+    import sys
+
+    from grader.grade import commands
+
+    real_import = builtins.__import__
+
+    def no_nbgrader(name, *args, **kwargs):
+        if name == "nbgrader" or name.startswith("nbgrader."):
+            raise ImportError("No module named 'nbgrader'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nbgrader)
+    monkeypatch.delitem(sys.modules, "nbgrader", raising=False)
+    ran = []
+    assert commands._guarded(lambda args: ran.append(args) or 0)(None) == 2
+    assert not ran
+    message = capsys.readouterr().out
+    assert "Grading needs nbgrader" in message
+    monkeypatch.setattr(versions.sys, "version_info", (3, 10, 14))
+    assert "needs Python 3.11 or newer, and this is Python 3.10" in versions.grading_problem()

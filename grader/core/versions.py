@@ -14,6 +14,24 @@ import sys
 # (oldest, newest) major.minor of each, both included.
 SUPPORTED = {"triton": ((3, 6), (3, 9)), "torch": ((2, 11), (2, 15))}
 PYTHON = ((3, 10), (3, 13))
+GRADING_PYTHON = (3, 11)  # nbgrader 0.9.6, which grading and releasing use, needs it
+
+
+def grading_problem() -> str | None:
+    """Why the instructors' commands cannot run here (nbgrader missing), with what to do; None if they can."""
+    try:
+        import nbgrader  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return None
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if sys.version_info[:2] < GRADING_PYTHON:
+        return (f"Grading needs nbgrader, which needs Python {_shown(GRADING_PYTHON)} or newer, and this is Python "
+                f"{here}. Rebuild the environment with a newer Python: `make clean-env`, then `make grade "
+                "BOOTSTRAP_PYTHON=python3.12` (or any of 3.11 to 3.13).")
+    return ("Grading needs nbgrader, which is not installed here: `make grade` installs it, or "
+            "`pip install -e '.[grading]'` in your own environment.")
 
 
 class UnsupportedVersion(RuntimeError):

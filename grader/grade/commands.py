@@ -113,6 +113,12 @@ def stop_on_signals() -> None:
 
 def _guarded(command):
     def run(args) -> int:
+        from grader.core.versions import grading_problem
+
+        problem = grading_problem()
+        if problem is not None:
+            print(problem)
+            return 2
         stop_on_signals()
         try:
             return command(args)

@@ -9,6 +9,7 @@ time goes, never used for a grade. ``table`` sums the gradings of a run per modu
 from __future__ import annotations
 
 import json
+import resource
 import threading
 import time
 from contextlib import contextmanager
@@ -99,6 +100,12 @@ def lease_line(gpu, usage) -> str:
     return (f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all; "
             f"they waited {usage.draining_seconds:.1f} s for the calls in progress to end (children whose "
             f"call had ended frozen meanwhile).")
+
+
+def memory_line() -> str:
+    """The grader process's own peak memory so far (its children are limited apart, by the sandbox)."""
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return f"The grader's own process peaked at {peak_kib / (1 << 20):.2f} GiB of memory (its children not counted)."
 
 
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:

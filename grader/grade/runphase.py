@@ -70,7 +70,7 @@ class RunSummary:
     def profile_table(self) -> str:
         table = profile.table([(o.submissions[0].module.id, o.profile) for o in self.outcomes if o.profile])
         return "\n".join([table] + [profile.lease_line(gpu, usage) for gpu, usage in sorted(self.gpu_usage.items())
-                                    if usage.timings])
+                                    if usage.timings] + [profile.memory_line()])
 
     def record_for(self, student: str, module_id: str) -> dict | None:
         for outcome in self.outcomes:
