@@ -29,7 +29,8 @@ def _module_or_next(name: str | None):
 def cmd_check(args) -> int:
     from grader.learn import check
 
-    code = check.check_contained(_module_or_next(args.module), args.impl, memcheck=not args.no_memcheck)
+    code = check.check_contained(_module_or_next(args.module), args.impl, memcheck=not args.no_memcheck,
+                                 function=args.function)
     if code and os.environ.get("MAKELEVEL") and not check.is_inner():  # make adds its own "Error N" line after ours
         crashed = code == check.CRASHED
         print("(make reports the exit status next: " + ("the check crashed, as said above.)" if crashed else
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--impl", default="learner", help="learner (default), solutions, or a folder/file")
     check.add_argument("--no-memcheck", action="store_true",
                        help="on a CPU, skip the memory checker (out-of-bounds, races, unwritten memory)")
+    check.add_argument("--function", help="only the tests of this function of the module, e.g. rms_norm")
     check.set_defaults(run=cmd_check)
 
     commands.add_parser("progress", help="all modules and where you stand").set_defaults(run=cmd_progress)

@@ -1,6 +1,7 @@
 """pytest glue for the modules' public tests (``tracks/*/*/test_kernel.py``).
 
-- ``--impl`` chooses the kernel.py under test: ``learner`` (default), ``solutions``, or a folder.
+- ``--impl`` chooses the kernel.py under test: ``learner`` (default), ``solutions``, or a folder;
+  ``--function`` keeps only the tests of one function of the module (``make check K=...``);
 - a test that takes ``case`` runs once per entry of its module's ``CASES`` that suits the device;
 - a test that takes ``bar`` runs once per entry of its module's ``TRAFFIC`` (memory-traffic bars),
   under the interpreter only: on a GPU the speed itself is measured instead;
@@ -16,6 +17,7 @@ import pytest
 
 from grader.authoring import test_order
 from grader.core import device
+from grader.core.cases import spec_for
 from grader.core.catalog import find_module
 from grader.core.loading import LoadError, load_kernel
 
@@ -23,6 +25,9 @@ from grader.core.loading import LoadError, load_kernel
 def pytest_addoption(parser):
     parser.addoption("--impl", default="learner",
                      help="kernel.py to test: learner (default), solutions, or a folder of submissions")
+    parser.addoption("--function", default=None,
+                     help="only the tests of this function of the module (make check K=...): the cases "
+                          "that call it, and the other tests that name it")
 
 
 def pytest_configure(config):
@@ -38,6 +43,11 @@ def pytest_configure(config):
 # xdist workers' collection puts the longest units first, and the scheduler keeps that order; the
 # controller of a parallel run times each unit for the next one.
 def pytest_collection_modifyitems(config, items):
+    function = config.getoption("--function")
+    if function:
+        kept = [item for item in items if tests_function(item, function)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     if not hasattr(config, "workerinput"):  # not an xdist worker: a run in one process keeps its order
         return
     units: dict[str, list] = {}
@@ -46,6 +56,18 @@ def pytest_collection_modifyitems(config, items):
     heavy = {name for name, unit in units.items() if unit[0].get_closest_marker("heavy")}
     history = test_order.expected_seconds(config.rootpath, device.mode())
     items[:] = [item for name in test_order.longest_first(units, history, heavy) for item in units[name]]
+
+
+def tests_function(item, function: str) -> bool:
+    """Whether test ``item`` tests ``function`` of its module: a case (or traffic bar) whose Spec
+    calls it, or another test whose name names it."""
+    callspec = getattr(item, "callspec", None)
+    module_spec = getattr(getattr(item, "module", None), "SPEC", None)
+    for name in ("case", "bar"):
+        if callspec is not None and name in callspec.params and module_spec is not None:
+            value = callspec.params[name]
+            return spec_for(value if name == "case" else value.case, module_spec).api == function
+    return function in item.name
 
 
 _clock: test_order.UnitClock | None = None

@@ -145,3 +145,34 @@ def test_a_check_that_crashed_never_says_nothing_crashed(tmp_path):
                             env={**os.environ, "MAKELEVEL": "1"})
     assert result.returncode == 3, result.stdout[-2000:]
     assert "Nothing crashed" not in result.stdout and "the check crashed, as said above" in result.stdout
+
+
+def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeypatch):
+    """make check K=rms_norm: the cases whose Spec calls rms_norm() and the tests that name it, no
+    other function's, and no progress recorded for a module checked in part."""
+    from io import StringIO
+
+    from grader.learn import check
+
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("mastery/04-training-kernels")
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--impl=solutions",
+                                "--function", "rms_norm", str(module.learner_dir / "test_kernel.py")],
+                               capture_output=True, text=True, cwd=REPO_ROOT, check=False).stdout
+    names = [line for line in collected.splitlines() if "::" in line]
+    assert names and all("rms_norm" in n or "test_matches_reference[" in n for n in names)
+    assert any("test_rms_norm_rejects" in n for n in names) and any("gradcheck_in_float64[rms_norm]" in n for n in names)
+    assert not any("layer_norm" in n or "adamw" in n for n in names)
+    cases = [n for n in names if "test_matches_reference[" in n]
+    assert len(cases) == sum(1 for c in check.cases.public(module)[1]
+                             if check.cases.spec_for(c, check.cases.public(module)[0]).api == "rms_norm")
+
+    out = StringIO()
+    assert not check.check(module, "learner", out, function="rms_nrm")
+    assert "has no function 'rms_nrm'" in out.getvalue() and "rms_norm, layer_norm" in out.getvalue()
+
+    vector_add = find_module("missing-elements/01-vector-add")
+    out = StringIO()
+    assert not check.check(vector_add, "learner", out, function="add")
+    assert "Public tests of add(): 0 of" in out.getvalue() and "Not yet" in out.getvalue()
+    assert not (tmp_path / "progress.json").exists()

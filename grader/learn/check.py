@@ -48,18 +48,28 @@ class _Collector:
             self.results.append((item.name, report.outcome, message))
 
 
-def run_public_tests(module: Module, impl: str | Path) -> list[tuple[str, str, str]]:
+def run_public_tests(module: Module, impl: str | Path, function: str | None = None) -> list[tuple[str, str, str]]:
     collector = _Collector()
     test_file = module.learner_dir / "test_kernel.py"
+    only = [f"--function={function}"] if function else []
     with redirect_stdout(io.StringIO()):
-        pytest.main([str(test_file), f"--impl={impl}", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:faulthandler",
-                     "-W", "ignore"], plugins=[collector])
+        pytest.main([str(test_file), f"--impl={impl}", *only, "-p", "no:terminal", "-p", "no:cacheprovider",
+                     "-p", "no:faulthandler", "-W", "ignore"], plugins=[collector])
     return collector.results
 
 
-def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
+def functions_of(module: Module) -> list[str]:
+    """The functions a module's public cases call, its main one first."""
+    spec, public = cases.public(module)
+    return list(dict.fromkeys(s.api for s in [spec, *cases.specs_of(spec, public)]))
+
+
+def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function: str | None = None) -> bool:
     """Print the report for one module; True when every public test passes and, on a GPU, the
-    kernel meets the course's speed bar on every benchmark case."""
+    kernel meets the course's speed bar on every benchmark case. ``function``: only the tests of
+    that function (no speed bar, no progress recorded: the module is not done by one function)."""
+    if function is not None:
+        return _check_function(module, impl, function, out)
     path = kernel_path(module, impl)
     shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
     print(f"{module.id}: {module.title}\nChecking {shown} on {device.describe()}\n", file=out)
@@ -156,6 +166,38 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout) -> bool:
     return done
 
 
+def _check_function(module: Module, impl: str | Path, function: str, out) -> bool:
+    """``check`` narrowed to one function's tests: what a learner runs while working on one part."""
+    known = functions_of(module)
+    if function not in known:
+        print(f"{module.id} has no function {function!r} with tests of its own; its functions are "
+              f"{', '.join(known)}. Run the check with one of them as K, or without K for all.", file=out)
+        return False
+    path = kernel_path(module, impl)
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    print(f"{module.id}: {module.title}\nChecking {function}() in {shown} on {device.describe()}\n", file=out)
+    if not path.is_file():
+        print(missing_kernel(module, impl, path), file=out)
+        return False
+    if not device.is_cuda():
+        print(_memcheck_line(), file=out)
+    results = run_public_tests(module, impl, function)
+    counted = [r for r in results if r[1] != "skipped"]
+    passed = sum(outcome == "passed" for _, outcome, _ in counted)
+    print(f"Public tests of {function}(): {passed} of {len(counted)} pass", file=out)
+    shown_details: list[str] = []
+    for name, outcome, message in results:
+        print(f"  {({'passed': 'PASS', 'failed': 'FAIL', 'skipped': 'skip'})[outcome]} {name}", file=out)
+        if outcome == "failed" and gist(message) not in shown_details and len(shown_details) < 4:
+            shown_details.append(gist(message))
+            print(textwrap.indent(message.strip(), "      "), file=out)
+    done = bool(counted) and passed == len(counted)
+    others = [name for name in known if name != function]
+    print(f"\n{'All of them pass' if done else 'Not yet'}: run the check without K for the whole module"
+          f"{' (' + ', '.join(others) + ')' if others else ''}, its speed and its progress.", file=out)
+    return done
+
+
 def _memcheck_line() -> str:
     from grader.core import memcheck
     if memcheck.enabled():
@@ -241,7 +283,7 @@ def is_inner() -> bool:
     return bool(os.environ.get(_INNER))
 
 
-def check_contained(module: Module, impl: str | Path, memcheck: bool = True) -> int:
+def check_contained(module: Module, impl: str | Path, memcheck: bool = True, function: str | None = None) -> int:
     """Run ``check`` in a child process so that a crashing kernel still gets an explanation.
 
     Under the interpreter an unmasked load or store touches memory outside the tensor, which can
@@ -250,11 +292,12 @@ def check_contained(module: Module, impl: str | Path, memcheck: bool = True) -> 
     such accesses first. Returns the exit code.
     """
     if os.environ.get(_INNER):
-        return 0 if check(module, impl) else 1
+        return 0 if check(module, impl, function=function) else 1
     sys.stdout.flush()
     from grader.core.memcheck import ENV_SWITCH
     switch = os.environ.get(ENV_SWITCH, "1") if memcheck else "0"
-    child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl)],
+    only = ["--function", function] if function else []
+    child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl), *only],
                            env={**os.environ, _INNER: "1", ENV_SWITCH: switch})
     if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
         print("\n" + crashes.check_message(child.returncode))
