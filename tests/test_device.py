@@ -169,3 +169,28 @@ def _fill_kernel():
         tl.store(out_ptr + offsets, offsets * 0 + BLOCK, mask=offsets < n)
 
     return fill
+
+
+@triton.jit
+def _copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
+
+
+def test_wrap_triton_takes_an_interpreted_kernel_with_every_supported_pytorch(monkeypatch):
+    """PyTorch before 2.13 refuses an interpreted kernel in torch.library.wrap_triton; under the
+    interpreter the course hands it back to run as it is, as later PyTorch does."""
+    if device.is_cuda():
+        pytest.skip("the interpreter's kernels only exist under the interpreter")
+
+    def refusing(kernel):  # what PyTorch 2.11 does with anything but a JITFunction or an Autotuner
+        raise RuntimeError("wrap_triton only works on functions annotated with triton.jit or triton.autotune")
+
+    monkeypatch.setattr(torch.library, "wrap_triton", refusing)
+    device._let_wrap_triton_take_interpreted_kernels()
+    assert torch.library.wrap_triton(_copy_kernel) is _copy_kernel
+    x, out = torch.arange(8.0), torch.zeros(8)
+    torch.library.wrap_triton(_copy_kernel)[(1,)](x, out, BLOCK=8)
+    assert torch.equal(out, x)
+    with pytest.raises(RuntimeError, match="only works on functions"):
+        torch.library.wrap_triton(print)  # anything else still goes to PyTorch's own check

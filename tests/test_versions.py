@@ -88,3 +88,40 @@ def test_the_instructors_commands_say_what_to_do_without_nbgrader(monkeypatch, c
     assert "Grading needs nbgrader" in message
     monkeypatch.setattr(versions.sys, "version_info", (3, 10, 14))
     assert "needs Python 3.11 or newer, and this is Python 3.10" in versions.grading_problem()
+
+
+def test_the_conda_environments_take_their_versions_from_the_package():
+    """environment.yml installs the package (its pins are pyproject's); the CPU variant pins only
+    PyTorch's CPU build, the same version the Makefile installs, inside the supported range."""
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    torch_version = re.search(r"TORCH_VERSION \?= (\S+)", makefile)[1]
+    cpu = (REPO_ROOT / "environment-cpu.yml").read_text()
+    assert f"- torch=={torch_version}+cpu" in cpu and "download.pytorch.org/whl/cpu" in cpu
+    oldest, newest = versions.SUPPORTED["torch"]
+    assert oldest <= versions.major_minor(torch_version) <= newest
+    for name in ("environment.yml", "environment-cpu.yml"):
+        text = (REPO_ROOT / name).read_text()
+        assert "- -e .[notebooks]" in text, name
+        python = tuple(int(n) for n in re.search(r"- python=(\d+\.\d+)", text)[1].split("."))
+        assert versions.PYTHON[0] <= python <= versions.PYTHON[1], name
+
+
+def test_the_version_matrix_rows_are_the_ends_of_the_supported_ranges():
+    from grader.authoring import version_matrix as matrix
+
+    oldest, newest = matrix.ROWS["oldest"], matrix.ROWS["newest"]
+    assert (oldest.python, oldest.torch, oldest.triton) == ("3.10", "2.11", "3.6")
+    ends = (versions.PYTHON[1], versions.SUPPORTED["torch"][1], versions.SUPPORTED["triton"][1])
+    assert (newest.python, newest.torch, newest.triton) == tuple("{}.{}".format(*v) for v in ends)
+    assert matrix.parse_row("3.12:2.14:3.8").torch == "2.14"
+    with pytest.raises(Exception, match="python:torch:triton"):
+        matrix.parse_row("3.12-2.14")
+
+
+def test_the_version_matrix_reads_pytest_s_closing_line():
+    from grader.authoring.version_matrix import pytest_counts
+
+    closing = "....\n1 failed, 120 passed, 3 skipped in 5.0s\n"
+    assert pytest_counts(closing) == {"failed": 1, "passed": 120, "skipped": 3}
+    assert pytest_counts("2 errors in 1.0s") == {"errors": 2}
+    assert pytest_counts("nothing ran") == {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -33,6 +33,7 @@ def select() -> str:
             _mode = "interpreter"
             run_first_autotune_config()
             _make_masked_loads_strict()
+            _let_wrap_triton_take_interpreted_kernels()
     return _mode
 
 
@@ -182,6 +183,34 @@ def _resource_errors() -> tuple[type[BaseException], ...]:
         except (ImportError, AttributeError):
             pass
     return tuple(found)
+
+
+def _let_wrap_triton_take_interpreted_kernels() -> None:
+    """Under the interpreter ``@triton.jit`` gives an ``InterpretedFunction``, which
+    ``torch.library.wrap_triton`` refuses before PyTorch 2.13 ("wrap_triton only works on functions
+    annotated with triton.jit"); later versions hand such a kernel back unchanged, to run as it is.
+    Older PyTorch is made to do the same, so that a custom operator's launcher (mastery/05) runs
+    on a CPU with every supported PyTorch."""
+    import torch.library
+
+    original = getattr(torch.library, "wrap_triton", None)
+    if original is None or getattr(original, "_takes_interpreted", False):
+        return
+    try:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # another Triton layout: keep PyTorch's own behaviour
+        return
+
+    def wrap_triton(triton_kernel):
+        inner = triton_kernel.fn if isinstance(triton_kernel, Autotuner) else triton_kernel
+        if isinstance(inner, InterpretedFunction):
+            return triton_kernel
+        return original(triton_kernel)
+
+    wrap_triton._takes_interpreted = True
+    wrap_triton.__doc__ = original.__doc__
+    torch.library.wrap_triton = wrap_triton
 
 
 def _make_masked_loads_strict() -> None:

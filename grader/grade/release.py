@@ -29,15 +29,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.grade import course
 from grader.core.catalog import REPO_ROOT, TRACKS_DIR, Module
 from grader.core.markers import is_marker, modules_with_solutions, stub_for
+from grader.grade import course
 
 DEFAULT_OUT = REPO_ROOT / "build" / "release"
 # The reference solutions and hidden cases; example submissions (some are solutions); the course's
 # own test suite, which runs against solutions/ and holds kernels of its own; continuous
 # integration, which runs that suite; the instructors' guide.
-INSTRUCTOR_ONLY = ("solutions/", "grader/examples/", "tests/", ".ci/", "docs/instructors.md")
+INSTRUCTOR_ONLY = ("solutions/", "grader/examples/", "tests/", ".ci/", "docs/instructors.md", "docs/maintainers.md")
 _MIN_SECRET_CHARS = 10
 NOT_IN_BUNDLE = "<!-- not in the learners' bundle -->"
 END_MARK = "<!-- end -->"
@@ -149,7 +149,7 @@ def find_leaks(folder: Path, modules: list[Module] | None = None, pattern: str =
     ``pattern``, and for each learner kernel.py there that is not the generated stub (a finished
     kernel may hold only lines the course shows, yet completes every TODO)."""
     secrets = secret_lines(modules)
-    secrets.update({name: "a hidden case's name" for name in hidden_case_names(modules)})
+    secrets.update(dict.fromkeys(hidden_case_names(modules), "a hidden case's name"))
     stubs = learner_kernels(modules)
     found = []
     for path in sorted(p for p in Path(folder).rglob(pattern) if p.is_file()):
