@@ -12,8 +12,10 @@ anything above it):
 
 Course files (kernels, their tests, notebooks) import a small public surface by short names:
 ``grader.device``, ``grader.validation``, ``grader.check``, ``grader.cases``, ``grader.checks``,
-``grader.bench``, ``grader.traffic``, ``grader.memcheck`` and ``grader.notebook``. Those names stay valid whatever the layout, so a
-learner's file never breaks when the package is reorganised.
+``grader.bench``, ``grader.traffic``, ``grader.memcheck``, ``grader.catalog``, ``grader.loading``,
+``grader.instrument``, ``grader.evidence`` and ``grader.notebook``. Those names stay valid whatever
+the layout, so a learner's file never breaks when the package is reorganised (a test holds every
+file under ``tracks/`` and ``notebooks/`` to them).
 
 Importing the package selects the device (CUDA, else Triton's interpreter) before any
 learner code is loaded.
@@ -35,6 +37,10 @@ PUBLIC_NAMES = {
     "grader.bench": "grader.core.bench",
     "grader.traffic": "grader.core.traffic",
     "grader.memcheck": "grader.core.memcheck",
+    "grader.catalog": "grader.core.catalog",
+    "grader.loading": "grader.core.loading",
+    "grader.instrument": "grader.core.instrument",
+    "grader.evidence": "grader.core.evidence",
     "grader.check": "grader.learn.check",
     "grader.notebook": "grader.learn.notebook",
 }

@@ -246,8 +246,8 @@ def cpu_tensor_on_gpu():
 
 
 def past_the_end_checked():
-    """The course's memory checker watches the interpreter's accesses (grader.core.memcheck)."""
-    from grader.core.memcheck import MemoryChecker
+    """The course's memory checker watches the interpreter's accesses (grader.memcheck)."""
+    from grader.memcheck import MemoryChecker
 
     with MemoryChecker():
         interpreted(store_far_past_the_end)[(1,)](torch.zeros(16), FAR)

@@ -27,7 +27,7 @@ import triton
 from grader import device
 from grader.cases import Case, Spec
 from grader.checks import check_case, compare, expect_error
-from grader.core.instrument import AccessRecorder
+from grader.instrument import AccessRecorder
 from grader.traffic import Traffic, describe
 
 # ----------------------------------------------------------------------------------------------

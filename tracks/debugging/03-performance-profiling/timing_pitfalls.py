@@ -28,10 +28,10 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="timing-pitfal
 import torch  # noqa: E402
 
 from grader import device  # noqa: E402  (selects the device before triton is imported)
-from grader.core import cases  # noqa: E402
-from grader.core.catalog import REPO_ROOT, find_module  # noqa: E402
-from grader.core.checks import build_inputs, run_case  # noqa: E402
-from grader.core.loading import LoadError, load_kernel  # noqa: E402
+from grader import cases  # noqa: E402
+from grader.catalog import REPO_ROOT, find_module  # noqa: E402
+from grader.checks import build_inputs, run_case  # noqa: E402
+from grader.loading import LoadError, load_kernel  # noqa: E402
 
 MODULE = "debugging/03-performance-profiling"
 SHAPE = (4096, 2048)  # 32 MiB of fp32 input and 32 MiB of output: together about an H100's L2 (50 MiB)

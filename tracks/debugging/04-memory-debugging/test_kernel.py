@@ -5,7 +5,7 @@ the pytest tests. dot() is the module's main function (SPEC); cases with spec=AD
 add_bias(), spec=COLUMN_SUM column_sum(), spec=SCALE scale().
 
 Under the interpreter every case runs inside the course's memory checker
-(grader.core.memcheck): an access outside the tensors a kernel was given stops the call, and two
+(grader.memcheck): an access outside the tensors a kernel was given stops the call, and two
 programs storing to one element without an atomic, a read of memory nothing has written, or an
 output element nothing wrote fails the case, each with the line, the program and the lane. Such
 bugs often leave the numbers right on a CPU, so the numbers alone would not catch them. On a GPU
@@ -25,8 +25,8 @@ import triton.language as tl
 from grader import device
 from grader.cases import Case, Spec
 from grader.checks import check_case, expect_error
-from grader.core import memcheck
-from grader.core.loading import todo_summary
+from grader import memcheck
+from grader.loading import todo_summary
 
 
 # ---- dot --------------------------------------------------------------------------------------------

@@ -1260,7 +1260,7 @@ def _tensors(*sizes, dtype=torch.float32):
 
 
 def test_adamw_is_one_launch_per_dtype(kernel):
-    from grader.core.evidence import shared_monitor
+    from grader.evidence import shared_monitor
 
     adamw = kernel.api("adamw")
     monitor = shared_monitor()

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 import triton.language as tl
 
 from grader import device
-from grader.core.catalog import REPO_ROOT, find_module
-from grader.core.loading import LoadError, load_kernel
+from grader.catalog import REPO_ROOT, find_module
+from grader.loading import LoadError, load_kernel
 
 MODULE_ID = "mastery/05-production-ready"
 TARGET = 1.05  # custom op time / bare launch time, at realistic sizes
