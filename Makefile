@@ -3,19 +3,22 @@
 # and matplotlib; grade and release add nbgrader, test and verify-* the maintainers' tools.
 # Use your own environment instead with PYTHON=/path/to/python.
 #
-#   make check [M=missing-elements/03-softmax] [IMPL=solutions|<folder>] [MEMCHECK=0]
-#   make progress | make bench M=... | make lab | make stubs | make test
+#   make check [M=missing-elements/03-softmax] [K=<function>] [IMPL=solutions|<folder>] [MEMCHECK=0]
+#   make progress | make bench M=... | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 #   make verify-secrets [M=...] [SECRETS=8]   (maintainers: every case of the references, many secrets)
+#   make verify-versions [ROWS="--row oldest"]   (maintainers: the references on the oldest and newest versions)
 
 PYTHON ?= .venv/bin/python
 BOOTSTRAP_PYTHON ?= python3
 M ?=
 IMPL ?= learner
+K ?=
 MEMCHECK ?= 1
 SUBMISSIONS ?=
 SECRETS ?= 8
+ROWS ?=
 # make verify-gpu's parallel pass is mostly Triton compiling (CPU work): three workers per four cores.
 GPU_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 4); echo $$(( n * 3 / 4 > 1 ? n * 3 / 4 : 1 )))
 TORCH_VERSION ?= 2.13.0
@@ -35,10 +38,10 @@ SUPPORTED_PYTHON := import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <=
 # nbgrader, which grade and release use, needs 3.11 (versions.GRADING_PYTHON).
 GRADING_PYTHON := import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)
 
-.PHONY: help check progress bench stubs test verify-gpu verify-secrets lab grade release clean-env
+.PHONY: help check progress bench stubs test lint verify-gpu verify-secrets verify-versions lab grade release clean-env
 
 help:
-	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,11p' Makefile | sed 's/^# \{0,1\}//'
 
 .venv/.ready: pyproject.toml
 	@$(BOOTSTRAP_PYTHON) -c "$(SUPPORTED_PYTHON)" 2>/dev/null || { \
@@ -78,7 +81,7 @@ help:
 	@touch $@ .venv/.grading
 
 check: $(ENV)
-	@$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck)
+	@$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck) $(if $(K),--function $(K))
 
 progress: $(ENV)
 	@$(PYTHON) -m grader progress
@@ -97,6 +100,10 @@ test: $(DEV_ENV)
 		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
 	$(PYTHON) -m pytest --impl=solutions -n 2 --dist loadfile
 
+# The grader and the tests, held to pyproject.toml's ruff rules.
+lint: $(DEV_ENV)
+	$(PYTHON) -m ruff check grader tests
+
 # On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
 # then the tests that time the GPU, one at a time with the GPU to themselves.
 verify-gpu: $(DEV_ENV)
@@ -108,6 +115,10 @@ verify-gpu: $(DEV_ENV)
 # A hidden case's inputs come from the run's secret: the references must pass for any of them.
 verify-secrets: $(DEV_ENV)
 	GRADER_AUTOTUNE=first $(PYTHON) -m grader sweep-secrets $(if $(M),--module $(M)) --secrets $(SECRETS)
+
+# Fresh environments for the oldest and the newest supported versions (docs/maintainers.md).
+verify-versions: $(ENV)
+	$(PYTHON) -m grader.authoring.version_matrix $(ROWS)
 
 lab: $(ENV)
 	@$(PYTHON) -m grader lab -- $(LAB_ARGS)

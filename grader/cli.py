@@ -7,12 +7,12 @@ import os
 import sys
 from pathlib import Path
 
-from grader.core import device
-from grader.learn import progress
 from grader.authoring import stubs
+from grader.core import device
 from grader.core.catalog import REPO_ROOT, available_modules, find_module
-from grader.grade.commands import (add_commands as add_instructor_commands, add_ray_argument, add_workers_argument,
-                                   stop_on_signals)
+from grader.grade.commands import add_commands as add_instructor_commands
+from grader.grade.commands import add_ray_argument, add_workers_argument, stop_on_signals
+from grader.learn import progress
 
 
 def _module_or_next(name: str | None):
@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.add_argument("--profile", action="store_true", help="print where the time went, per module and step")
     run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
     add_workers_argument(run_cmd)
-    run_cmd.add_argument("--case-timeout", type=float, default=60.0, help="CPU seconds per call (default 60; wall time may run 10x longer)")
+    run_cmd.add_argument("--case-timeout", type=float, default=60.0,
+                         help="CPU seconds per call (default 60; wall time may run 10x longer)")
     run_cmd.add_argument("--startup-timeout", type=float, default=90.0,
                          help="CPU seconds to start and import kernel.py (default 90)")
     run_cmd.add_argument("--memory-gib", type=float, help="host memory per child (default 4, 16 on CUDA)")

@@ -36,7 +36,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
                                        "runs these after the parallel pass, one at a time)")
     config.addinivalue_line("markers", "heavy: a file whose module-scoped fixture grades for minutes; until a "
-                                       "parallel run has timed it, such a file starts first, so that it does not end the run")
+                                       "parallel run has timed it, such a file starts first, so that it does not "
+                                       "end the run")
 
 
 # With ``--dist loadfile`` each work unit (grader.authoring.test_order) runs on one worker. The

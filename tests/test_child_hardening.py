@@ -9,7 +9,6 @@ the others.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 
@@ -22,7 +21,7 @@ from grader.authoring import example_submissions
 from grader.core import device
 from grader.core.catalog import find_module
 from grader.core.evidence import ALLOWED_OPS, Monitor, canary, foreign_kernels, judge_evidence
-from grader.core.memcheck import BoundsGuard, MemoryFault
+from grader.core.memcheck import BoundsGuard
 from grader.grade import runphase
 from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 
@@ -164,7 +163,7 @@ def test_the_guard_refuses_an_access_outside_the_launch_and_lets_the_calls_tenso
     guard = BoundsGuard().install()
     try:
         target, scratch = bytearray(64), torch.zeros(1, dtype=torch.int64)
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (whatever the interpreter raises for a refused access)
             _poke[(1,)](scratch, (id(target) - scratch.data_ptr()) // 8 + 2)
         assert guard.take_fault().kind == "out-of-bounds" and len(target) == 64
         # A pointer table may reach the call's own tensors, and only while the call runs.
@@ -172,7 +171,7 @@ def test_the_guard_refuses_an_access_outside_the_launch_and_lets_the_calls_tenso
         table, out = torch.tensor([x.data_ptr()], dtype=torch.int64), torch.empty(8)
         guard.call(lambda: _gather[(1,)](table, out, BLOCK=8), (x,), {})()
         assert torch.equal(out, x) and guard.take_fault() is None
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (as above)
             _gather[(1,)](table, out, BLOCK=8)
         assert guard.take_fault() is not None
     finally:

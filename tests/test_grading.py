@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.core import cases, device
-from grader.grade import course, pipeline as grading, record, release, runphase
 from grader.authoring import example_submissions
+from grader.core import cases, device
 from grader.core.catalog import REPO_ROOT, find_module
 from grader.core.checks import build_inputs
+from grader.grade import course, record, release, runphase
+from grader.grade import pipeline as grading
 from grader.sandbox.isolation import GiB, Limits, Sandbox, offers
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
@@ -143,7 +144,8 @@ def _expected_partial_points() -> float:
         covered = [build_inputs(spec, c, on=device.torch_device())[0][0].numel() % 1024 == 0 for c in case_list]
         return sum(covered) / len(covered)
 
-    return round(course.POINTS["public"] * share(public), 2) + round(course.POINTS["hidden"] * share(cases.hidden(VECTOR_ADD)), 2)
+    hidden = cases.hidden(VECTOR_ADD)
+    return round(course.POINTS["public"] * share(public), 2) + round(course.POINTS["hidden"] * share(hidden), 2)
 
 
 # --- scores ----------------------------------------------------------------------------------
@@ -398,7 +400,7 @@ def test_score_never_writes_to_stderr_nor_shows_a_traceback(tmp_path, capfd, mon
     def noisy(module_id, folder):
         import warnings
 
-        warnings.warn("a warning")
+        warnings.warn("a warning", stacklevel=1)
         os.write(2, b"C code on stderr\n")
         print("Python on stderr", file=sys.stderr)
         raise RuntimeError("the grader broke\nsecond line")

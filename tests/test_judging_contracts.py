@@ -142,10 +142,10 @@ def _compare(spec, case, make_outputs):
 def test_a_second_output_in_lower_precision_fails_on_its_dtype():
     spec = _two_outputs_spec(output_dtypes={"lse": torch.float32})
     case = Case({}, torch.bfloat16)
-    right = lambda x: (x * 2, torch.logsumexp(x.float(), -1))  # noqa: E731
+    right = lambda x: (x * 2, torch.logsumexp(x.float(), -1))
     assert _compare(spec, case, right) == []
     # about 0.4 % off: within bfloat16's tolerance, far outside float32's
-    low = lambda x: (x * 2, torch.logsumexp(x.float(), -1).to(torch.bfloat16))  # noqa: E731
+    low = lambda x: (x * 2, torch.logsumexp(x.float(), -1).to(torch.bfloat16))
     problems = _compare(spec, case, low)
     assert problems and "lse has dtype torch.bfloat16, expected torch.float32" in problems[0]
 

@@ -29,8 +29,8 @@ import pytest
 
 pytest.importorskip("jupyterlab", reason="the lab needs the [notebooks] extra (jupyterlab)")
 
-from grader.learn import lab as launcher
 from grader.core.catalog import NOTEBOOKS_DIR
+from grader.learn import lab as launcher
 
 START_GUARD_S = 300  # hang guards only: a loaded machine is slow, never wrong
 STOP_GUARD_S = 30

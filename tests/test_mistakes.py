@@ -4,8 +4,8 @@ must catch every one on several cases, and what the learner reads must name its 
 import pytest
 import triton
 
-from grader.core import cases, device
 from grader.authoring import mistakes
+from grader.core import cases, device
 from grader.core.checks import across, run_case
 from grader.core.loading import load_kernel
 from grader.core.markers import modules_with_solutions

@@ -10,8 +10,8 @@ import pytest
 nbclient = pytest.importorskip("nbclient", reason="notebooks need the [notebooks] extra (nbclient)")
 nbformat = pytest.importorskip("nbformat", reason="notebooks need the [notebooks] extra (nbformat)")
 
-from grader.learn.notebook import FALLBACK
-from grader.core.markers import modules_with_solutions
+from grader.core.markers import modules_with_solutions  # noqa: E402 (after the extra's check)
+from grader.learn.notebook import FALLBACK  # noqa: E402
 
 MODULES = modules_with_solutions()
 

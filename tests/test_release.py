@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from grader.grade import course, release
 from grader.core.catalog import REPO_ROOT, available_modules
 from grader.core.markers import modules_with_solutions, stub_for
+from grader.grade import course, release
 
 
 def _needs_nbgrader() -> None:
@@ -51,7 +51,8 @@ def test_every_assignment_is_released_by_nbgrader(bundle):
         folder = bundle.folder / "release" / name
         assert (folder / "kernel.py").read_text() == stub_for(module)
         notebook = json.loads((folder / f"{name}.ipynb").read_text())
-        grade_cells = [c["metadata"]["nbgrader"] for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
+        grade_cells = [c["metadata"]["nbgrader"] for c in notebook["cells"]
+                       if c["metadata"].get("nbgrader", {}).get("grade")]
         assert [(c["grade_id"], c["points"], c["locked"]) for c in grade_cells] == \
             [(part, points, True) for part, points in course.points(module).items()]
 

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.core import cases, device
 from grader.authoring import example_submissions
-from grader.grade import judging, runphase
+from grader.core import cases, device
 from grader.core.catalog import REPO_ROOT, find_module
 from grader.core.checks import build_inputs
+from grader.grade import judging, runphase
 from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
@@ -509,8 +509,8 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
     (tmp_path / "course" / "solutions" / "hidden.py").write_text("SECRET = 1\n")
     (tmp_path / "course" / "public.txt").write_text("public\n")
     (tmp_path / "course").chmod(0o755)  # like a course installed under /opt
-    script = ("import os; course = %r; "
-              "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))" % str(tmp_path / "course"))
+    script = (f"import os; course = {str(tmp_path / 'course')!r}; "
+              "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))")
     hidden = [tmp_path / "course" / "solutions"]
     with _script_child(script, expose=[tmp_path / "course"], hide=hidden) as (child, protections):
         with pytest.raises(ChildEnded):
@@ -554,7 +554,8 @@ def test_hidden_messages_hold_nothing_the_submission_chose():
     assert "make check" in message and not re.search(r"\d", message)
     # The grader's own reasons are said: the time budget, a refused file.
     budget = judging.Verdict(False, "not_run", "Not run: the module's time budget (60 s of CPU time) was spent.")
-    assert judging.hidden_message(budget, "add") == "Hidden case not run: the module's time budget (60 s of CPU time) was spent."
+    assert judging.hidden_message(budget, "add") == \
+        "Hidden case not run: the module's time budget (60 s of CPU time) was spent."
     refused = judging.Verdict(False, "policy", "Not run: the grader refused kernel.py before running it.")
     assert judging.hidden_message(refused, "add").startswith("Hidden case not run: the grader refused kernel.py")
 

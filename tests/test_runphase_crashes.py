@@ -15,7 +15,8 @@ import pytest
 from grader.authoring import example_submissions
 from grader.core import cases, device
 from grader.core.catalog import find_module
-from grader.grade import record as feedback, runphase
+from grader.grade import record as feedback
+from grader.grade import runphase
 from grader.sandbox.isolation import GiB, Limits, offers
 from grader.sandbox.policy import check_source, policy_for
 
@@ -108,7 +109,8 @@ def test_missing_masks_are_refused_at_the_access_on_a_partial_block_and_every_hi
     # load or store past the end before it happens: the case fails at once, the line and the mask
     # named, where the stray access used to crash the process a case or more later.
     record = graded_record(crashing, "missing-masks")
-    source = (example_submissions.HANDWRITTEN / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").read_text()
+    example = example_submissions.HANDWRITTEN / "missing-masks" / VECTOR_ADD.track / VECTOR_ADD.slug
+    source = (example / "kernel.py").read_text()
     assert not check_source(source, policy_for(cases.public(VECTOR_ADD)[0]))  # an honest bug
     rows = _by_name(record)
     public = [row for row in record["cases"] if not row["passed"] and row["visibility"] == "public"]

@@ -94,10 +94,12 @@ REFUSED_FOR = {
 }
 
 
-@pytest.mark.parametrize("example", sorted(example_submissions.REFUSED_BY_THE_GATE_ALONE | {"forges-result", "reads-files", "writes-files",
-                                                        "network", "fork-bomb", "deep-folders", "fifo-outputs",
-                                                        "output-bomb", "leaks-hidden-cases", "patches-checks",
-                                                        *REFUSED_FOR}))
+GATED = example_submissions.REFUSED_BY_THE_GATE_ALONE | {
+    "forges-result", "reads-files", "writes-files", "network", "fork-bomb", "deep-folders", "fifo-outputs",
+    "output-bomb", "leaks-hidden-cases", "patches-checks", *REFUSED_FOR}
+
+
+@pytest.mark.parametrize("example", sorted(GATED))
 def test_escapes_are_refused_by_the_gate_with_the_line_named(gated, example):
     record = gated.record(example)
     assert record["refusal"] and re.search(r"line \d+: ", record["refusal"]), record["summary"]

@@ -91,7 +91,7 @@ def read_within(seconds: float, *args):
     def target():
         try:
             outcome["value"] = read_regular(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
+        except BaseException as e:
             outcome["error"] = e
 
     thread = threading.Thread(target=target, daemon=True)

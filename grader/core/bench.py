@@ -8,8 +8,9 @@ are ratios to the copy bandwidth, to PyTorch, or to the reference solution, all 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -69,7 +70,7 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurem
         elif problems:
             raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
         once = protocols.timed(spec.protocol, fn, spec.api)
-        ms = time_ms(lambda: once(*args, **kwargs))
+        ms = time_ms(functools.partial(once, *args, **kwargs))
         gbs = spec.bytes_moved(case) / ms / 1e6 if spec.bytes_moved else None
         tflops = spec.flops(case) / ms / 1e9 if spec.flops else None
         rows.append(Measurement(case, name, ms, gbs, tflops, note))

@@ -11,15 +11,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from grader.core import device
 from grader.core.catalog import Module
-from grader.core.protocols import Backward, Calls, Steps  # noqa: F401  (course files import them from here)
+from grader.core.protocols import Backward, Calls, Steps
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {

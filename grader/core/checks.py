@@ -8,9 +8,10 @@ for the learner's ``check`` and the test suite.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -19,8 +20,10 @@ from grader.core.cases import Case, Rand, Spec, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
-from grader.core.protocols import autograd_reference  # noqa: F401  (Backward specs' references)
-from grader.core.protocols import tensors_in  # noqa: F401  (the grader imports it from here)
+from grader.core.protocols import (
+    autograd_reference,  # noqa: F401  (Backward specs' references)
+    tensors_in,
+)
 
 
 class KernelCallError(Exception):
@@ -205,7 +208,7 @@ def _named_tensors(args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
     return named
 
 
-def memory_problem(checker: "memcheck.MemoryChecker", api: str) -> str | None:
+def memory_problem(checker: memcheck.MemoryChecker, api: str) -> str | None:
     """What the memory checker found in one call: races and uninitialised reads. (Output elements
     nothing wrote are left to the comparison, whose diagnosis knows their patterns.)"""
     found = checker.problems

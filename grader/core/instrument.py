@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -70,7 +70,7 @@ class AccessRecorder:
         self.accesses: list[Access] = []
         self._listener = on_access or self.accesses.append
 
-    def __enter__(self) -> "AccessRecorder":
+    def __enter__(self) -> AccessRecorder:
         _add_listener(self._listener)
         return self
 

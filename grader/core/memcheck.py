@@ -95,7 +95,7 @@ class _Buffer:
     values: np.ndarray | None = None  # per byte: the byte that program stored
 
     @classmethod
-    def of(cls, name: str, tensor: torch.Tensor) -> "_Buffer":
+    def of(cls, name: str, tensor: torch.Tensor) -> _Buffer:
         storage = tensor.untyped_storage()
         start = tensor.data_ptr()
         extent = sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
@@ -123,7 +123,7 @@ class _Allocation:
     written: np.ndarray  # bool per byte
 
 
-_active: list["MemoryChecker"] = []
+_active: list[MemoryChecker] = []
 _lock = threading.Lock()
 _originals: dict[str, object] = {}
 
@@ -147,7 +147,7 @@ class MemoryChecker:
         self._mode = _Allocations(self)
 
     # -- opening and closing ------------------------------------------------------------------
-    def __enter__(self) -> "MemoryChecker":
+    def __enter__(self) -> MemoryChecker:
         with _lock:
             if not _active:
                 _patch_launches()
@@ -416,7 +416,7 @@ class BoundsGuard:
         self._written: dict[int, tuple[torch.UntypedStorage, np.ndarray]] | None = None
         self._installed = False
 
-    def install(self) -> "BoundsGuard":
+    def install(self) -> BoundsGuard:
         from grader.core import instrument
         with _lock:
             if not _active:

@@ -24,9 +24,9 @@ many bytes one lane moves per instruction. It predicts the memory side of speed,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

@@ -20,8 +20,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grade import course
 from grader.core.catalog import Module
+from grader.grade import course
 from grader.grade.phases import Bar, quiet_bar
 from grader.grade.store import MAX_SOURCE_BYTES, find_submissions
 

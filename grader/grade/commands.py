@@ -62,8 +62,8 @@ def cmd_collect(args) -> int:
 
 def cmd_grade(args) -> int:
     from grader.core import device
-    from grader.grade import phases, pipeline as grading, report, runphase
-
+    from grader.grade import phases, report, runphase
+    from grader.grade import pipeline as grading
     from grader.sandbox.isolation import Limits
 
     source = Path(args.source) if args.source else None

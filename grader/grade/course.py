@@ -24,8 +24,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from grader.core.catalog import REPO_ROOT, Module, available_modules
 from grader.core.markers import stub_for

@@ -150,7 +150,8 @@ class ChildRun:
                 try:
                     args, kwargs = grading.inputs[current.id]
                     child.give(input_name(current.id),
-                               lambda handle: wire.write({"args": list(args), "kwargs": kwargs}, handle))
+                               lambda handle, args=args, kwargs=kwargs: wire.write(
+                                   {"args": list(args), "kwargs": kwargs}, handle))
                     child.order({"trial": current.id, "api": grading.api_of(current.id),
                                  "call": grading.call_of(current.id)}, time.monotonic() + 30)
                 except ChildEnded as ended:
@@ -159,8 +160,8 @@ class ChildRun:
                 except OSError as error:  # e.g. a file the learner's code left under that name
                     grading.verdicts.update(judged)
                     grading.verdicts[current.id] = Verdict(False, "error", (
-                        f"The grader could not hand {grading.api_of(current.id)}() its inputs ({os.strerror(error.errno or 0)}): "
-                        "kernel.py must not create files in its working folder."))
+                        f"The grader could not hand {grading.api_of(current.id)}() its inputs "
+                        f"({os.strerror(error.errno or 0)}): kernel.py must not create files in its working folder."))
                     return
             elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already
                 grading.log.append(f"child restarted: {event.get('reason')}")

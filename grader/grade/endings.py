@@ -71,5 +71,5 @@ def after_timeout(grading, child, phase: str, current: Trial | None, budget: Bud
             "they needed."), limits.case_seconds)
     elif current is not None:
         grading.verdicts[current.id] = Verdict(False, "timeout", (
-            f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an endless loop, in "
-            f"Python or in the kernel? The case was stopped.{processes}"), limits.case_seconds)
+            f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an "
+            f"endless loop, in Python or in the kernel? The case was stopped.{processes}"), limits.case_seconds)

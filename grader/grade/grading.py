@@ -132,8 +132,8 @@ class Grading:
         self.performance = PERFORMANCE_NOT_GRADED
         # The static gate, before anything of the submission runs (Options.policy_gate turns it
         # off only to test the layers behind it on their own).
-        violations = check_source(source.decode(errors="replace"), policy_for(*specs_of(self.plan.spec, [case for case, _ in self.plan.cases]))) \
-            if options.policy_gate else []
+        policy = policy_for(*specs_of(self.plan.spec, [case for case, _ in self.plan.cases]))
+        violations = check_source(source.decode(errors="replace"), policy) if options.policy_gate else []
         self.refusal = explain(violations) if violations else None
         self.own_kernels = triton_kernel_names(source.decode(errors="replace"))
         self.traced = False  # set once a child's report carries a CUDA kernel trace
@@ -296,9 +296,10 @@ class Grading:
                     file_bytes: int | None = None):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``).
-        On a GPU it may allocate what the grading has reserved per child (``reserving``). ``source``: another file to run instead (the reference
-        solution, timed the way the submission is), with a Triton cache of its own. ``file_bytes``:
-        a larger file-size limit than the run's (a timed child saves benchmark-sized calls).
+        On a GPU it may allocate what the grading has reserved per child (``reserving``).
+        ``source``: another file to run instead (the reference solution, timed the way the
+        submission is), with a Triton cache of its own. ``file_bytes``: a larger file-size limit
+        than the run's (a timed child saves benchmark-sized calls).
 
         On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
         imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing

@@ -8,11 +8,18 @@ from dataclasses import dataclass
 import torch
 
 from grader.core.cases import Case, Spec, spec_for
-from grader.core.checks import (aliased_output, changed_input, compare, reference_outputs, same_values, tensors_in,
-                                 with_mutated)
+from grader.core.checks import (
+    aliased_output,
+    changed_input,
+    compare,
+    reference_outputs,
+    same_values,
+    tensors_in,
+    with_mutated,
+)
 from grader.core.diagnosis import input_names
-from grader.core.protocols import frozen_inputs, moved_input, tensor_names
 from grader.core.evidence import judge_evidence
+from grader.core.protocols import frozen_inputs, moved_input, tensor_names
 from grader.sandbox import wire
 from grader.sandbox.isolation import ChildEnded
 

@@ -30,7 +30,7 @@ class Usage:
     alone_seconds: float = 0.0
     draining_seconds: float = 0.0
 
-    def since(self, earlier: "Usage") -> "Usage":
+    def since(self, earlier: Usage) -> Usage:
         return Usage(self.timings - earlier.timings, self.alone_seconds - earlier.alone_seconds,
                      self.draining_seconds - earlier.draining_seconds)
 

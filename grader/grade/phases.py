@@ -24,9 +24,10 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TextIO
 
 PLAIN_EVERY = 5.0  # seconds between two plain progress lines of one phase
 REDRAW_EVERY = 0.1  # seconds between two redraws of a terminal bar
@@ -71,7 +72,7 @@ def duration(seconds: float) -> str:
 class Bar:
     """One phase's progress; made by ``Phases.phase``."""
 
-    def __init__(self, phases: "Phases", name: str, total: int | None, unit: str):
+    def __init__(self, phases: Phases, name: str, total: int | None, unit: str):
         self.phases, self.name, self.unit = phases, name, unit
         self._total, self.done, self.instant = total, 0, 0
         self.tags: Counter = Counter()

@@ -22,10 +22,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.grade import collect, course, report, runphase
-from grader.grade.phases import Phases, Result
 from grader.authoring import example_submissions
 from grader.core.catalog import REPO_ROOT, Module
+from grader.grade import collect, course, report, runphase
+from grader.grade.phases import Phases, Result
 
 DEFAULT_OUT = REPO_ROOT / "build" / "grades"
 EXAMPLES_DIR = REPO_ROOT / "build" / "examples"

@@ -37,7 +37,8 @@ STEPS = (
     ("exits", "children exiting after their last case"),
     ("other", "the rest: records, logs, feedback to the grader's threads"),
 )
-_INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone"}  # part of another step, not added to the total
+# Parts of another step, not added to the total.
+_INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone"}
 _adding = threading.Lock()
 
 
@@ -87,9 +88,9 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
              f"{'module':<{width}}{'n':>4}{'total':>8}" + "".join(f"{n[:10]:>11}" for n in names)]
     for module_id, entries in sorted(by_module.items()):
         n = len(entries)
-        mean = lambda step: sum(p.seconds.get(step, 0.0) for p in entries) / n
         total = sum(p.total for p in entries) / n
-        lines.append(f"{module_id:<{width}}{n:>4}{total:>8.1f}" + "".join(f"{mean(s):>11.2f}" for s in names))
+        means = [sum(p.seconds.get(step, 0.0) for p in entries) / n for step in names]
+        lines.append(f"{module_id:<{width}}{n:>4}{total:>8.1f}" + "".join(f"{mean:>11.2f}" for mean in means))
     lines.append("Steps: " + "; ".join(f"{name}: {what}" for name, what in STEPS) + ".")
     lines.append("Gradings run side by side, so the totals add up to more than the run's wall time.")
     return "\n".join(lines)

@@ -26,8 +26,8 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
 from grader.core.diagnosis import gist
+from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
 
 PARTS = ("public", "hidden", "performance")
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
@@ -51,7 +51,7 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
             text = _wrapped(text)
     except _Explained as error:
         text, points = f"{part.capitalize()} part: 0 of {out_of:g} points. {error}", 0.0
-    except BaseException as error:  # noqa: BLE001 (a time-out's KeyboardInterrupt included)
+    except BaseException as error:
         first = (str(error).strip().splitlines() or [""])[0][:200]
         text, points = (f"{part.capitalize()} part: 0 of {out_of:g} points. The grader could not grade "
                         f"this part ({type(error).__name__}{': ' + first if first else ''}). "
@@ -112,8 +112,8 @@ def results_location(folder: Path) -> Path:
 
 def find_record(module_id: str, folder: Path) -> dict:
     """The run phase's record of ``folder/kernel.py``; graded now (sandboxed) if there is none."""
-    from grader.grade import runphase
     from grader.core.catalog import find_module
+    from grader.grade import runphase
     from grader.sandbox.isolation import SandboxError
 
     folder = folder.resolve()
@@ -147,8 +147,8 @@ def performance_credit(record: dict) -> tuple[float | None, float, float]:
     """(the share of the performance points, or None when performance was not graded; the
     threshold of full credit; the floor of no credit), as speeds relative to the reference."""
     from grader.core import cases
-    from grader.grade import timing
     from grader.core.catalog import find_module
+    from grader.grade import timing
 
     performance = record.get("performance") or {}
     spec = cases.public(find_module(record["module"]))[0]

@@ -118,7 +118,7 @@ def plot(grading, path: Path) -> bool:
     performance_points = min((points(row.module)["performance"] for row in grading.rows), default=0)
     reachable = MAX_POINTS if timed else MAX_POINTS - performance_points
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    bins = [x / 2 for x in range(0, 2 * reachable + 2)]
+    bins = [x / 2 for x in range(2 * reachable + 2)]
     ax.hist(list(by_module.values()), bins=bins, stacked=True, label=list(by_module), edgecolor="white")
     ax.set_xlabel(f"points per submission (out of {reachable}"
                   + ("" if timed else "; the performance points need a GPU") + ")")

@@ -33,7 +33,8 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         if visibility == "hidden":
             hidden_number += 1
             name = f"hidden case {hidden_number}"
-            message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if not verdict.passed and verdict.kind != "load" \
+            shown_as_hidden = not verdict.passed and verdict.kind != "load"
+            message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden \
                 else verdict.message
             if not verdict.passed and todos and verdict.kind != "load":
                 message += " (TODOs are still open in kernel.py.)"

@@ -19,15 +19,22 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-
 from grader.core import device
 from grader.core.catalog import Module, available_modules, find_module
 from grader.grade import leases, profile, store
 from grader.grade.grading import Cancelled, Graded, Options, default_workers, grade_one, make_sandbox
 from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
-from grader.grade.store import (Submission, existing_record, find_submissions, keep, read_source,
-                                remove_stale_temporaries, sha256, update_index)
+from grader.grade.store import (
+    Submission,
+    existing_record,
+    find_submissions,
+    keep,
+    read_source,
+    remove_stale_temporaries,
+    sha256,
+    update_index,
+)
 from grader.sandbox.isolation import Sandbox, UnsafeSandbox
 
 __all__ = ["Options", "Outcome", "RunSummary", "run", "grade_submission", "exit_if_workers_linger"]
@@ -251,7 +258,8 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
             outcome = jobs[key]
             try:
                 module = outcome.submissions[0].module
-                outcome.take(_keep(results_dir, module, grade_one(module, sources[key], sandbox, secret, options, stop)))
+                graded = grade_one(module, sources[key], sandbox, secret, options, stop)
+                outcome.take(_keep(results_dir, module, graded))
             except (Cancelled, UnsafeSandbox):
                 raise
             except Exception as error:  # the grader's own failure: report it, write no record

@@ -5,10 +5,11 @@ Both are timed on the same inputs (the module's first benchmark case, drawn from
 seed), on the same GPU, in the same run, with the GPU alone; the reference once per run and GPU.
 The grade uses the parent's own wall clock around the child's timed loop (the fastest of a few
 windows), so a submission that patches timers, ``do_bench`` or ``torch.cuda.Event`` changes
-nothing; the child's event timing is only recorded beside it as a cross-check. What is timed is what was judged: the last outputs of
-every input set are checked against the reference (lazy or side-stream work cannot pass), and
-the timed calls are held to the kernel trace of a judged call on fresh inputs made right after
-them (``grader.grade.timed_work``). Correctness must be perfect before speed is graded at all.
+nothing; the child's event timing is only recorded beside it as a cross-check. What is timed is
+what was judged: the last outputs of every input set are checked against the reference (lazy or
+side-stream work cannot pass), and the timed calls are held to the kernel trace of a judged call
+on fresh inputs made right after them (``grader.grade.timed_work``). Correctness must be perfect
+before speed is graded at all.
 """
 
 from __future__ import annotations

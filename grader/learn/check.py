@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from grader.core import cases, crashes, device
-from grader.learn import progress
 from grader.core.catalog import REPO_ROOT, Module, find_module
 from grader.core.checks import across, short_error
 from grader.core.diagnosis import gist
 from grader.core.loading import kernel_path, missing_kernel, todo_summary
-from grader.sandbox.policy import check_source, explain, policy_for
 from grader.core.markers import open_todos
+from grader.learn import progress
+from grader.sandbox.policy import check_source, explain, policy_for
 
 
 class _Collector:

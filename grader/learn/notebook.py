@@ -10,8 +10,8 @@ Set ``GRADER_NOTEBOOK_IMPL=solutions`` (the test suite does) to run the referenc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from grader.core import cases, device
 from grader.core.catalog import find_module

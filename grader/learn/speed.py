@@ -3,11 +3,10 @@ the memory/compute ceiling, all measured in the same run."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from grader.core import bench, cases
 from grader.core.catalog import Module

@@ -352,7 +352,8 @@ def _syscall_filter(libc, report: dict) -> None:
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         report["syscall_filter"] = f"none ({os.strerror(ctypes.get_errno())})"
         return
-    report["syscall_filter"] = f"{len(numbers)} system calls refused (ptrace, mount, unshare, bpf, perf_event_open, ...)"
+    report["syscall_filter"] = (f"{len(numbers)} system calls refused (ptrace, mount, unshare, bpf, "
+                                "perf_event_open, ...)")
 
 
 def _mirror_exit(pid: int, fds: list[int]) -> None:

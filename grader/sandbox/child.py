@@ -176,11 +176,11 @@ def main(argv: list[str], booted: float | None = None) -> int:
     from grader.core import device
     from grader.core.catalog import find_module
     from grader.core.checks import KernelCallError, call_api, short_error
+    from grader.core.evidence import ALLOWED_OPS, KernelTrace, canary, shared_monitor
     from grader.core.loading import LoadError, load_kernel
+    from grader.core.memcheck import BoundsGuard
     from grader.core.protocols import as_passed, calling, from_order, tensors_in, timed
     from grader.sandbox import wire
-    from grader.core.evidence import ALLOWED_OPS, KernelTrace, canary, shared_monitor
-    from grader.core.memcheck import BoundsGuard
 
     monitor = shared_monitor()
     canary_seen = canary(monitor)  # bound now: checks after each call that the monitor still sees

@@ -164,7 +164,7 @@ class Sandbox:
         for sub in ("home", "home/tmp", "home/triton-cache"):
             (workdir / sub).mkdir()
         if slot.uid is not None:
-            for folder, dirs, names in os.walk(workdir):
+            for folder, _dirs, names in os.walk(workdir):
                 os.chown(folder, slot.uid, slot.uid)
                 for name in names:
                     os.chown(os.path.join(folder, name), slot.uid, slot.uid)

@@ -44,8 +44,8 @@ import inspect
 import re
 import string
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
-from typing import Iterable
 
 from grader.core import syntax
 
@@ -289,14 +289,14 @@ _FORMAT_FIELD_PARTS = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
 _DO_INSTEAD = "Compute inside your @triton.jit kernel; around the launch, only allocate, reshape and copy tensors."
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tensor_attributes() -> frozenset[str]:
     import torch  # lazily: the gate itself must stay importable cheaply
 
     return frozenset(n for n in dir(torch.Tensor) if not n.startswith("_"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel_value_attributes() -> frozenset[str]:
     """Public attributes of Triton's language classes: what kernel values (blocks, dtypes,
     pointers, constexprs) legitimately have, even where torch.Tensor has the same name."""
@@ -328,7 +328,7 @@ def _positional_parameters(callee: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lookup(module: str, name: str, root: str) -> tuple[str, object]:
     """(kind, detail) of module.name for an open module: ("module", its __name__),
     ("foreign", the module a callable comes from) or ("value", None)."""
@@ -617,7 +617,7 @@ class _Checker(ast.NodeVisitor):
             if isinstance(expr, ast.Call):
                 return self._dotted(expr.func) in ("triton.language.constexpr", "triton.constexpr")
             dotted = self._dotted(expr) if isinstance(expr, ast.Attribute) else None
-            return dotted is not None and (dotted.startswith("triton.language.") or dotted.startswith("math."))
+            return dotted is not None and dotted.startswith(("triton.language.", "math."))
 
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
