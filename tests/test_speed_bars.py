@@ -13,7 +13,7 @@ import torch
 from grader.core import bench, cases, protocols
 from grader.core.loading import load_kernel
 from grader.core.markers import modules_with_solutions
-from grader.grade import timing
+from grader.grade import scoring, timing
 
 MODULES = [m for m in modules_with_solutions() if m.track == "optimization"]
 TIMED = [m for m in modules_with_solutions() if cases.public(m)[0].bench_cases]
@@ -76,10 +76,10 @@ def test_starting_kernel_earns_nothing_and_the_reference_everything(module):
     start_ratio = plan.reference_ms / timing.loop_ms(start, plan.input_sets, plan.reps)
     reference_ratio = plan.reference_ms / timing.loop_ms(reference, plan.input_sets, plan.reps)
     print(f"{module.id}: starting kernel {start_ratio:.3f}, reference again {reference_ratio:.3f} x the reference")
-    assert timing.credit(start_ratio, spec.learner_threshold, spec.floor) == 0.0, (
+    assert scoring.credit(start_ratio, spec.learner_threshold, spec.floor) == 0.0, (
         f"{module.id}: the starting kernel runs at {start_ratio:.2f} x the reference on {case.name}, above "
         f"the floor of {spec.floor:.2f}: it would earn performance credit without any of the TODOs.")
-    assert timing.credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
+    assert scoring.credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
         f"{module.id}: the reference timed twice gives {reference_ratio:.2f}, below the threshold of "
         f"{spec.learner_threshold:.2f}: timing noise alone would cost a finished kernel credit.")
 

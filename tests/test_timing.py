@@ -3,7 +3,7 @@
 import pytest
 
 from grader.core.cases import Spec
-from grader.grade.timing import credit
+from grader.grade.scoring import credit
 
 
 @pytest.mark.parametrize("ratio, expected", [(1.3, 1.0), (0.8, 1.0), (0.6, 0.5), (0.4, 0.0), (0.1, 0.0)])

@@ -29,19 +29,17 @@ from pathlib import Path
 
 from grader.core.catalog import REPO_ROOT, Module, available_modules
 from grader.core.markers import stub_for
+from grader.grade import scoring
+from grader.grade.scoring import POINTS  # noqa: F401  (the notebooks' and tables' totals)
 
 COURSE_ID = "triton-kernels"
 DEFAULT_COURSE_DIR = REPO_ROOT / "build" / "course"
 RESULTS_ENV = "GRADER_RESULTS"  # where grader.grade.record finds the run phase's records
-# Points per part of an assignment: correctness on public and hidden cases, then speed. In the
-# optimization track the starting kernel is already correct, so speed carries most of the points.
-POINTS = {"public": 4, "hidden": 4, "performance": 2}
-TRACK_POINTS = {"optimization": {"public": 2, "hidden": 2, "performance": 6}}
 
 
 def points(module: Module) -> dict[str, int]:
-    """The points of each part of ``module``'s assignment (every assignment is out of the same total)."""
-    return TRACK_POINTS.get(module.track, POINTS)
+    """The points of each part of ``module``'s assignment (``grader.grade.scoring``)."""
+    return scoring.points(module.track)
 # Seconds per notebook cell. A cell normally only reads a record (under a second); when the run
 # phase did not produce it, the cell grades kernel.py itself: two time-outs of 60 s and a 90 s
 # start-up fit.

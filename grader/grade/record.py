@@ -28,8 +28,8 @@ from pathlib import Path
 
 from grader.core.diagnosis import gist
 from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
+from grader.grade.scoring import PARTS, case_share, part_points, performance_share, withheld
 
-PARTS = ("public", "hidden", "performance")
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
 
 
@@ -139,26 +139,17 @@ def find_record(module_id: str, folder: Path) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def _points(fraction: float, out_of: float) -> float:
-    return min(float(out_of), round(float(out_of) * max(0.0, fraction), 2))
-
-
 def performance_credit(record: dict) -> tuple[float | None, float, float]:
     """(the share of the performance points, or None when performance was not graded; the
     threshold of full credit; the floor of no credit), as speeds relative to the reference."""
     from grader.core import cases
     from grader.core.catalog import find_module
-    from grader.grade import timing
 
     performance = record.get("performance") or {}
     spec = cases.public(find_module(record["module"]))[0]
     threshold = performance.get("threshold") or spec.learner_threshold
     floor = performance.get("floor", spec.floor)
-    if not performance.get("graded"):
-        return None, threshold, floor
-    if "credit" in performance:
-        return float(performance["credit"]), threshold, floor
-    return timing.credit(float(performance.get("ratio") or 0.0), threshold, floor), threshold, floor
+    return performance_share(performance, threshold, floor), threshold, floor
 
 
 def performance_status(record: dict) -> str:
@@ -169,8 +160,8 @@ def performance_status(record: dict) -> str:
 
 def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, float]:
     rows = [row for row in record["cases"] if row["visibility"] == visibility]
-    passed = sum(row["passed"] for row in rows)
-    points = _points(passed / len(rows), out_of) if rows else 0.0
+    passed, total = case_share(rows, visibility)
+    points = part_points(passed / total, out_of) if total else 0.0
     title = "Public cases" if visibility == "public" else "Hidden cases"
     if not rows:
         where = "this checkout has none (they are only in the instructor's)" if visibility == "hidden" \
@@ -205,7 +196,7 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
     if credit is None:
         return (f"Performance: NOT GRADED ({reason or 'not graded'}). This part shows 0 of {out_of:g} "
                 "points: it was left out, not failed."), 0.0
-    points = _points(credit, out_of)
+    points = part_points(credit, out_of)
     if not reason and "ratio" in performance:
         reason = f"{float(performance['ratio']):.2f} x the reference's speed"
     text = (f"Performance: {points:g} of {out_of:g} points: {reason or 'timed against the reference'}.\n"
@@ -217,8 +208,9 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
 
 def part_report(record: dict, part: str, out_of: float) -> tuple[str, float]:
     """(the learner's report, points) for one part of a record."""
-    if record.get("integrity"):
-        text = f"No points for this part: {record['integrity']['message']}"
+    reason = withheld(record)
+    if reason is not None:
+        text = f"No points for this part: {reason}"
         if part == "public":  # show where it happened
             text += "\n" + _cases_report(record, "public", out_of)[0].split("\n", 1)[-1]
         return text, 0.0

@@ -13,8 +13,9 @@ import os
 import resource
 from pathlib import Path
 
-from grader.grade.course import POINTS, TRACK_POINTS, points
+from grader.grade.course import points
 from grader.grade.record import performance_status
+from grader.grade.scoring import POINTS, TRACK_POINTS
 
 MAX_POINTS = sum(POINTS.values())
 

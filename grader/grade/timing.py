@@ -30,6 +30,7 @@ from grader.core.protocols import order_of, tensors_in
 from grader.grade import gpu_memory
 from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
+from grader.grade.scoring import credit
 from grader.grade.timed_work import own_gpu_us, windows_work_problem
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
@@ -89,16 +90,6 @@ def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> Timi
         reps = reps_for(loop_ms(reference_fn, inputs.input_sets, 3))
         reference_ms = loop_ms(reference_fn, inputs.input_sets, reps)
     return TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=reference_ms)
-
-
-def credit(ratio: float, threshold: float, floor: float) -> float:
-    """Performance credit in [0, 1] for running at ``ratio`` x the reference's speed: none at or
-    below ``floor``, all from ``threshold``, linear in between (``Spec.floor``)."""
-    if ratio >= threshold:
-        return 1.0
-    if ratio <= floor:
-        return 0.0
-    return round((ratio - floor) / (threshold - floor), 4)
 
 
 def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: float | None,

@@ -1,0 +1,61 @@
+"""How a module's grade is computed: every scoring rule in one place, as pure functions.
+
+A module's points come in three parts (``points``): the share of its public cases that pass, the
+share of its hidden cases that pass, and performance, graded on a GPU once every case passes,
+by a linear credit curve of the speed against the reference (``credit``). An integrity finding (a
+way around the exercise: computing with PyTorch, faking the timed work, a file the policy gate
+refused) withholds every part (``withheld``). A part that was not graded (performance without a
+GPU) is said to be left out, never counted as failed.
+
+The run phase writes records (``grader.grade.results``); the record phase turns them into points
+with these functions (``grader.grade.record``); the tables and the notebooks' text name them.
+"""
+
+from __future__ import annotations
+
+POINTS = {"public": 4, "hidden": 4, "performance": 2}
+# The optimization track is about speed: most of its points are.
+TRACK_POINTS = {"optimization": {"public": 2, "hidden": 2, "performance": 6}}
+PARTS = tuple(POINTS)
+
+
+def points(track: str) -> dict[str, int]:
+    """The points of each part of a module of ``track`` (every module is out of 10)."""
+    return TRACK_POINTS.get(track, POINTS)
+
+
+def credit(ratio: float, threshold: float, floor: float) -> float:
+    """Performance credit in [0, 1] for running at ``ratio`` x the reference's speed: none at or
+    below ``floor``, all from ``threshold``, linear in between (``Spec.floor``)."""
+    if ratio >= threshold:
+        return 1.0
+    if ratio <= floor:
+        return 0.0
+    return round((ratio - floor) / (threshold - floor), 4)
+
+
+def part_points(share: float, out_of: float) -> float:
+    """The points for passing ``share`` (0 to 1) of a part worth ``out_of``, to the hundredth."""
+    return min(float(out_of), round(float(out_of) * max(0.0, share), 2))
+
+
+def case_share(rows: list[dict], visibility: str) -> tuple[int, int]:
+    """(passed, total) of a record's case rows of ``visibility`` ("public" or "hidden")."""
+    chosen = [row for row in rows if row["visibility"] == visibility]
+    return sum(bool(row["passed"]) for row in chosen), len(chosen)
+
+
+def withheld(record: dict) -> str | None:
+    """Why every part of ``record`` scores 0 (its integrity finding's message), else None."""
+    integrity = record.get("integrity")
+    return integrity["message"] if integrity else None
+
+
+def performance_share(performance: dict, threshold: float, floor: float) -> float | None:
+    """The share of the performance points a record's performance entry earns; None when
+    performance was not graded (left out, not failed)."""
+    if not performance.get("graded"):
+        return None
+    if "credit" in performance:
+        return float(performance["credit"])
+    return credit(float(performance.get("ratio") or 0.0), threshold, floor)
