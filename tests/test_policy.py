@@ -75,9 +75,9 @@ def test_a_positional_hook_is_found_by_the_installed_triton_s_parameter_names():
 
 
 def test_without_triton_s_signature_only_the_known_plain_positions_are_allowed(monkeypatch):
-    from grader.sandbox import policy
+    from grader.sandbox.policy import walker
 
-    monkeypatch.setattr(policy, "_positional_parameters", lambda callee: None)
+    monkeypatch.setattr(walker, "_positional_parameters", lambda callee: None)
     assert check_source(whole('CONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, 128)]\n')) == []
     source = config_with_pre_hook_at_its_position()
     assert [(v.rule, v.line) for v in check_source(source)] == [("hook", marked_line(source))]
