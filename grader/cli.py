@@ -99,6 +99,12 @@ def cmd_lab(args) -> int:
     return run(args.jupyter_args)
 
 
+def cmd_sanitize(args) -> int:
+    from grader.learn import sanitizer
+
+    return sanitizer.main(args.sanitizer_args)
+
+
 def cmd_run(args) -> int:
     from grader.grade import runphase
     from grader.grade.cluster import ClusterError
@@ -178,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="passed on to JupyterLab after `--`, e.g. -- --no-browser --port=8890")
     lab_cmd.set_defaults(run=cmd_lab)
 
+    # Listed for --help; main() hands everything after `sanitize` to grader.learn.sanitizer itself.
+    commands.add_parser("sanitize", help="GPU only: run a script under compute-sanitizer, its findings in plain "
+                                         "sentences (sanitize [--tool memcheck|initcheck|racecheck|synccheck] SCRIPT)")
+
     run_cmd = commands.add_parser("run", help="grade submissions in sandboxed processes (instructors)")
     run_cmd.add_argument("submissions", help="folder of <student>/<track>/<slug>/kernel.py "
                                              "or <student>/<track>-<slug>/kernel.py")
@@ -201,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     run_cmd.set_defaults(run=cmd_run)
     add_instructor_commands(commands)
 
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["sanitize"]:  # everything after it is compute-sanitizer's and the script's
+        return cmd_sanitize(argparse.Namespace(sanitizer_args=given[1:]))
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -177,3 +177,17 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
     assert not check.check(vector_add, "learner", out, function="add")
     assert "Public tests of add(): 0 of" in out.getvalue() and "Not yet" in out.getvalue()
     assert not (tmp_path / "progress.json").exists()
+
+
+def test_sanitize_passes_everything_after_it_to_the_sanitizer(tmp_path):
+    """`python -m grader sanitize --tool initcheck script.py -v`: options of the tool and the
+    script's own arguments both reach grader.learn.sanitizer."""
+    from grader.learn import sanitizer
+
+    if sanitizer.find_tool() is not None:
+        pytest.skip("compute-sanitizer is installed here: the GPU tests run it for real")
+    result = _grader("sanitize", "--tool", "initcheck", str(tmp_path / "script.py"), "-v")
+    assert result.returncode == 2
+    assert "compute-sanitizer was not found" in result.stdout + result.stderr
+    usage = _grader("sanitize", "--help")
+    assert "--tool {memcheck,initcheck,racecheck,synccheck}" in usage.stdout

@@ -13,9 +13,10 @@ import textwrap
 
 import pytest
 
-from grader.core import device, sanitizer
+from grader.core import device
 from grader.core.catalog import find_module
 from grader.core.markers import planted_bugs
+from grader.learn import sanitizer
 
 # Constructed example: memcheck on a Triton kernel whose store has no mask, three threads of two
 # programs reporting the same store (the modern layout: "kernel+offset in file:line").

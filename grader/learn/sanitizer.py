@@ -29,7 +29,7 @@ are read) and merges the reports of one access made by many threads into one fin
 
 Usage from a shell, on a machine with a GPU::
 
-    python -m grader.core.sanitizer --tool memcheck my_script.py
+    python -m grader sanitize --tool memcheck my_script.py
 """
 
 from __future__ import annotations
@@ -414,7 +414,7 @@ def run_function(path: str | Path, function: str, **options) -> SanitizerRun:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.core.sanitizer",
+    parser = argparse.ArgumentParser(prog="python -m grader sanitize",
                                      description="Run a Python script under compute-sanitizer and explain "
                                                  "its findings in plain sentences.")
     parser.add_argument("--tool", choices=TOOLS, default="memcheck")
