@@ -1,4 +1,4 @@
-"""grader.core.sanitizer: compute-sanitizer's reports read into findings and plain sentences.
+"""grader.learn.sanitizer: compute-sanitizer's reports read into findings and plain sentences.
 
 On a CPU the parser is tested on reports written for these tests: constructed examples in the
 formats compute-sanitizer prints (the layout of its 2023-2025 releases, and the older one of

@@ -211,7 +211,7 @@ def _keep(results_dir: Path, module: Module, graded: Graded) -> Graded:
 
 def _log_profile(results_dir: Path, outcome: Outcome) -> None:
     """Append the grading's profile to ``<results>/profile.jsonl`` as soon as it ends, so that an
-    interrupted run keeps the measurements of what it finished (the tables of docs/instructors.md
+    interrupted run keeps the measurements of what it finished (the tables of docs/measurements.md
     come from these lines)."""
     if outcome.profile is None:
         return
