@@ -3,7 +3,7 @@
 # and matplotlib; grade and release add nbgrader, test and verify-* the maintainers' tools.
 # Use your own environment instead with PYTHON=/path/to/python.
 #
-#   make check [M=missing-elements/03-softmax] [K=<function>] [IMPL=solutions|<folder>] [MEMCHECK=0]
+#   make check [M=missing-elements/03-softmax] [K=<function>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
 #   make progress | make bench M=... | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
@@ -16,6 +16,7 @@ M ?=
 IMPL ?= learner
 K ?=
 MEMCHECK ?= 1
+GPUCHECK ?= 1
 SUBMISSIONS ?=
 SECRETS ?= 8
 ROWS ?=
@@ -81,7 +82,7 @@ help:
 	@touch $@ .venv/.grading
 
 check: $(ENV)
-	@$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck) $(if $(K),--function $(K))
+	@$(if $(filter 0,$(GPUCHECK)),GRADER_GPU_COMPILE=0 )$(PYTHON) -m grader check $(M) --impl $(IMPL) $(if $(filter 0,$(MEMCHECK)),--no-memcheck) $(if $(K),--function $(K))
 
 progress: $(ENV)
 	@$(PYTHON) -m grader progress

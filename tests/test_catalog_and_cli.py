@@ -49,6 +49,8 @@ def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatc
     assert solution.returncode == 0, solution.stdout + solution.stderr
     assert "All public tests pass" in solution.stdout
     assert "Next: the study notebook notebooks/missing-elements-01-vector-add.ipynb" in solution.stdout
+    if not device.is_cuda():  # what the tests launched, compiled for a GPU
+        assert "GPU compile check: the " in solution.stdout and "compile for an H100" in solution.stdout
 
 
 def test_check_of_a_slow_starting_kernel_shows_the_traffic_and_points_at_the_todo_behind_it():
@@ -191,3 +193,24 @@ def test_sanitize_passes_everything_after_it_to_the_sanitizer(tmp_path):
     assert "compute-sanitizer was not found" in result.stdout + result.stderr
     usage = _grader("sanitize", "--help")
     assert "--tool {memcheck,initcheck,racecheck,synccheck}" in usage.stdout
+
+
+@pytest.mark.skipif(device.is_cuda(), reason="on a GPU the kernel compiles for real")
+def test_a_kernel_a_gpu_would_not_compile_is_not_done_on_a_cpu(tmp_path, monkeypatch):
+    """Every public test passes under the interpreter, but Triton's compiler refuses the kernel
+    (a `break` in its loop): make check says so, names the line, and the module is not done."""
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("missing-elements/01-vector-add")
+    source = (module.solution_dir / "kernel.py").read_text()
+    anchor = "    offsets = block_start + tl.arange(0, BLOCK_SIZE)\n"
+    assert anchor in source
+    folder = tmp_path / module.track / module.slug
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text(source.replace(anchor, anchor + "    for _ in range(0, 1):\n        break\n"))
+    result = _grader("check", module.id, "--impl", str(tmp_path))
+    assert result.returncode == 1, result.stdout
+    assert re.search(r"Public tests: (\d+) of \1 pass", result.stdout), result.stdout
+    text = " ".join(result.stdout.split())
+    assert "would not run on an H100 (sm_90)" in text
+    assert "unsupported AST node type: Break (line 49 of kernel.py)" in text
+    assert "a GPU would not compile or launch the kernel" in text

@@ -21,10 +21,16 @@ def _cuda_usable() -> bool:
 
 
 def select() -> str:
-    """Choose the mode once per process and return it: ``"cuda"`` or ``"interpreter"``."""
+    """Choose the mode once per process and return it: ``"cuda"`` or ``"interpreter"``, or
+    ``"compile"`` where ``GRADER_DEVICE=compile`` asks for kernels that are compiled for a GPU
+    and never run (``grader.core.gpu_compile``'s process: ``@triton.jit`` then gives the
+    compiler's kernels, not the interpreter's)."""
     global _mode
     if _mode is None:
-        if _cuda_usable() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        if os.environ.get("GRADER_DEVICE", "").lower() == "compile":
+            os.environ.pop("TRITON_INTERPRET", None)
+            _mode = "compile"
+        elif _cuda_usable() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
             _mode = "cuda"
             if os.environ.get("GRADER_AUTOTUNE", "").lower() == "first":
                 run_first_autotune_config()  # a correctness run: see the docstring

@@ -70,11 +70,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
     that function (no speed bar, no progress recorded: the module is not done by one function)."""
     if function is not None:
         return _check_function(module, impl, function, out)
-    path = kernel_path(module, impl)
-    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-    print(f"{module.id}: {module.title}\nChecking {shown} on {device.describe()}\n", file=out)
-    if not path.is_file():
-        print(missing_kernel(module, impl, path), file=out)
+    path = _heading(module, impl, "", out)
+    if path is None:
         return False
     source = path.read_text()
     todos = open_todos(source)
@@ -91,7 +88,8 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
 
     if not device.is_cuda():
         print(_memcheck_line(), file=out)
-    results = run_public_tests(module, impl)
+    with _recording() as recorder:
+        results = run_public_tests(module, impl)
     passed = sum(outcome == "passed" for _, outcome, _ in results)
     counted = [r for r in results if r[1] != "skipped"]
     print(f"Public tests: {passed} of {len(counted)} pass{_breakdown(counted)}", file=out)
@@ -128,6 +126,10 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
     done = done and not refused
     if not device.is_cuda():
         _print_traffic(module, impl, out)
+    not_compiled = False
+    if done and recorder is not None:  # what the CPU ran, held to what a GPU compiles
+        not_compiled = not _gpu_compiles(path, recorder, out)
+        done = not not_compiled
     # On a GPU the speed bars stand in for the memory-traffic bars that the interpreter checks
     # (skipped there): a correct kernel below the bar is not done, wherever speed is graded.
     slow = False
@@ -135,7 +137,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
         from grader.learn.speed import report_speed
         slow = report_speed(module, impl, out) is False
     if path.resolve() == (module.learner_dir / "kernel.py").resolve():
-        progress.record(module, path, passed, len(counted), slow=slow)
+        progress.record(module, path, passed, len(counted), slow=slow, not_compiled=not_compiled)
     print(file=out)
     if done and slow:
         where = ", and the TODOs left are where the speed comes from" if todos else ""
@@ -157,6 +159,10 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
         first = next((todo for todo in todos if named and todo.number == named[0]), todos[0])
         print(f"Next: complete {first}, then run the check again. (Done with it already? Delete its "
               f"`# TODO {first.number}` line: the check reads the markers left as the work left.)", file=out)
+    elif passed == len(counted) and counted and not refused:
+        print("Next: every public test passes on this CPU, but a GPU would not compile or launch the kernel "
+              "above; fix what the compile check names (the interpreter is more lenient than the compiler).",
+              file=out)
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
     if not done:
@@ -166,6 +172,17 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
     return done
 
 
+def _heading(module: Module, impl: str | Path, what: str, out) -> Path | None:
+    """Print which file is checked on which device; its path, or None (said why) when it is missing."""
+    path = kernel_path(module, impl)
+    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    print(f"{module.id}: {module.title}\nChecking {what}{shown} on {device.describe()}\n", file=out)
+    if not path.is_file():
+        print(missing_kernel(module, impl, path), file=out)
+        return None
+    return path
+
+
 def _check_function(module: Module, impl: str | Path, function: str, out) -> bool:
     """``check`` narrowed to one function's tests: what a learner runs while working on one part."""
     known = functions_of(module)
@@ -173,11 +190,8 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
         print(f"{module.id} has no function {function!r} with tests of its own; its functions are "
               f"{', '.join(known)}. Run the check with one of them as K, or without K for all.", file=out)
         return False
-    path = kernel_path(module, impl)
-    shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-    print(f"{module.id}: {module.title}\nChecking {function}() in {shown} on {device.describe()}\n", file=out)
-    if not path.is_file():
-        print(missing_kernel(module, impl, path), file=out)
+    path = _heading(module, impl, f"{function}() in ", out)
+    if path is None:
         return False
     if not device.is_cuda():
         print(_memcheck_line(), file=out)
@@ -196,6 +210,50 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
     print(f"\n{'All of them pass' if done else 'Not yet'}: run the check without K for the whole module"
           f"{' (' + ', '.join(others) + ')' if others else ''}, its speed and its progress.", file=out)
     return done
+
+
+GPU_CHECK_SWITCH = "GRADER_GPU_COMPILE"  # "0": make check skips compiling for a GPU (GPUCHECK=0)
+GPU_CHECK_LIMIT = 8  # specialisations compiled at most: a few seconds each
+
+
+def _recording():
+    """On a CPU, a recorder of the kernels' launches for ``_gpu_compiles`` (else None)."""
+    from contextlib import nullcontext
+
+    if device.is_cuda() or os.environ.get(GPU_CHECK_SWITCH, "1") == "0":
+        return nullcontext()
+    from grader.core.gpu_compile import LaunchRecorder
+    return LaunchRecorder()
+
+
+def _gpu_compiles(path: Path, recorder, out) -> bool:
+    """Compile what the tests launched for the course's GPU and say what it refuses; True if
+    nothing was refused (or nothing could be compiled here)."""
+    from grader.core import gpu_compile
+
+    launches = list(recorder.launches.values())
+    if not launches:
+        return True
+    try:
+        compiled = gpu_compile.compile_launches(path, launches, limit=GPU_CHECK_LIMIT)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+        print(f"\nGPU compile check: not run ({error}).", file=out)
+        return True
+    if not compiled.checked:
+        return True  # kernels made inside functions: nothing this check can reach
+    if not compiled.findings:
+        print(f"\nGPU compile check: the {compiled.checked} kernel specialisation(s) your tests launched compile for "
+              f"{gpu_compile.TARGET_NAME} (`make check GPUCHECK=0` skips this).", file=out)
+        return True
+    print(f"\nGPU compile check: {len(compiled.findings)} of the {compiled.checked} kernel specialisation(s) your "
+          f"tests launched would not run on {gpu_compile.TARGET_NAME}:", file=out)
+    shown = []
+    for finding in compiled.findings:
+        if finding.problem not in shown:
+            shown.append(finding.problem)
+            print(textwrap.fill(f"{finding.launch.describe()}: {finding.problem}", 100, initial_indent="  ",
+                                subsequent_indent="    "), file=out)
+    return False
 
 
 def _memcheck_line() -> str:

@@ -28,11 +28,13 @@ def _load() -> dict:
         return {}
 
 
-def record(module: Module, path: Path, passed: int, total: int, slow: bool = False) -> None:
+def record(module: Module, path: Path, passed: int, total: int, slow: bool = False,
+           not_compiled: bool = False) -> None:
     """The last check of ``path``: tests passed of total, and whether a GPU found it below the
-    speed bar (then it is not done, though every test passes)."""
+    speed bar or a GPU would not compile it (then it is not done, though every test passes)."""
     data = _load()
-    data[module.id] = {"hash": file_hash(path), "passed": passed, "total": total, "slow": slow}
+    data[module.id] = {"hash": file_hash(path), "passed": passed, "total": total, "slow": slow,
+                       "not_compiled": not_compiled}
     STORE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -51,6 +53,8 @@ def state(module: Module) -> State:
     if last and last["hash"] == file_hash(path):
         if last["passed"] == last["total"] and last.get("slow"):
             return State(module, False, f"all {last['total']} tests pass; below the speed bar on a GPU")
+        if last["passed"] == last["total"] and last.get("not_compiled"):
+            return State(module, False, f"all {last['total']} tests pass; a GPU would not compile it")
         if last["passed"] == last["total"]:
             return State(module, True, f"done: all {last['total']} tests pass")
         return State(module, False, f"{last['passed']} of {last['total']} tests pass")
