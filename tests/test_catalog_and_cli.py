@@ -149,6 +149,28 @@ def test_a_check_that_crashed_never_says_nothing_crashed(tmp_path):
     assert "Nothing crashed" not in result.stdout and "the check crashed, as said above" in result.stdout
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the crash is a read of address 0 on Linux")
+def test_a_crash_keeps_the_finished_tests_and_names_the_one_that_ran(tmp_path):
+    """The reference, made to crash the process on inputs of more than 5000 elements: the tests
+    that finished before are still reported, and the crash is placed in the test that ran."""
+    module = find_module("missing-elements/01-vector-add")
+    source = (module.solution_dir / "kernel.py").read_text()
+    anchor = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+    assert anchor in source, "the reference's signature changed: update the anchor"
+    doc_end = source.index('"""', source.index('"""', source.index(anchor)) + 3) + 3
+    crashing = source[:doc_end] + "\n    if x.numel() > 5000:\n        import ctypes\n        ctypes.string_at(0)" + \
+        source[doc_end:]
+    folder = tmp_path / module.track / module.slug
+    folder.mkdir(parents=True)
+    (folder / "kernel.py").write_text(crashing)
+    result = _grader("check", module.id, "--impl", str(tmp_path))
+    assert result.returncode == 3, result.stdout[-2000:]
+    assert re.search(r"Before the crash, (\d+) of \1 finished public tests passed:", result.stdout), result.stdout
+    assert "PASS test_matches_reference[exactly one block" in result.stdout
+    assert re.search(r"crashed the Python process \(SIGSEGV\) while running test_matches_reference\[[^]]*\(98432,\)",
+                     result.stdout), result.stdout
+
+
 def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeypatch):
     """make check K=rms_norm: the cases whose Spec calls rms_norm() and the tests that name it, no
     other function's, and no progress recorded for a module checked in part."""

@@ -7,10 +7,12 @@ the diagnosis, the TODOs left, and on a GPU the speed against PyTorch and the re
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -26,12 +28,28 @@ from grader.core.markers import open_todos
 from grader.learn import progress
 from grader.sandbox.policy import check_source, explain, policy_for
 
+# Where the checking process notes each test as it starts and ends, so that the parent can still
+# report the finished tests, and name the one that ran, when a kernel crashes the process.
+JOURNAL = "GRADER_CHECK_JOURNAL"
+
 
 class _Collector:
-    """pytest plugin that keeps each test's outcome and its learner-facing message."""
+    """pytest plugin that keeps each test's outcome and its learner-facing message (and, with
+    ``JOURNAL`` set, writes each to that file as soon as it is known)."""
 
     def __init__(self):
         self.results: list[tuple[str, str, str]] = []  # (test name, outcome, message)
+        journal = os.environ.get(JOURNAL)
+        self._journal = open(journal, "a", buffering=1) if journal else None  # open for the whole run
+
+    def _note(self, **entry) -> None:
+        if self._journal is not None:
+            self._journal.write(json.dumps(entry) + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self._note(started=nodeid.rsplit("::", 1)[-1])
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -46,6 +64,7 @@ class _Collector:
             elif report.outcome == "skipped":
                 message = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
             self.results.append((item.name, report.outcome, message))
+            self._note(name=item.name, outcome=report.outcome, message=message)
 
 
 def run_public_tests(module: Module, impl: str | Path, function: str | None = None) -> list[tuple[str, str, str]]:
@@ -355,12 +374,44 @@ def check_contained(module: Module, impl: str | Path, memcheck: bool = True, fun
     from grader.core.memcheck import ENV_SWITCH
     switch = os.environ.get(ENV_SWITCH, "1") if memcheck else "0"
     only = ["--function", function] if function else []
-    child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl), *only],
-                           env={**os.environ, _INNER: "1", ENV_SWITCH: switch})
-    if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
-        print("\n" + crashes.check_message(child.returncode))
-        return CRASHED
+    with tempfile.TemporaryDirectory(prefix="check-") as folder:
+        journal = Path(folder) / "journal.jsonl"
+        child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl), *only],
+                               env={**os.environ, _INNER: "1", ENV_SWITCH: switch, JOURNAL: str(journal)})
+        if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
+            print("\n" + crash_report(journal, child.returncode, module.learner_dir / "test_kernel.py"))
+            return CRASHED
     return child.returncode
+
+
+def crash_report(journal: Path, returncode: int, test_file: Path) -> str:
+    """What a crashed check still knows: the tests that finished, and the one that was running."""
+    try:
+        entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        entries = []
+    finished = [e for e in entries if "outcome" in e]
+    started = [e["started"] for e in entries if "started" in e]
+    done = {e["name"] for e in finished}
+    running = next((name for name in reversed(started) if name not in done), None)
+    lines = []
+    if finished:
+        counted = [e for e in finished if e["outcome"] != "skipped"]
+        passed = sum(e["outcome"] == "passed" for e in counted)
+        lines.append(f"Before the crash, {passed} of {len(counted)} finished public tests passed:")
+        shown = 0
+        for entry in finished:
+            mark = {"passed": "PASS", "failed": "FAIL", "skipped": "skip"}[entry["outcome"]]
+            lines.append(f"  {mark} {entry['name']}")
+            if entry["outcome"] == "failed" and entry["message"] and shown < 3:
+                shown += 1
+                lines.append(textwrap.indent(entry["message"].strip(), "      "))
+    where = f" while running {running}" if running else ""
+    lines.append(crashes.check_message(returncode).replace(" while the tests ran", where, 1))
+    if running:
+        shown = test_file.relative_to(REPO_ROOT) if test_file.is_relative_to(REPO_ROOT) else test_file
+        lines.append(f'To run that test alone: pytest "{shown}::{running}"')
+    return "\n".join(lines)
 
 
 # check_contained's exit code when the checking process crashed (a failed check is 1).
