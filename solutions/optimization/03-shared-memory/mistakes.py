@@ -21,4 +21,12 @@ MISTAKES = [
     Mistake("grid of stage 1 rounds down",
             "partials = torch.empty(triton.cdiv(n, CHUNK),", "partials = torch.empty(n // CHUNK,",
             cause=r"triton\.cdiv|past a chunk|tail|chunk"),
+    Mistake("online running maximum starts at 0 instead of -inf",
+            'running_max = tl.full((BLOCK,), -float("inf"), dtype=tl.float32)',
+            "running_max = tl.zeros((BLOCK,), dtype=tl.float32)",
+            cause=r"start at -inf"),
+    Mistake("partial sums kept in x's dtype instead of float32",
+            "partials = torch.empty(triton.cdiv(n, CHUNK), dtype=torch.float32, device=x.device)",
+            "partials = torch.empty(triton.cdiv(n, CHUNK), dtype=x.dtype, device=x.device)",
+            cause=r"must stay float32"),
 ]

@@ -23,14 +23,27 @@ def softmax_inputs(case, rand):
         x = rand.randn(M, N + 7, dtype=case.dtype, scale=scale)[:, :N]
     else:
         x = rand.randn(M, N, dtype=case.dtype, scale=scale)
+    if "offset" in case.params:  # every value near the offset: far below 0 with a negative one
+        x = (x.float() + case.params["offset"]).to(case.dtype)
     if case.params.get("minus_inf"):
         x = x.clone()
         x[:, 1::3] = float("-inf")  # column 0 stays finite, so no row is all -inf
     return (x,), {}
 
 
+def cancelling(n, dtype, rand):
+    """n integers of magnitude up to about 30 (exact in float16 and bfloat16), positive in the first
+    half and the same magnitudes negated in the second, plus a little noise: the halves cancel, so
+    the exact sum is small (a few hundred at most) while a chunk of 4096 sums to tens of thousands."""
+    half = (rand.randn(n // 2).abs() * 10.0).round() + 1.0
+    big = torch.cat([half, -half.flip(0), torch.ones(n % 2, device=rand.device)])
+    return (big + rand.randn(n).round()).to(dtype)
+
+
 def vector_inputs(case, rand):
     n = case.params["n"]
+    if case.params.get("values") == "cancelling":
+        return (cancelling(n, case.dtype, rand),), {}
     if case.params.get("layout") == "strided":
         return (rand.randn(2 * n, dtype=case.dtype)[::2],), {}
     return (rand.randn(n, dtype=case.dtype),), {}
@@ -68,6 +81,13 @@ VECTOR_SUM = Spec(
 )
 
 LARGE_VALUES = "values near 100: exp() overflows float32 above 88 unless the row's maximum is subtracted first."
+NEGATIVE_ROWS = ("every value near the offset, far below 0: the online kernel's running maximum must start at "
+                 "-inf; one that starts at 0 stays 0, so exp(x - 0) underflows to 0 for every element and the "
+                 "row's sum is 0.")
+CANCELLING = ("large values that cancel: the first half positive, the second half the same magnitudes negated, "
+              "so each chunk of 4096 sums to tens of thousands while the whole vector sums to a few hundred at "
+              "most. The partial sums must stay float32: a sum near 37000 rounded to float16 (11 significant "
+              "bits) can be off by 16, rounded to bfloat16 (8 bits) by 128, errors that survive the cancellation.")
 ONLINE = ("rows longer than 8192 go through the online kernel: its running sum must be rescaled by "
           "exp(old max - new max) whenever the running maximum grows, and the lanes combined the same way.")
 
@@ -87,6 +107,12 @@ CASES = [
     Case({"shape": (3, 20000), "scale": 100.0}, label="long rows, large values", hint=ONLINE),
     Case({"shape": (2, 12000), "minus_inf": True}, torch.float16, label="long rows, -inf entries", hint=ONLINE),
     Case({"shape": (4, 10000), "scale": 3.0}, label="long rows", hint=ONLINE),
+    Case({"shape": (2, 8193), "offset": -200.0}, label="long rows, every value near -200", hint=NEGATIVE_ROWS),
+    Case({"shape": (1, 9000), "offset": -1000.0, "scale": 10.0}, torch.float16,
+         label="long rows, every value near -1000", hint=NEGATIVE_ROWS),
+    Case({"shape": (3, 8200), "offset": -120.0, "layout": "transposed"}, label="long rows, x a transpose, "
+         "every value near -120", hint=NEGATIVE_ROWS),
+    Case({"shape": (3, 300), "offset": -500.0}, label="every value near -500", hint=NEGATIVE_ROWS),
     Case({"shape": (64, 1000)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"shape": (4096, 4096)}, label="large", cuda_only=True),
     Case({"shape": (16, 262144)}, label="very long rows", cuda_only=True),
@@ -98,6 +124,12 @@ CASES = [
     Case({"n": 30_001}, torch.float16, spec=VECTOR_SUM, label="many chunks"),
     Case({"n": 5000, "layout": "strided"}, spec=VECTOR_SUM, label="every other element"),
     Case({"n": 0}, spec=VECTOR_SUM, label="empty: the sum of nothing is 0"),
+    Case({"n": 12_288, "values": "cancelling"}, torch.float16, spec=VECTOR_SUM, label="large values that cancel",
+         hint=CANCELLING),
+    Case({"n": 9001, "values": "cancelling"}, torch.bfloat16, spec=VECTOR_SUM, label="large values that cancel",
+         hint=CANCELLING),
+    Case({"n": 20_000, "values": "cancelling"}, torch.float16, spec=VECTOR_SUM,
+         label="large values that cancel, five chunks", hint=CANCELLING),
     Case({"n": (1 << 24) + 5}, spec=VECTOR_SUM, label="large", cuda_only=True),
 ]
 
