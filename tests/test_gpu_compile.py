@@ -37,6 +37,15 @@ KERNELS = textwrap.dedent('''
 
 
     @triton.jit
+    def row_sum(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+        acc = tl.zeros([BLOCK], dtype=x_ptr.dtype.element_ty)
+        for start in range(0, N, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        tl.store(out_ptr, tl.sum(acc, axis=0))
+
+
+    @triton.jit
     def copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
         offsets = tl.arange(0, BLOCK)
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
@@ -71,7 +80,7 @@ def test_what_the_interpreter_runs_and_a_gpu_refuses_is_named_with_its_line(tmp_
     findings = {finding.launch.name: finding.problem for finding in compiled.findings}
     assert set(findings) == {"first_negative", "big_tiles"}, findings
     assert "unsupported AST node type: Break" in findings["first_negative"]
-    assert "(line 12 of kernels.py)" in findings["first_negative"]  # the `break`
+    assert "(line 12 of kernels.py): unsupported AST node type: Break" in findings["first_negative"]  # the `break`
     assert "bytes of shared memory" in findings["big_tiles"]
     assert str(gpu_compile.MAX_SHARED_BYTES) in findings["big_tiles"]
 
@@ -84,3 +93,17 @@ def test_one_specialisation_per_kernel_and_constexpr_setting_comes_first():
     assert [(c.name, c.constexprs["BLOCK"], c.signature["x"]) for c in gpu_compile.chosen(launches, 3)] == \
         [("a", 64, "*fp32"), ("a", 128, "*fp32"), ("b", 64, "*fp32")]
     assert launches[0].describe() == "a(BLOCK=64, num_warps=4)"
+
+
+def test_a_loop_carried_value_whose_dtype_changes_is_named_with_what_it_means(tmp_path):
+    """A float16 accumulator that the loop adds float32 values to: the interpreter sums, the
+    compiler refuses (the value's dtype must stay the same across the loop)."""
+    path, kernels = _load(tmp_path)
+    with gpu_compile.LaunchRecorder() as recorder:
+        out = torch.zeros(1)
+        kernels.row_sum[(1,)](torch.ones(100, dtype=torch.float16), out, 100, BLOCK=32)
+    assert out.item() == 100.0
+    compiled = gpu_compile.compile_launches(path, list(recorder.launches.values()))
+    (finding,) = compiled.findings
+    assert "Loop-carried variable acc has initial type" in finding.problem
+    assert "keep one dtype" in finding.problem and "of kernels.py)" in finding.problem

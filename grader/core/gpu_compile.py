@@ -232,14 +232,31 @@ def _def_line(fn) -> int | None:
     return next((start + i for i, line in enumerate(lines) if re.match(r"\s*def\s", line)), None)
 
 
+# What some of the compiler's refusals mean for a kernel that the interpreter ran.
+MEANINGS = (
+    (r"Loop-carried variable", "a value updated in a loop must keep one dtype: create it with the type "
+                               "the loop gives it (for example tl.zeros(..., dtype=tl.float32))"),
+    (r"power of 2", "block sizes given to tl.arange must be powers of two: round up and mask the extra lanes"),
+    (r"AST node type: (Break|Continue)", "a kernel's loops cannot break or continue: compute a mask or "
+                                         "use tl.where instead"),
+)
+
+
 def _compile_error(error: Exception, first_line: int | None, file_name: str) -> str:
-    """The compiler's own last line, and where: its "at L:C" counts lines from the kernel's ``def``."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else type(error).__name__
+    """The compiler's own message, where, and what it usually means. Its "at L:C" counts lines
+    from the kernel's ``def``; the message follows the line that marks the column with ``^``."""
+    text = str(error).strip()
+    lines = text.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.strip() == "^"]
+    message = " ".join(line.strip() for line in lines[marks[-1] + 1:]) if marks else (lines[-1] if lines else "")
+    wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", message, re.S)
+    message = (wrapped[2] if wrapped else message) or type(error).__name__
     where = re.match(r"at (\d+):(\d+)", lines[0]) if lines else None
     line = f" (line {first_line + int(where[1]) - 1} of {file_name})" if where and first_line else ""
-    return (f"Triton's compiler refuses it for {TARGET_NAME}: {last}{line}. The interpreter runs such a kernel on "
-            "a CPU; a GPU does not.")
+    meaning = next((m for pattern, m in MEANINGS if re.search(pattern, message)), "")
+    return (f"Triton's compiler refuses it for {TARGET_NAME}{line}: {message.rstrip('.')}."
+            + (f" That means {meaning}." if meaning else "")
+            + " The interpreter runs such a kernel on a CPU; a GPU does not.")
 
 
 def _main() -> int:

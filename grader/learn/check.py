@@ -266,12 +266,13 @@ def _gpu_compiles(path: Path, recorder, out) -> bool:
         return True
     print(f"\nGPU compile check: {len(compiled.findings)} of the {compiled.checked} kernel specialisation(s) your "
           f"tests launched would not run on {gpu_compile.TARGET_NAME}:", file=out)
-    shown = []
+    by_kernel: dict[str, list] = {}
     for finding in compiled.findings:
-        if finding.problem not in shown:
-            shown.append(finding.problem)
-            print(textwrap.fill(f"{finding.launch.describe()}: {finding.problem}", 100, initial_indent="  ",
-                                subsequent_indent="    "), file=out)
+        by_kernel.setdefault(finding.launch.name, []).append(finding)
+    for findings in by_kernel.values():
+        more = f" (and {len(findings) - 1} more setting(s) of this kernel)" if len(findings) > 1 else ""
+        print(textwrap.fill(f"{findings[0].launch.describe()}{more}: {findings[0].problem}", 100, initial_indent="  ",
+                            subsequent_indent="    "), file=out)
     return False
 
 
