@@ -17,6 +17,8 @@ CASES = [
     Case({"shape": (1, 2, 30, 16), "seq_k": 1, "causal": True}, label="a single key"),
     Case({"shape": (1, 3, 45, 32), "causal": True, "layout": "sliced"}, torch.float16, label="every other head"),
     Case({"shape": (1, 2, 17, 16), "seq_k": 50, "causal": True}, label="fewer queries than keys, causal"),
+    Case({"shape": (1, 3, 45, 32), "layout": "sliced", "shift": 40.0}, torch.bfloat16,
+         label="every other head, every score far below 0"),
     Case({"shape": (4, 32, 2048, 64), "causal": True}, torch.bfloat16, label="large", cuda_only=True),
     Case({"shape": (1, 4, 3000, 128), "kv_heads": 2, "seq_k": 4321}, torch.float16, label="long, uneven",
          cuda_only=True),

@@ -24,4 +24,8 @@ MISTAKES = [
     Mistake("dK without the softmax scale",
             "    dk = dk * sm_scale\n", "",
             cause=r"sm_scale"),
+    Mistake("running maximum starts at 0 instead of -inf",
+            'm_i = tl.full((BLOCK_M,), float("-inf"), dtype=COMPUTE_DTYPE)',
+            "m_i = tl.zeros((BLOCK_M,), dtype=COMPUTE_DTYPE)",
+            cause=r"must start at -inf"),
 ]

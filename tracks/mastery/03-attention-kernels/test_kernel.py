@@ -46,15 +46,19 @@ def _head_tensor(rand, case, heads: int, seq: int, scale: float) -> torch.Tensor
 
 def attention_inputs(case, rand):
     """(q, k, v) and the keywords causal and sm_scale. params: "shape" (B, Hq, Sq, D), optional
-    "kv_heads" (default Hq), "seq_k" (default Sq), "causal", "sm_scale", "layout", and "scale",
-    the spread of q (large values make a peaked softmax: scores of +-100 overflow exp unless the
-    row maximum is subtracted)."""
+    "kv_heads" (default Hq), "seq_k" (default Sq), "causal", "sm_scale", "layout", "scale", the
+    spread of q (large values make a peaked softmax: scores of +-100 overflow exp unless the row
+    maximum is subtracted), and "shift": a value c in the first feature of every query and -c in
+    that of every key, which lowers every score by c * c (before sm_scale) and leaves the softmax as
+    it was, every score of every row far below 0."""
     params = case.params
     _, q_heads, seq_q, _ = params["shape"]
     kv_heads, seq_k = params.get("kv_heads", q_heads), params.get("seq_k", seq_q)
     q = _head_tensor(rand, case, q_heads, seq_q, params.get("scale", 1.0))
     k = _head_tensor(rand, case, kv_heads, seq_k, 1.0)
     v = _head_tensor(rand, case, kv_heads, seq_k, 1.0)
+    if "shift" in params:
+        q[..., 0], k[..., 0] = params["shift"], -params["shift"]
     kwargs = {"causal": params.get("causal", False)}
     if "sm_scale" in params:
         kwargs["sm_scale"] = params["sm_scale"]
@@ -249,6 +253,9 @@ TAIL = ("the sequences are not multiples of the tiles: the last key tile holds p
         "seq_k, whose scores must be -inf before the maximum and the sum, and the padding query rows "
         "past seq_q must not be stored.")
 GQA = "grouped-query attention: query head h reads key/value head h // (Hq // Hkv)."
+NEGATIVE_SCORES = ("every score of every row is -250 or lower (after sm_scale): the running maximum must start at "
+                   "-inf. One that starts at 0 stays 0, so exp2(qk_scale * s - m) underflows to 0 for every key, "
+                   "the sum l is 0 and o = acc / l is 0 / 0.")
 BACKWARD_HINT = ("the backward recomputes P = exp(sm_scale * S - lse) tile by tile: dV = P^T dO, "
                  "dS = P * (dP - D) with dP = dO V^T and D = rowsum(dO * O), dQ = sm_scale * dS K, "
                  "dK = sm_scale * dS^T Q.")
@@ -389,6 +396,13 @@ CASES = [
     Case({"shape": (1, 4, 17, 32), "kv_heads": 2, "seq_k": 9}, spec=NAIVE, label="naive, grouped-query", hint=GQA),
     Case({"shape": (2, 8, 512, 64), "causal": True}, torch.bfloat16, spec=NAIVE, label="naive, realistic",
          cuda_only=True),
+    # every score far below 0: the softmax is as usual, a running maximum that starts at 0 is not
+    Case({"shape": (1, 2, 50, 16), "shift": 32.0}, torch.float16, label="every score far below 0",
+         hint=NEGATIVE_SCORES),
+    Case({"shape": (1, 4, 37, 32), "kv_heads": 2, "causal": True, "shift": 45.0}, torch.float16,
+         label="grouped-query, causal, every score far below 0", hint=NEGATIVE_SCORES),
+    Case({"shape": (1, 2, 40, 16), "shift": 32.0}, torch.bfloat16, spec=FORWARD_LSE,
+         label="lse, every score far below 0", hint=NEGATIVE_SCORES),
 ]
 
 # A causal forward reads each key tile only for the query tiles that see it: about half the key
