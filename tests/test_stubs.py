@@ -106,3 +106,28 @@ def test_every_patched_example_applies_to_its_base_and_changes_it():
         header = next(line for line in patch.read_text().splitlines() if line.startswith("--- "))
         assert derived != example_submissions._base(header[4:].strip()), patch
         assert derived.startswith('"""') and "xample" in derived.split('"""')[1], f"{patch}: say what it tries"
+
+
+def test_only_the_todos_a_function_reaches_are_named_as_the_likely_cause():
+    """A failure of one function names the TODOs in it, in the kernels it launches and at the top
+    of the file; not those of another function that it never calls."""
+    from grader.core.markers import open_todos, todos_behind
+
+    source = (
+        "# TODO 1: pick a block size\n"
+        "BLOCK = 128\n"
+        "def helper_kernel(x):\n"
+        "    # TODO 2: load\n"
+        "    pass\n"
+        "def first(x):\n"
+        "    return helper_kernel(x)\n"
+        "def second(x):\n"
+        "    # TODO 3: the second function\n"
+        "    pass\n"
+    )
+    todos = open_todos(source)
+    assert [t.number for t in todos] == [1, 2, 3]
+    assert [t.number for t in todos_behind(source, todos, "first")] == [1, 2]
+    assert [t.number for t in todos_behind(source, todos, "second")] == [1, 3]
+    assert todos_behind(source, todos, "missing") == todos  # no such function: say them all
+    assert todos_behind("def (:", todos, "first") == todos  # does not parse: say them all

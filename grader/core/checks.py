@@ -20,6 +20,7 @@ from grader.core.cases import Case, Rand, Spec, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
+from grader.core.markers import todos_behind
 from grader.core.protocols import (
     autograd_reference,  # noqa: F401  (Backward specs' references)
     tensors_in,
@@ -356,7 +357,8 @@ def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
     spec = spec_for(case, spec)
     result = run_case(kernel.api(spec.api), spec, case)
     if not result.passed:
-        hint = todo_summary(kernel.todos, track=kernel.module.track)
+        behind = todos_behind(kernel.path.read_text(), kernel.todos, spec.api) if kernel.todos else []
+        hint = todo_summary(behind, track=kernel.module.track)
         raise AssertionError(f"{case.name}\n{result.message}" + (f"\n{hint}" if hint else ""))
 
 

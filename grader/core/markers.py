@@ -144,6 +144,38 @@ def open_todos(source: str) -> list[Todo]:
             if (m := _LEARNER_TODO.match(line))]
 
 
+def todos_behind(source: str, todos: list[Todo], api: str) -> list[Todo]:
+    """The open ``todos`` that can change what ``api`` computes: those inside ``api`` itself or
+    inside a function or class of the file that it reaches by name (its kernels, their helpers,
+    an autograd Function), and those outside every function (constants, configs, decorators).
+    A file that does not parse, or has no ``api``, gets them all back."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return todos
+    spans, uses = {}, {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            spans[node.name] = (first, node.end_lineno or node.lineno)
+            uses[node.name] = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if api not in spans:
+        return todos
+    reached, waiting = set(), [api]
+    while waiting:
+        name = waiting.pop()
+        if name not in reached:
+            reached.add(name)
+            waiting += [used for used in uses[name] if used in spans]
+
+    def owner(line: int) -> str | None:
+        return next((name for name, (first, last) in spans.items() if first <= line <= last), None)
+
+    return [todo for todo in todos if owner(todo.line) in reached or owner(todo.line) is None]
+
+
 def stub_for(module: Module) -> str:
     solution = module.solution_dir / "kernel.py"
     return generate_stub(solution.read_text(), origin=str(solution))

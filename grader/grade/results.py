@@ -9,7 +9,7 @@ from grader.core import crashes, device
 from grader.core.cases import spec_for
 from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
-from grader.core.markers import open_todos
+from grader.core.markers import open_todos, todos_behind
 from grader.grade.judging import INTEGRITY, Verdict, hidden_message
 from grader.grade.store import RECORD_VERSION
 
@@ -17,8 +17,12 @@ from grader.grade.store import RECORD_VERSION
 def build(grading, submission_sha: str, cases_sha: str) -> dict:
     """The record of a finished ``grader.grade.grading.Grading``: per-case rows (hidden cases by
     number only), totals, the integrity finding, performance, and how the grading went."""
-    todos = open_todos(grading.source.decode(errors="replace"))
+    source = grading.source.decode(errors="replace")
+    todos = open_todos(source)
     hint = todo_summary(todos, track=grading.module.track)
+
+    def behind(case) -> list:  # the open TODOs that can change what the case's function computes
+        return todos_behind(source, todos, spec_for(case, grading.plan.spec).api) if todos else []
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
     hidden_number = 0
     for index, (case, visibility) in enumerate(grading.plan.cases):
@@ -36,13 +40,14 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
             message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden \
                 else verdict.message
-            if not verdict.passed and todos and verdict.kind != "load":
+            if not verdict.passed and behind(case) and verdict.kind != "load":
                 message += " (TODOs are still open in kernel.py.)"
         else:
             name = case.name
             message = verdict.message
-            if not verdict.passed and hint and verdict.kind != "load":
-                message += f"\n{hint}"
+            case_hint = todo_summary(behind(case), track=grading.module.track)
+            if not verdict.passed and case_hint and verdict.kind != "load":
+                message += f"\n{case_hint}"
         counts[visibility][0] += verdict.passed
         counts[visibility][1] += 1
         rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
