@@ -48,6 +48,7 @@ CASES = [
     Case({"shape": (1,)}, spec=RELU, label="one element, x = 0"),
     Case({"shape": (3, 1025)}, spec=RELU, label="one past a block"),
     Case({"shape": (0, 3)}, torch.float16, spec=RELU, label="empty"),
+    Case({"shape": (3, 1025), "nan": True}, torch.float16, spec=RELU, label="NaN entries, one past a block"),
 
     Case({"shape": (20_000,), "p": 0.5, "seed": 2**40 + 3}, spec=DROPOUT, label="p = 0.5, a 64-bit seed"),
     Case({"shape": (37, 61), "p": 0.05, "seed": 0}, torch.bfloat16, spec=DROPOUT, label="seed 0, small p"),
@@ -109,6 +110,7 @@ TRAINING_STATE_CASES = [
     Case({"shape": (2, 3, 1, 2)}, torch.float16, spec=SCAN_BASIC, label="L = 1, fp16"),
     Case({"shape": (1, 6, 9, 4), "with": ("delta_bias",)}, spec=SCAN_FORWARD, label="forward, delta_bias only"),
     Case({"shape": (0, 4, 5, 3)}, spec=SCAN_FORWARD, label="no batch"),
+    Case({"shape": (2, 9, 10, 5), "delta": (30.0, 200.0)}, torch.float16, spec=SCAN, label="fp16, large delta"),
     Case({"shape": (1, 512, 1000, 16), "bc": "fp32"}, torch.bfloat16, spec=SCAN, label="large", cuda_only=True),
 ]
 CASES = CASES + TRAINING_STATE_CASES

@@ -75,8 +75,10 @@ def check_norm_inputs(x, params, eps):
     if n_cols > MAX_COLUMNS:
         raise ValueError(f"x has {n_cols} elements in its last dimension, but these kernels keep a whole "
                          f"row in one block and support at most {MAX_COLUMNS}.")
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"eps must be a number >= 0, got {eps!r}.")
+    # NaN fails every comparison, so it is refused too; eps = inf would make every rstd 0: y = 0 (or
+    # the bias) without a word
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 <= eps < math.inf:
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}.")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ MISTAKES = [
     Mistake("kept elements not scaled by 1 / (1 - p)",
             "tl.where(keep, x * scale, 0.0)", "tl.where(keep, x, 0.0)",
             cause=r"neither 0 nor"),
+    Mistake("ReLU as tl.maximum(x, 0.0), which turns NaN into 0",
+            "tl.where(x <= 0, 0.0, x).to(y_ptr.dtype.element_ty)", "tl.maximum(x, 0.0).to(y_ptr.dtype.element_ty)",
+            cause=r"torch\.relu keeps it"),
 ]
 
 MISTAKES += [
@@ -60,4 +63,7 @@ MISTAKES += [
     Mistake("reverse scan does not pass dh back through the decay",
             "dh = dh * decay", "dh = dh",
             cause=r"exp\(dt \* A\)"),
+    Mistake("softplus computed as log(1 + exp(x)), which overflows above 88",
+            "dt = tl.maximum(raw, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(raw)))", "dt = tl.log(1.0 + tl.exp(raw))",
+            cause=r"overflow"),
 ]

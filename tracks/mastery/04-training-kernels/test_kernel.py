@@ -258,11 +258,15 @@ SILU_AND_MUL = Spec(
 # ----------------------------------------------------------------------------------------------
 
 def relu_inputs(case, rand):
-    """(x, dy), with every fifth element of x exactly 0 (where PyTorch's gradient is 0)."""
+    """(x, dy), with every fifth element of x exactly 0 (where PyTorch's gradient is 0) and, with
+    params["nan"], every seventh (from the fourth) NaN, which torch.relu keeps."""
     shape = case.params["shape"]
     x = strided(rand, shape, case.dtype, 1.0, case.params.get("layout", "contiguous"))
     x = x.clone()  # keeps the layout
-    x[(torch.arange(x.numel(), device=rand.device) % 5 == 0).reshape(shape)] = 0
+    index = torch.arange(x.numel(), device=rand.device)
+    x[(index % 5 == 0).reshape(shape)] = 0
+    if case.params.get("nan"):
+        x[(index % 7 == 3).reshape(shape)] = float("nan")
     return (x, rand.randn(*shape, dtype=case.dtype)), {}
 
 
@@ -279,6 +283,10 @@ RELU = Spec(
     ceiling="copy",
     allowed_torch_names=AUTOGRAD,
 )
+
+RELU_NAN = ("NaN at every seventh element: torch.relu keeps it (NaN in, NaN out) and passes dy back there, as "
+            "for x > 0. tl.maximum(x, 0.0) and tl.where(x > 0, x, 0.0) both turn it into 0; "
+            "tl.where(x <= 0, 0.0, x) keeps it, since every comparison with NaN is False.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -633,6 +641,10 @@ CASES = [
          hint="x = 0 exactly at every fifth element, where the gradient is 0 (as in PyTorch)."),
     Case({"shape": (33, 65)}, torch.float16, spec=RELU, label="2-D"),
     Case({"shape": (30, 40), "layout": "transposed"}, torch.bfloat16, spec=RELU, label="non-contiguous"),
+    Case({"shape": (1000,), "nan": True}, spec=RELU, label="NaN entries", hint=RELU_NAN),
+    Case({"shape": (33, 65), "nan": True}, torch.float16, spec=RELU, label="NaN entries", hint=RELU_NAN),
+    Case({"shape": (30, 40), "layout": "transposed", "nan": True}, torch.bfloat16, spec=RELU,
+         label="NaN entries, non-contiguous", hint=RELU_NAN),
     Case({"shape": (1 << 24,)}, spec=RELU, label="large", cuda_only=True),
 
     Case({"shape": (64, 100), "p": 0.3, "seed": 11}, spec=DROPOUT, label="p = 0.3", hint=STATISTICS),
@@ -793,6 +805,12 @@ def test_norms_reject_rows_too_long_for_one_block(kernel):
     expect_error(kernel.api("rms_norm"), _x(2, 65537), _x(65537), match="at most")
 
 
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -1e-5, "1e-5"], ids=["nan", "inf", "negative", "str"])
+def test_norms_reject_an_eps_that_is_not_a_finite_number_at_least_0(kernel, eps):
+    expect_error(kernel.api("rms_norm"), _x(4, 8), _x(8), eps, match="eps")
+    expect_error(kernel.api("layer_norm"), _x(4, 8), _x(8), _x(8), eps, match="eps")
+
+
 def test_swiglu_rejects_shapes_that_differ(kernel):
     expect_error(kernel.api("swiglu"), _x(4, 8), _x(4, 9), match="shape")
 
@@ -804,6 +822,8 @@ def test_silu_and_mul_rejects_an_odd_last_dimension(kernel):
 def test_dropout_rejects_p_outside_0_1(kernel):
     expect_error(kernel.api("dropout"), _x(10), 1.5, seed=0, match="p")
     expect_error(kernel.api("dropout_with_mask"), _x(10), -0.1, seed=0, match="p")
+    expect_error(kernel.api("dropout"), _x(10), float("nan"), seed=0, match="p")
+    expect_error(kernel.api("dropout_with_mask"), _x(10), float("inf"), seed=0, match="p")
 
 
 def test_dropout_rejects_a_seed_that_is_not_an_integer(kernel):
@@ -1140,8 +1160,9 @@ def torch_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, del
 
 def scan_inputs(case, rand):
     """u, delta, z in case.dtype; A, D, delta_bias float32; B, C in case.dtype (float32 with
-    "bc": "fp32"); delta in [0, 0.5) and A in (-1, -0.05] as in Mamba's tests. The optional
-    inputs are those of "with"; a Backward spec gets the upstream gradient last."""
+    "bc": "fp32"); delta in [0, 0.5) (or in the range params["delta"]) and A in (-1, -0.05] as in
+    Mamba's tests. The optional inputs are those of "with"; a Backward spec gets the upstream
+    gradient last."""
     p = case.params
     batch, dim, length, n_state = p["shape"]
     bc_dtype = torch.float32 if p.get("bc") == "fp32" else case.dtype
@@ -1149,7 +1170,8 @@ def scan_inputs(case, rand):
         u = rand.randn(batch, length, dim, dtype=case.dtype).transpose(1, 2)
     else:
         u = rand.randn(batch, dim, length, dtype=case.dtype)
-    delta = rand.uniform(batch, dim, length, low=0.0, high=0.5, dtype=case.dtype)
+    low, high = p.get("delta", (0.0, 0.5))
+    delta = rand.uniform(batch, dim, length, low=low, high=high, dtype=case.dtype)
     A = -rand.uniform(dim, n_state, low=0.05, high=1.0)
     B = rand.randn(batch, n_state, length, dtype=bc_dtype)
     C = rand.randn(batch, n_state, length, dtype=bc_dtype)
@@ -1176,6 +1198,9 @@ def scan_bytes(case):
 
 REVERSE_SCAN = ("the backward pass: dh = dloss/dh_t collects dy * C at step t and passes dh * exp(dt * A) on "
                 "to step t - 1; the gradients of u, delta, A and B all come from it.")
+LARGE_DELTA = ("delta up to 150: softplus(x) = log(1 + exp(x)) computed as written overflows float32 above 88 "
+               "(exp(x) = inf, so dt = inf and the state inf or NaN). Write it as max(x, 0) + log(1 + exp(-|x|)): "
+               "exp of a number <= 0 never overflows, and softplus(x) is x for large x.")
 SCAN_OUTPUTS = ("out", "grad_u", "grad_delta", "grad_A", "grad_B", "grad_C", "grad_D", "grad_z", "grad_delta_bias")
 SCAN_NOTES = {"out": "the forward recurrence", "grad_z": "the gate silu(z)",
               "grad_C": "y = sum(h * C): dy times the state", "grad_D": "the skip term D * u"}
@@ -1244,6 +1269,11 @@ SCAN_CASES = [
     Case({"shape": (1, 3, 11, 6), "with": ("z",), "softplus": False}, torch.float16, spec=SCAN_FORWARD,
          label="forward, z only"),
     Case({"shape": (1, 2, 0, 4)}, spec=SCAN_FORWARD, label="L = 0"),
+    Case({"shape": (2, 5, 9, 4), "delta": (50.0, 150.0)}, spec=SCAN_FORWARD, label="forward, large delta",
+         hint=LARGE_DELTA),
+    Case({"shape": (1, 6, 8, 4), "delta": (50.0, 150.0)}, spec=SCAN, label="large delta", hint=LARGE_DELTA),
+    Case({"shape": (1, 4, 6, 3), "delta": (80.0, 120.0)}, torch.bfloat16, spec=SCAN, label="bf16, large delta",
+         hint=LARGE_DELTA),
     Case({"shape": (2, 64, 300, 16)}, spec=SCAN, label="longer sequences", cuda_only=True),
     Case({"shape": (2, 256, 2048, 16)}, torch.bfloat16, spec=SCAN, label="Mamba-like, bf16", cuda_only=True),
 ]
@@ -1285,6 +1315,8 @@ def test_adamw_rejects_bad_lists(kernel):
                  [x.half() for x in v], step=1, match="float32")
     expect_error(adamw, params, grads, m, v, step=0, match="step")
     expect_error(adamw, params, grads, m, v, step=1, beta2=1.0, match="beta")
+    expect_error(adamw, params, grads, m, v, step=1, eps=float("nan"), match="eps")
+    expect_error(adamw, params, grads, m, v, step=1, lr=float("inf"), match="lr")
     wide = torch.randn(4, 6, device=device.torch_device())[:, :3]
     expect_error(adamw, [wide], [torch.randn(4, 3, device=wide.device)], [torch.zeros(4, 3, device=wide.device)],
                  [torch.zeros(4, 3, device=wide.device)], step=1, match="contiguous")
