@@ -20,6 +20,8 @@ CASES = [
     Case({"shape": (3, 7, 45), "activation": "gelu"}, label="3-D, odd rows"),
     Case({"shape": (100, 24), "layout": "transposed", "activation": "silu"}, label="non-contiguous"),
     Case({"shape": (4, 500), "weight_scale": 80.0, "activation": "gelu"}, label="large activation inputs"),
+    Case({"shape": (7, 129), "vectors": "strided", "activation": "silu"}, torch.bfloat16,
+         label="weight and bias strided, one past a power of two"),
     Case({"shape": (8192, 1536), "activation": "gelu"}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"shape": (20_000, 777), "layout": "row-strided", "activation": "gelu_tanh"}, label="large",
          cuda_only=True),
@@ -31,6 +33,8 @@ CASES = [
     Case({"mnk": (37, 29, 45), "layouts": ("transposed", "row-strided"), "bias": False, "activation": "silu"},
          torch.float16, spec=LINEAR, label="strided x and weight, no bias"),
     Case({"mnk": (130, 70, 129), "activation": "gelu"}, spec=LINEAR, label="several tiles and k-steps"),
+    Case({"mnk": (40, 70, 33), "layouts": ("transposed", "row-major"), "vectors": "strided", "activation": "gelu"},
+         torch.float16, spec=LINEAR, label="x a transpose, bias strided"),
     Case({"mnk": (4096, 4096, 4096), "activation": "gelu"}, torch.bfloat16, spec=LINEAR, label="large bf16",
          cuda_only=True),
     # layer_norm_linear
@@ -40,5 +44,7 @@ CASES = [
          label="large negative mean"),
     Case({"mnk": (30, 20, 70), "layouts": ("row-strided", "transposed"), "eps": 1e-3}, spec=LN_LINEAR,
          label="strided x, transposed weight, eps"),
+    Case({"mnk": (21, 40, 65), "offset": 50.0, "vectors": "strided"}, spec=LN_LINEAR,
+         label="ln_weight, ln_bias and bias strided, mean far from 0"),
     Case({"mnk": (4096, 4096, 4096)}, torch.bfloat16, spec=LN_LINEAR, label="large bf16", cuda_only=True),
 ]

@@ -27,4 +27,17 @@ MISTAKES = [
             "a = a_hat * gamma[None, :] + beta[None, :]",
             "a = a_hat + beta[None, :]",
             cause=r"scaled by ln_weight"),
+    Mistake("linear's bias read as if contiguous: the wrapper's .contiguous() left out",
+            "    bias = bias.contiguous()\n", "",
+            cause=r"stride 2"),
+    Mistake("ln_weight and ln_bias read as if contiguous",
+            "        ln_weight, ln_bias = ln_weight.contiguous(), ln_bias.contiguous()\n",
+            "        pass\n",
+            cause=r"stride 2"),
+    Mistake("layer_norm_act's weight and bias read as if contiguous",
+            "    weight = _or_constant(weight, n_cols, 1.0, x).contiguous()\n"
+            "    bias = _or_constant(bias, n_cols, 0.0, x).contiguous()\n",
+            "    weight = _or_constant(weight, n_cols, 1.0, x)\n"
+            "    bias = _or_constant(bias, n_cols, 0.0, x)\n",
+            cause=r"stride 2"),
 ]

@@ -394,6 +394,11 @@ def _launch_linear(x_rows, weight, bias, y, activation: str, stats=None, ln_weig
     config = _matmul_config(M, N, K, x_rows.dtype, x_rows.device)
     tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
     normalize = stats is not None
+    # The kernels read bias, ln_weight and ln_bias one element apart (bias_ptr + offs_n): a strided
+    # view, such as every other element of a longer tensor, is copied first (a no-op otherwise).
+    bias = bias.contiguous()
+    if normalize:
+        ln_weight, ln_bias = ln_weight.contiguous(), ln_bias.contiguous()
     # Without a prologue these pointers are never read: pass the bias in their place.
     mean, rstd = stats if normalize else (bias, bias)
     ln_weight, ln_bias = (ln_weight, ln_bias) if normalize else (bias, bias)

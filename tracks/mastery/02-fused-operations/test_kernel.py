@@ -51,6 +51,14 @@ def _laid_out(values, layout):
     return values
 
 
+def _vector(rand, n, dtype, params, scale=1.0):
+    """n random values (a weight or a bias): with params["vectors"] = "strided", every other
+    element of a tensor twice as long, a view whose stride is 2."""
+    if params.get("vectors") == "strided":
+        return rand.randn(2 * n, dtype=dtype, scale=scale)[::2]
+    return rand.randn(n, dtype=dtype, scale=scale)
+
+
 def layer_norm_act_inputs(case, rand):
     """x (shape and layout from params), weight and bias (or None), activation, and eps if set."""
     params = case.params
@@ -68,9 +76,8 @@ def layer_norm_act_inputs(case, rand):
     else:
         x = _values(rand, shape, params, case.dtype)
     affine = params.get("affine", "both")
-    weight = rand.randn(n_cols, dtype=case.dtype, scale=params.get("weight_scale", 1.0)) \
-        if affine == "both" else None
-    bias = rand.randn(n_cols, dtype=case.dtype) if affine in ("both", "bias") else None
+    weight = _vector(rand, n_cols, case.dtype, params, params.get("weight_scale", 1.0)) if affine == "both" else None
+    bias = _vector(rand, n_cols, case.dtype, params) if affine in ("both", "bias") else None
     kwargs = {"activation": params["activation"]}
     if "eps" in params:
         kwargs["eps"] = params["eps"]
@@ -88,7 +95,7 @@ def linear_inputs(case, rand):
     if "batch" in case.params:
         x = x.reshape(*case.params["batch"], K)
     weight = _laid_out(_values(rand, (N, K), {"scale": scale}, case.dtype), layout_w)
-    bias = rand.randn(N, dtype=case.dtype) if case.params.get("bias", True) else None
+    bias = _vector(rand, N, case.dtype, case.params) if case.params.get("bias", True) else None
     return (x, weight, bias), {"activation": case.params["activation"]}
 
 
@@ -101,10 +108,10 @@ def layer_norm_linear_inputs(case, rand):
     if "batch" in case.params:
         x = x.reshape(*case.params["batch"], K)
     affine = case.params.get("affine", True)
-    ln_weight = rand.randn(K, dtype=case.dtype) if affine else None
-    ln_bias = rand.randn(K, dtype=case.dtype) if affine else None
+    ln_weight = _vector(rand, K, case.dtype, case.params) if affine else None
+    ln_bias = _vector(rand, K, case.dtype, case.params) if affine else None
     weight = _laid_out(_values(rand, (N, K), {"scale": max(K, 1) ** -0.5}, case.dtype), layout_w)
-    bias = rand.randn(N, dtype=case.dtype) if case.params.get("bias", True) else None
+    bias = _vector(rand, N, case.dtype, case.params) if case.params.get("bias", True) else None
     kwargs = {"eps": case.params["eps"]} if "eps" in case.params else {}
     return (x, ln_weight, ln_bias, weight, bias), kwargs
 
@@ -261,6 +268,9 @@ EDGES = "NaN lies past the edges of x and weight: every load needs its mask (and
 PROLOGUE = ("the matmul's operand is LayerNorm(x): each tile of x is normalised as it is loaded, "
             "(x - mean) * rstd for its rows, then scaled by ln_weight and shifted by ln_bias for its k "
             "columns.")
+STRIDED = ("the weight and bias vectors are every other element of longer tensors (stride 2): a kernel that "
+           "reads them at ptr + offsets sees the wrong elements unless the wrapper copies them with "
+           ".contiguous() first (or passes their stride to the kernel and uses it).")
 K_ONE = ("K = 1: every row has variance 0, so LayerNorm(x) is exactly ln_bias and y = weight @ ln_bias "
          "+ bias: x - mean must be 0, and ln_bias added after ln_weight.")
 
@@ -290,6 +300,12 @@ CASES = [
          hint=LARGE_INPUTS),
     Case({"shape": (8, 200), "weight_scale": 60.0, "activation": "gelu_tanh"}, torch.float16,
          label="large activation inputs", hint=LARGE_INPUTS),
+    Case({"shape": (6, 50), "vectors": "strided", "activation": "gelu"}, label="weight and bias strided",
+         hint=STRIDED),
+    Case({"shape": (3, 4, 33), "vectors": "strided", "activation": "silu"}, torch.float16,
+         label="weight and bias strided, 3-D", hint=STRIDED),
+    Case({"shape": (5, 64), "vectors": "strided", "affine": "bias", "activation": "gelu_tanh"}, torch.bfloat16,
+         label="bias strided, no weight", hint=STRIDED),
     Case({"shape": (64, 1000), "activation": "silu"}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"shape": (4096, 4096), "activation": "gelu"}, label="large", cuda_only=True),
     Case({"shape": (512, 16384), "activation": "gelu_tanh"}, torch.float16, label="long rows", cuda_only=True),
@@ -317,6 +333,12 @@ CASES = [
     # operands go through TF32 on a GPU, and activation inputs of 100 would make that 0.05).
     Case({"mnk": (20, 24, 32), "scale": 40.0, "activation": "silu"}, torch.float16, spec=LINEAR,
          label="large activation inputs", hint=LARGE_INPUTS),
+    Case({"mnk": (20, 36, 24), "vectors": "strided", "activation": "gelu"}, spec=LINEAR, label="bias strided",
+         hint=STRIDED),
+    Case({"mnk": (33, 17, 40), "vectors": "strided", "activation": "silu"}, torch.float16, spec=LINEAR,
+         label="bias strided", hint=STRIDED),
+    Case({"mnk": (10, 24, 16), "batch": (2, 5), "vectors": "strided", "activation": "gelu_tanh"}, spec=LINEAR,
+         label="bias strided, 3-D x", hint=STRIDED),
     Case({"mnk": (65, 33, 129), "activation": "gelu"}, torch.bfloat16, spec=LINEAR, label="bf16", cuda_only=True),
     Case({"mnk": (2048 + 3, 3000, 512 + 5), "activation": "gelu"}, torch.float16, spec=LINEAR,
          label="large, odd", cuda_only=True),
@@ -340,6 +362,12 @@ CASES = [
     Case({"mnk": (24, 40, 40), "layouts": ("transposed", "transposed")}, torch.float16, spec=LN_LINEAR,
          label="x and weight transposed"),
     Case({"mnk": (14, 24, 64), "batch": (2, 7), "scale": 3.0, "offset": -2.0}, spec=LN_LINEAR, label="3-D x"),
+    Case({"mnk": (16, 20, 48), "vectors": "strided"}, spec=LN_LINEAR, label="ln_weight, ln_bias and bias strided",
+         hint=STRIDED),
+    Case({"mnk": (9, 33, 70), "vectors": "strided"}, torch.float16, spec=LN_LINEAR,
+         label="ln_weight, ln_bias and bias strided", hint=STRIDED),
+    Case({"mnk": (12, 8, 30), "vectors": "strided", "bias": False}, spec=LN_LINEAR,
+         label="ln_weight and ln_bias strided, no bias", hint=STRIDED),
     Case({"mnk": (64, 1000, 700)}, torch.bfloat16, spec=LN_LINEAR, label="bf16", cuda_only=True),
     Case({"mnk": (2048 + 3, 1024 - 5, 1024 + 7), "offset": 100.0}, torch.float16, spec=LN_LINEAR,
          label="large, odd", cuda_only=True),
