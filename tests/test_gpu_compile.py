@@ -107,3 +107,25 @@ def test_a_loop_carried_value_whose_dtype_changes_is_named_with_what_it_means(tm
     (finding,) = compiled.findings
     assert "Loop-carried variable acc has initial type" in finding.problem
     assert "keep one dtype" in finding.problem and "of kernels.py)" in finding.problem
+
+
+def test_recording_leaves_the_launch_counters_installed_meanwhile_in_place(tmp_path):
+    """A wrapper put on the interpreter's launch entry while a recorder is active (the grader's
+    launch counter, created on first use) must still count once the recorder is done."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    path, kernels = _load(tmp_path)
+    counted = []
+    with gpu_compile.LaunchRecorder():
+        below = InterpretedFunction.run
+
+        def counting(self, *args, **kwargs):
+            counted.append(self)
+            return below(self, *args, **kwargs)
+
+        InterpretedFunction.run = counting
+    try:
+        kernels.copy[(1,)](torch.arange(8.0), torch.zeros(8), BLOCK=8)
+        assert len(counted) == 1, "the counter installed during the recording was taken off"
+    finally:
+        InterpretedFunction.run = below

@@ -89,24 +89,21 @@ class LaunchRecorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> LaunchRecorder:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        original, recorder = InterpretedFunction.run, self
-
-        def run(interpreted, *args, grid, warmup, **kwargs):
-            try:
-                recorder._record(interpreted, args, kwargs)
-            except Exception:  # recording must never change what the launch does
-                with recorder._lock:
-                    recorder.skipped += 1
-            return original(interpreted, *args, grid=grid, warmup=warmup, **kwargs)
-
-        self._original, self._cls = original, InterpretedFunction
-        InterpretedFunction.run = run
+        _install_listener_seam()
+        with _listeners_lock:
+            _listeners.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._cls.run = self._original
+        with _listeners_lock:
+            _listeners.remove(self)
+
+    def heard(self, interpreted, args: tuple, kwargs: dict) -> None:
+        try:
+            self._record(interpreted, args, kwargs)
+        except Exception:  # recording must never change what the launch does
+            with self._lock:
+                self.skipped += 1
 
     def _record(self, interpreted, args: tuple, kwargs: dict) -> None:
         from triton.runtime.jit import mangle_type
@@ -128,6 +125,33 @@ class LaunchRecorder:
         launch = Launch(fn.__name__, signature, constexprs, options)
         with self._lock:
             self.launches.setdefault(launch.key, launch)
+
+
+_listeners: list[LaunchRecorder] = []
+_listeners_lock = threading.Lock()
+_seam_installed = False
+
+
+def _install_listener_seam() -> None:
+    """Wrap the interpreter's launch entry once for the process, and never take the wrapper off:
+    other wrappers put on top later (the grader's launch counter) must stay where they are."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    global _seam_installed
+    with _listeners_lock:
+        if _seam_installed:
+            return
+        _seam_installed = True
+        original = vars(InterpretedFunction)["run"]
+
+        def run(interpreted, *args, **kwargs):
+            if _listeners and not kwargs.get("warmup", False):
+                for listener in list(_listeners):
+                    listener.heard(interpreted, args, kwargs)
+            return original(interpreted, *args, **kwargs)
+
+        run.__wrapped__ = original
+        InterpretedFunction.run = run
 
 
 def chosen(launches: list[Launch], limit: int) -> list[Launch]:
