@@ -194,3 +194,25 @@ def test_wrap_triton_takes_an_interpreted_kernel_with_every_supported_pytorch(mo
     assert torch.equal(out, x)
     with pytest.raises(RuntimeError, match="only works on functions"):
         torch.library.wrap_triton(print)  # anything else still goes to PyTorch's own check
+
+
+def test_bfloat16_arithmetic_under_the_interpreter_computes_on_values_not_bits():
+    """Triton's interpreter stores bfloat16 as 16-bit patterns and used to add the patterns (0.5 +
+    0.75 gave about 6.4e37); the course computes in float32 and rounds to bfloat16, as a GPU does."""
+    if device.is_cuda():
+        pytest.skip("a GPU computes bfloat16 itself")
+
+    @triton.jit
+    def arithmetic(x_ptr, y_ptr, out_ptr, flags_ptr, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        x, y = tl.load(x_ptr + offsets), tl.load(y_ptr + offsets)
+        tl.store(out_ptr + offsets, tl.exp(-(x * y + x) / y) - 0.25)
+        tl.store(flags_ptr + offsets, (x < y).to(tl.int32))
+
+    x = torch.tensor([0.5, -3.0, 2.0, 100.0], dtype=torch.bfloat16)
+    y = torch.tensor([0.75, 1.5, -4.0, 0.25], dtype=torch.bfloat16)
+    out, flags = torch.empty(4, dtype=torch.bfloat16), torch.empty(4, dtype=torch.int32)
+    arithmetic[(1,)](x, y, out, flags, BLOCK=4)
+    expected = torch.exp(-(x.float() * y.float() + x.float()) / y.float()) - 0.25
+    torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=1e-2)
+    assert flags.tolist() == [1, 1, 0, 0], "comparisons see the values, negative ones included"

@@ -39,6 +39,7 @@ def select() -> str:
             _mode = "interpreter"
             run_first_autotune_config()
             _make_masked_loads_strict()
+            _make_bf16_arithmetic_exact()
             _let_wrap_triton_take_interpreted_kernels()
     return _mode
 
@@ -217,6 +218,68 @@ def _let_wrap_triton_take_interpreted_kernels() -> None:
     wrap_triton._takes_interpreted = True
     wrap_triton.__doc__ = original.__doc__
     torch.library.wrap_triton = wrap_triton
+
+
+def _make_bf16_arithmetic_exact() -> None:
+    """Compute the interpreter's element-wise bfloat16 arithmetic on the values, not their bits.
+
+    The interpreter keeps bfloat16 as raw 16-bit patterns in uint16 arrays and hands them to NumPy
+    as they are, so 0.5 + 0.75 in bfloat16 gives about 6.4e37 (the patterns added as integers),
+    and a kernel that computes in bfloat16 looks as if it overflowed. A GPU computes such an
+    operation in float32 and rounds the result to bfloat16 (to nearest, ties to even); so does
+    this patch, for the binary and unary operators and fused multiply-adds of bfloat16 values.
+    Comparisons get the float32 values too. Reductions are left alone (the course's kernels
+    reduce in float32).
+    """
+    try:
+        import numpy as np
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    except ImportError:
+        return
+    binary, unary, fma = (getattr(InterpreterBuilder, name, None) for name in ("binary_op", "unary_op", "create_fma"))
+    if binary is None or unary is None or getattr(binary, "_bf16_exact", False):
+        return
+
+    def is_bf16(handle) -> bool:
+        return getattr(handle.dtype, "scalar", handle.dtype) == tl.bfloat16 and handle.data.dtype == np.uint16
+
+    def widened(handle):
+        bits = np.asarray(handle.data).astype(np.uint32) << np.uint32(16)
+        return TensorHandle(bits.view(np.float32), tl.float32)
+
+    def rounded(handle):
+        bits = np.asarray(handle.data, dtype=np.float32).view(np.uint32)
+        nan = np.isnan(handle.data)
+        ties_to_even = (bits >> np.uint32(16)) & np.uint32(1)
+        bits = ((bits + np.uint32(0x7FFF) + ties_to_even) >> np.uint32(16)).astype(np.uint16)
+        return TensorHandle(np.where(nan, np.uint16(0x7FC0), bits), tl.bfloat16)
+
+    def binary_op(self, lhs, rhs, op):
+        if not (is_bf16(lhs) or is_bf16(rhs)):
+            return binary(self, lhs, rhs, op)
+        out = binary(self, widened(lhs) if is_bf16(lhs) else lhs, widened(rhs) if is_bf16(rhs) else rhs, op)
+        if out.data.dtype == np.float32:
+            return rounded(out)
+        return TensorHandle(out.data, lhs.dtype.scalar)  # a comparison's booleans
+
+    def unary_op(self, arg, op):
+        if not is_bf16(arg):
+            return unary(self, arg, op)
+        out = unary(self, widened(arg), op)
+        return rounded(out) if out.data.dtype == np.float32 else TensorHandle(out.data, arg.dtype.scalar)
+
+    def create_fma(self, x, y, z):
+        if not is_bf16(z):
+            return fma(self, x, y, z)
+        product = np.multiply(widened(x).data, widened(y).data, dtype=np.float64)
+        total = np.add(product, widened(z).data, dtype=np.float64).astype(np.float32)
+        return rounded(TensorHandle(total, tl.float32))
+
+    binary_op._bf16_exact = True
+    InterpreterBuilder.binary_op, InterpreterBuilder.unary_op = binary_op, unary_op
+    if fma is not None:
+        InterpreterBuilder.create_fma = create_fma
 
 
 def _make_masked_loads_strict() -> None:
