@@ -19,6 +19,7 @@ CASES = [
     Case({"shape": (16, 0)}, label="no columns"),
     Case({"shape": (31, 33), "layout": "sliced", "activation": "relu"}, torch.float16,
          label="every other column of a wider x"),
+    Case({"shape": (17, 100), "bias": "strided", "activation": "relu"}, torch.float16, label="a strided bias, relu"),
     Case({"shape": (8192, 3000)}, torch.bfloat16, label="large bf16", cuda_only=True),
     Case({"shape": (1 << 20, 48), "bias": False}, label="many narrow rows", cuda_only=True),
 ]

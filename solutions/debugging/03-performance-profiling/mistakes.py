@@ -28,4 +28,7 @@ MISTAKES = [
             "y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)",
             "y = torch.empty((n_rows, n_cols), dtype=torch.float32, device=x.device)",
             cause=r"dtype"),
+    Mistake("a strided bias read as if contiguous: the wrapper's .contiguous() left out",
+            "bias = bias.contiguous() if has_bias else x2d", "bias = bias if has_bias else x2d",
+            cause=r"stride 2"),
 ]

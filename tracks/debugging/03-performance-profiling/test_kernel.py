@@ -107,14 +107,19 @@ WATCH = TrafficWatch()
 
 
 def bias_act_inputs(case, rand):
-    """(x, bias) in the layout the case asks for, and the activation when the case sets one."""
+    """(x, bias) in the layout the case asks for, and the activation when the case sets one. The
+    bias is params["bias"]: True (a contiguous vector), False (None) or "strided"."""
     shape = case.params["shape"]
     layout = case.params.get("layout", "contiguous")
     if layout == "contiguous":
         x = rand.randn(*shape, dtype=case.dtype, scale=2.0)
     else:  # "transposed", "sliced" (every other column of a wider x), "padded" (NaN around it)
         x = rand.matrix(*shape, layout=layout, dtype=case.dtype, scale=2.0)
-    bias = rand.randn(shape[-1], dtype=case.dtype) if case.params.get("bias", True) else None
+    with_bias = case.params.get("bias", True)
+    if with_bias == "strided":  # every other element of a vector twice as long: a view of stride 2
+        bias = rand.randn(2 * shape[-1], dtype=case.dtype)[::2]
+    else:
+        bias = rand.randn(shape[-1], dtype=case.dtype) if with_bias else None
     kwargs = {"activation": case.params["activation"]} if "activation" in case.params else {}
     WATCH.start(x, bytes_moved(case))
     return (x, bias), kwargs
@@ -250,6 +255,10 @@ TRAFFIC_HINT = (f"large enough to judge the memory traffic too: at most {MAX_EXC
                 f"sector needed by the warp-wide loads and stores, at least {MIN_BYTES_PER_PROGRAM // 1024} "
                 f"KiB moved per program, at most {MAX_BYTES_OVER_MINIMUM:g} x the bytes the problem needs.")
 
+STRIDED_BIAS = ("the bias is every other element of a longer vector (stride 2): the kernel reads it at "
+                "bias_ptr + cols, so bias_act() must hand it a contiguous copy (bias.contiguous()), or pass the "
+                "bias's stride and use it.")
+
 CASES = [
     Case({"shape": (64, 100)}, label="memory traffic checked", hint=TRAFFIC_HINT),
     Case({"shape": (48, 64)}, torch.float16, label="memory traffic checked", hint=TRAFFIC_HINT),
@@ -267,6 +276,11 @@ CASES = [
     Case({"shape": (24, 40), "layout": "padded"}, torch.float16, label="the corner of a larger x"),
     Case({"shape": (30, 50), "activation": None}, label="bias only"),
     Case({"shape": (5, 130), "activation": "relu", "bias": False}, torch.float16, label="relu only"),
+    Case({"shape": (5, 33), "bias": "strided"}, label="a strided bias", hint=STRIDED_BIAS),
+    Case({"shape": (3, 4, 20), "bias": "strided", "activation": "relu"}, torch.float16,
+         label="a strided bias, 3-D, relu", hint=STRIDED_BIAS),
+    Case({"shape": (20, 36), "layout": "sliced", "bias": "strided", "activation": None},
+         label="every other column of a wider x, a strided bias, bias only", hint=STRIDED_BIAS),
     Case({"shape": (64, 1000)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"shape": (4096, 4096)}, label="large", cuda_only=True),
     Case({"shape": (3000, 5000), "layout": "transposed"}, torch.float16, label="large, x a transpose",
