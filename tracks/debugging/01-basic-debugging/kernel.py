@@ -179,7 +179,8 @@ def boundary_sizes(block: int) -> list[int]:
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive int (a number of lanes), got {block!r}.")
     # TODO 1: return the sizes of the sweep, sorted, each once, all positive
-    #   Hint: collect them in a set: 1, block - 1, block, block + 1, then the two primes; a set drops repeats.
+    #   Hint: collect them in a set literal, {1, block - 1, block, block + 1}, and add the two primes with
+    #   Hint: sizes |= {below, above} (a set drops repeats; kernel.py may not call .add, a tensor method's name).
     #   Hint: is_prime above tells a prime; step down from block - 2 and up from block + 2 until you meet one.
     #   Hint: there may be no prime below block - 1 (for block 3 or less); keep only sizes >= 1, in order.
     return []
