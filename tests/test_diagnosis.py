@@ -90,3 +90,13 @@ def test_the_sliced_check_on_a_device_agrees_with_the_full_diagnosis(monkeypatch
         assert diagnosis._all_close_on(torch.device("cpu"), got, want, 1e-2, 1e-2) == expected, name
     assert diagnosis._all_close_on(torch.device("cpu"), variants["exact"], want, 1e-2, 1e-2)
     assert not diagnosis._all_close_on(torch.device("cpu"), variants["tail"], want, 0.0, 0.0)
+
+
+def test_a_nan_that_pytorch_keeps_and_the_kernel_drops_is_named():
+    """ReLU written as tl.maximum(x, 0.0) gives 0 where x is NaN: the wrong elements are exactly
+    the NaN results, which is no rounding (the relative error is NaN) and no missing store."""
+    ref = torch.tensor([1.0, float("nan"), 3.0, float("nan"), 0.0])
+    out = torch.tensor([1.0, 0.0, 3.0, 0.0, 0.0])
+    message = diagnose(out, ref, 1e-5, 1e-5)
+    assert "dropped the NaN" in message and "tl.where(x < 0, 0, x)" in message
+    assert "rounding" not in message

@@ -82,7 +82,7 @@ def _row_factors(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
     """Every wrong element a little off: rounding somewhere, not a logic error."""
-    if not bool(torch.isfinite(got[bad]).all()):
+    if not bool(torch.isfinite(got[bad]).all()) or not bool(torch.isfinite(want[bad]).all()):
         return None
     typical = float(want[torch.isfinite(want)].pow(2).mean().sqrt()) if bool(torch.isfinite(want).any()) else 1.0
     relative = float(((got - want).abs()[bad] / want.abs()[bad].clamp_min(max(0.1 * typical, 1e-30))).max())
@@ -227,6 +227,14 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                      f"unwritten: {why}an intermediate value probably overflowed or was divided by "
                      "zero (exp() overflows float32 above about 88; 1 / sqrt(0) is inf, and inf - inf "
                      "or 0 * inf is NaN).")
+        return "\n".join(lines)
+    dropped = bad & torch.isnan(want) & torch.isfinite(got)
+    if bool(dropped.any()) and bool(dropped.eq(bad).all()):
+        lines.append("Pattern: the wrong elements are exactly those whose result is NaN (PyTorch keeps NaN "
+                     "through), and yours are numbers there: an operation dropped the NaN. tl.maximum, "
+                     "tl.minimum and selects by comparison (tl.where(x > 0, x, 0)) turn NaN into a number, "
+                     "since every comparison with NaN is False; write the formula so that NaN goes through "
+                     "(for ReLU, tl.where(x < 0, 0, x)).")
         return "\n".join(lines)
     if n_nan == total:
         pattern = ("every element is NaN, which is what outputs hold before the call. Most often "
