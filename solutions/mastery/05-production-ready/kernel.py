@@ -433,8 +433,8 @@ def check_layer_norm_gelu_inputs(x, weight, bias, eps) -> None:
         if tuple(param.shape) != (n_cols,):
             raise ValueError(f"{name} must have shape ({n_cols},), one value per element of x's last "
                              f"dimension, got {tuple(param.shape)}.")
-    if not eps >= 0:
-        raise ValueError(f"eps must be a number >= 0 (it is added to the variance under a square root), "
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a finite number >= 0 (it is added to the variance under a square root), "
                          f"got {eps}.")
     # END TODO
 

@@ -305,6 +305,8 @@ def test_layer_norm_gelu_rejects_bad_inputs(kernel):
         expect_error(layer_norm_gelu, _x(), match="dimension")
         expect_error(layer_norm_gelu, _x(3, 0), match="at least one element")
         expect_error(layer_norm_gelu, x, eps=-1e-5, match="eps")
+        expect_error(layer_norm_gelu, x, eps=float("nan"), match="eps")
+        expect_error(layer_norm_gelu, x, eps=float("inf"), match="eps")  # every output would be the bias
         expect_error(layer_norm_gelu, _x(2, 65537), match="at most")
 
 
