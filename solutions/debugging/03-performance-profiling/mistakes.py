@@ -8,7 +8,8 @@ from grader.authoring.mistakes import Mistake
 PLANTED_BUGS_INTERPRETER_ONLY = "the traffic that reveals it is recorded by the interpreter; on a GPU it is only slower"
 
 ACTIVATION = ('    if ACTIVATION == "silu":\n        x = x / (1.0 + tl.exp(-x))  # x * sigmoid(x)\n'
-              '    elif ACTIVATION == "relu":\n        x = tl.maximum(x, 0.0)\n')
+              '    elif ACTIVATION == "relu":\n        x = tl.where(x < 0.0, 0.0, x)  # NaN goes through, as in torch.relu '
+              '(tl.maximum would drop it)\n')
 
 MISTAKES = [
     Mistake("y addressed with x's strides",

@@ -274,7 +274,7 @@ def bias_act_kernel(x_ptr, bias_ptr, y_ptr, n_rows, n_cols,
     if ACTIVATION == "silu":
         x = x / (1.0 + tl.exp(-x))  # x * sigmoid(x)
     elif ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
+        x = tl.where(x < 0.0, 0.0, x)  # NaN goes through, as in torch.relu (tl.maximum would drop it)
     tl.store(y_ptr + row_offsets * stride_ym + col_offsets * stride_yn, x.to(y_ptr.dtype.element_ty),
              mask=mask)
 
