@@ -24,7 +24,8 @@ SPEC = Spec(
     flops=matmul_flops,
     bytes_moved=matmul_bytes,
     torch_baseline=torch.matmul,
-    bench_cases=tuple(Case({"mnk": (n, n, n)}, dtype) for n in (4096, 8192) for dtype in (torch.float16, torch.bfloat16)),
+    bench_cases=tuple(Case({"mnk": (n, n, n)}, dtype) for n in (4096, 8192)
+                      for dtype in (torch.float16, torch.bfloat16)),
     ceiling="torch",
     target=0.95,
     # The starting file: one small untuned config, one program per tile. Timed as the grader times,
@@ -121,10 +122,11 @@ def test_pruning_keeps_only_the_configs_that_fit(kernel, gpu, shared_memory):
     configs = module.matmul_configs()
     kept = module.configs_that_fit(configs, 2, shared_memory)
     too_big = [c for c in kept if module.config_shared_memory(c, 2) > shared_memory - module.COMPILER_RESERVE]
+    largest = max((module.config_shared_memory(c, 2) for c in too_big), default=0) // 1024
     assert not too_big, (
         f"On a {gpu} ({shared_memory // 1024} KiB of shared memory) pruning keeps {len(too_big)} config(s) "
-        f"that cannot launch there (the largest needs {max(module.config_shared_memory(c, 2) for c in too_big) // 1024} "
-        "KiB): drop them before they are compiled (the TODO on pruning).")
+        f"that cannot launch there (the largest needs {largest} KiB): drop them before they are compiled "
+        "(the TODO on pruning).")
     fitting = [c for c in configs if module.config_shared_memory(c, 2) <= shared_memory - module.COMPILER_RESERVE]
     assert len(kept) == len(fitting), f"Pruning drops configs that fit a {gpu}: keep every one that fits."
 
