@@ -40,3 +40,13 @@ def test_performance_left_out_is_none_not_zero():
     assert scoring.performance_share({"graded": False, "reason": "needs a CUDA GPU"}, 0.8, 0.5) is None
     assert scoring.performance_share({"graded": True, "credit": 0.25}, 0.8, 0.5) == 0.25
     assert scoring.performance_share({"graded": True, "ratio": 0.65}, 0.8, 0.5) == pytest.approx(0.5)
+
+
+def test_graded_parts_leave_out_performance_that_was_not_graded():
+    from grader.grade.scoring import graded_parts
+    cpu = {"performance": {"graded": False, "reason": "no CUDA GPU"}}
+    assert graded_parts(cpu, "optimization") == {"public": 2, "hidden": 2}
+    assert graded_parts({"performance": {"graded": True, "credit": 0.5}}, "optimization")["performance"] == 6
+    cheat = {**cpu, "integrity": {"violation": "torch", "message": "computed with PyTorch"}}
+    assert sum(graded_parts(cheat, "mastery").values()) == 10
+    assert sum(graded_parts(None, "mastery").values()) == 10

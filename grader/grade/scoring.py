@@ -59,3 +59,13 @@ def performance_share(performance: dict, threshold: float, floor: float) -> floa
     if "credit" in performance:
         return float(performance["credit"])
     return credit(float(performance.get("ratio") or 0.0), threshold, floor)
+
+
+def graded_parts(record: dict | None, track: str) -> dict[str, int]:
+    """The parts of ``record`` that were graded, with their points: what its total is out of.
+    Performance that was left out (no GPU, or not reached) is not among them, unless an integrity
+    finding withholds everything, which counts every part as failed. No record: every part."""
+    parts = points(track)
+    if record is None or withheld(record) or (record.get("performance") or {}).get("graded"):
+        return dict(parts)
+    return {part: out_of for part, out_of in parts.items() if part != "performance"}
