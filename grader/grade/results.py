@@ -3,13 +3,14 @@ instructors' tables read. Hidden cases appear by number, with ``judging.hidden_m
 
 from __future__ import annotations
 
+import ast
 import datetime
 
 from grader.core import crashes, device
 from grader.core.cases import spec_for
 from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
-from grader.core.markers import open_todos, todos_behind
+from grader.core.markers import MarkerError, open_todos, stub_for, todos_behind
 from grader.grade.judging import INTEGRITY, Verdict, hidden_message
 from grader.grade.store import RECORD_VERSION
 
@@ -40,8 +41,9 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
             message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden \
                 else verdict.message
-            if not verdict.passed and behind(case) and verdict.kind != "load":
-                message += " (TODOs are still open in kernel.py.)"
+            if not verdict.passed and verdict.kind != "load":
+                message += hidden_todo_note(source, todos, spec_for(case, grading.plan.spec).api,
+                                            grading.module.track)
         else:
             name = case.name
             message = verdict.message
@@ -85,6 +87,7 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         "summary": summary,
         "load_error": grading.load_error,
         "todos": [str(t) for t in todos],
+        "starting_kernel": is_starting_kernel(source, grading.module),
         "cases": rows,
         "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
                    "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
@@ -102,6 +105,68 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
         "child_processes": grading.children,
     }
+
+
+def _definitions(source: str) -> dict[str, tuple[int, int]] | None:
+    """{name: (first line, last line)} of the file's top-level functions and classes, decorators
+    included; None when the file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return {node.name: (min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno or node.lineno)
+            for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def hidden_todo_note(source: str, todos: list, api: str, track: str) -> str:
+    """What a failed hidden case adds about open TODOs: the number open in the code ``api``
+    reaches (``todos_behind``), where the file says which code that is; else the number open in
+    the file, as a possible cause. In the debugging track the kernels' wrong results come from
+    planted bugs, which no TODO marks: only TODOs inside a function the call reaches count there
+    (the tools the module asks for), not those between functions."""
+    if not todos:
+        return ""
+    spans = _definitions(source)
+    if spans is None or api not in spans:
+        return f" ({len(todos)} TODO(s) are still open in kernel.py; they may be the cause.)"
+    reached = todos_behind(source, todos, api)
+    if track == "debugging":
+        reached = [todo for todo in reached if any(first <= todo.line <= last for first, last in spans.values())]
+    if not reached:
+        return ""
+    return f" ({len(reached)} TODO(s) are still open in the code {api}() runs: complete them first.)"
+
+
+def normalised_ast(source: str) -> str | None:
+    """``ast.dump`` of the parsed file without its docstrings (comments, blank lines and spacing
+    are not in the tree, nor are line numbers): equal for two files that differ only in those.
+    None when the file does not parse. Parsing never runs the file."""
+    try:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                        and isinstance(first.value.value, str):
+                    node.body = node.body[1:] or [ast.Pass()]
+        return ast.dump(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def is_starting_kernel(source: str, module) -> bool | None:
+    """Whether ``source`` is still the module's starting kernel (the generated stub), edits to
+    comments, docstrings and layout aside: where the starting kernel is already correct, only
+    this tells doing nothing from finishing without a GPU. None where this checkout cannot
+    generate the stub (no reference solution)."""
+    try:
+        stub = stub_for(module)
+    except (OSError, MarkerError):
+        return None
+    if source == stub:
+        return True
+    expected = normalised_ast(stub)
+    return None if expected is None else normalised_ast(source) == expected
 
 
 def crash_note(grading) -> str | None:
