@@ -106,9 +106,11 @@ and the cells below read that result.
 | hidden correctness | {parts['hidden']} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
 | performance | {parts['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
 
-Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: it shows 0 points
-and says so, and your instructor sees it as not graded, not as failed. Each failed case comes
-with the same diagnosis `make check` gives; a failed hidden case says only that it failed.
+Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: its {parts['performance']}
+points are left out of your grade, which is then out of {total - parts['performance']}, and the performance cell
+says so. The score nbgrader shows at the top of the feedback still counts them in its maximum of
+{total}; your instructor's table counts out of what was graded. Each failed case comes with the same
+diagnosis `make check` gives; a failed hidden case says only that it failed.
 """
 
 

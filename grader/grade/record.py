@@ -27,8 +27,9 @@ import warnings
 from pathlib import Path
 
 from grader.core.diagnosis import gist
+from grader.grade import scoring
 from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
-from grader.grade.scoring import PARTS, case_share, part_points, performance_share, withheld
+from grader.grade.scoring import PARTS, case_share, graded_parts, part_points, performance_share, withheld
 
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
 
@@ -189,13 +190,54 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
     return "\n".join(lines + hints[:1]), points
 
 
+def _no_gpu(performance: dict) -> bool:
+    """Whether performance was left out because the run had no CUDA GPU (and not, say, because
+    this checkout has no reference to time against)."""
+    from grader.grade.grading import PERFORMANCE_NOT_GRADED
+
+    return performance.get("reason") == PERFORMANCE_NOT_GRADED["reason"]
+
+
+def graded_total(record: dict) -> tuple[float, int]:
+    """(the points of the parts that were graded, what they are out of): the grade as the
+    learner should read it when performance was left out."""
+    from grader.core.catalog import find_module
+
+    parts = graded_parts(record, find_module(record["module"]).track)
+    if withheld(record):
+        return 0.0, sum(parts.values())
+    earned = sum(_cases_report(record, part, out_of)[1] for part, out_of in parts.items() if part != "performance")
+    if "performance" in parts:
+        credit, _, _ = performance_credit(record)
+        earned += part_points(credit or 0.0, parts["performance"])
+    return round(earned, 2), sum(parts.values())
+
+
+def _left_out_text(record: dict, out_of: float) -> str:
+    """Why the performance points are not in this grade, what the grade is out of instead, and
+    what nbgrader's own score at the top of the page counts."""
+    from grader.core.catalog import find_module
+
+    performance = record.get("performance") or {}
+    why = "speed is graded on a CUDA GPU only" if _no_gpu(performance) else \
+        (performance.get("reason") or "it was not graded")
+    earned, graded = graded_total(record)
+    full = sum(scoring.points(find_module(record["module"]).track).values())
+    have = f"you have {earned:g} of {graded:g}"
+    if record.get("starting_kernel"):
+        have += ", all of it for code you were given (see the note in the public part)"
+    return (f"Its {out_of:g} points were left out of this grade because {why}: here the module is out of "
+            f"{graded:g} (the public and hidden cases), and {have}. The score "
+            f"nbgrader shows at the top of this page is out of {full:g}: it counts these {out_of:g} points in "
+            "its maximum, although they were not graded.")
+
+
 def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
     performance = record.get("performance") or {}
     credit, threshold, floor = performance_credit(record)
     reason = performance.get("reason") or ""
     if credit is None:
-        return (f"Performance: NOT GRADED ({reason or 'not graded'}). This part shows 0 of {out_of:g} "
-                "points: it was left out, not failed."), 0.0
+        return f"Performance: NOT GRADED ({reason or 'not graded'}). {_left_out_text(record, out_of)}", 0.0
     points = part_points(credit, out_of)
     if not reason and "ratio" in performance:
         reason = f"{float(performance['ratio']):.2f} x the reference's speed"
@@ -204,6 +246,27 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
     if performance.get("warning"):
         text += f"\n  Note: {performance['warning']}."
     return text, points
+
+
+def starting_kernel_note(record: dict) -> str:
+    """What to tell a learner whose kernel.py is still the starting kernel (comments and layout
+    aside), so that an untouched file never reads like a finished one, even where the starting
+    code is correct and speed, the module's point, cannot be graded here."""
+    if not record.get("starting_kernel"):
+        return ""
+    from grader.core import cases
+    from grader.core.catalog import find_module
+
+    module = find_module(record["module"])
+    check = f"`make check M={module.id}`"
+    head = "Your kernel.py is still the starting kernel (only comments, docstrings or spacing changed, if anything)"
+    if all(row["passed"] for row in record["cases"]):
+        bars = "to see its memory traffic against the module's bars" if cases.traffic_bars(module) \
+            else "to see what the module asks of it beyond correct values"
+        return (f"{head}: its cases pass because the code you were given already computes the right values, "
+                f"and this module's exercise is to make it faster. Run {check} {bars}; speed is graded on a GPU.")
+    work = "find and fix the bugs planted in it" if module.track == "debugging" else "complete its TODOs"
+    return f"{head}: {work}, then run {check} to see what is still wrong."
 
 
 def part_report(record: dict, part: str, out_of: float) -> tuple[str, float]:
@@ -216,6 +279,9 @@ def part_report(record: dict, part: str, out_of: float) -> tuple[str, float]:
         return text, 0.0
     if part == "performance":
         return _performance_report(record, out_of)
+    if part == "public" and starting_kernel_note(record):
+        text, points = _cases_report(record, part, out_of)
+        return f"{starting_kernel_note(record)}\n{text}", points
     if part in ("public", "hidden"):
         return _cases_report(record, part, out_of)
     raise _Explained(f"Unknown part {part!r}; the parts are {', '.join(PARTS)}.")
