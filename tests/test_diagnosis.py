@@ -100,3 +100,32 @@ def test_a_nan_that_pytorch_keeps_and_the_kernel_drops_is_named():
     message = diagnose(out, ref, 1e-5, 1e-5)
     assert "dropped the NaN" in message and "tl.where(x < 0, 0, x)" in message
     assert "rounding" not in message
+
+
+# ---- crashes ------------------------------------------------------------------------------
+
+def test_a_memory_crash_points_first_to_the_interpreters_memory_checker():
+    """Most learners have no GPU: the command that names the faulty line on a CPU comes first, and
+    compute-sanitizer only as the GPU's route."""
+    from grader.core import crashes
+
+    text = crashes.explain(-11, "missing-elements/01-vector-add")
+    assert "check every mask" in text and "make check M=missing-elements/01-vector-add" in text
+    assert text.index("make check") < text.index("compute-sanitizer")
+    assert "On a GPU, `python -m grader sanitize kernel.py`" in text
+    assert "compute-sanitizer python kernel.py" not in text
+    assert "make check M=<track>/<module>" in crashes.check_message(139)
+    assert crashes.explain(1) == "" and crashes.explain(-15) == ""  # no memory error: nothing to say
+
+
+def test_an_error_after_memory_damage_is_called_a_consequence_not_a_mistake():
+    from grader.core import crashes
+
+    raised = "add() raised TypeError: new_empty(): argument 'size' (position 1) must be tuple of ints"
+    text = crashes.follow_on(raised, -6)
+    assert text.startswith(raised) and "probably a consequence of the memory error" in text
+    assert "not a separate mistake" in text and "TypeError" in text.splitlines()[-1]
+    assert crashes.follow_on(raised, 0) == raised  # a clean exit: the error is the learner's own
+    assert crashes.follow_on("output: 3 of 8 elements are wrong", -11).startswith("output: 3 of 8")
+    assert crashes.follow_on("output: 3 of 8 elements are wrong", -11) == "output: 3 of 8 elements are wrong"
+    assert "consequence of the same memory error" in crashes.check_message(-11)
