@@ -1,23 +1,33 @@
-"""What ``grade`` hands the instructor: a table per student and module, ``grades.csv``, and
-``report.md`` with a PNG of the score distribution.
+"""What ``grade`` hands the instructor: a table per student and module, ``grades.csv``,
+``report.md`` with a PNG of the score distribution, and a view of the class
+(``overview.html``, ``grader.grade.overview``).
 
-Points come from nbgrader's gradebook (the system of record); the reasons for zeros and the
-performance status come from the run phase's records. Performance without a CUDA GPU is shown
-as "not graded", never as a score of zero.
+Points come from nbgrader's gradebook (the system of record); the reasons for lost points, the
+performance status and whether a file is still the starting kernel come from the run phase's
+records. Every total here is out of what was graded (``scoring.graded_parts``): performance
+without a CUDA GPU is left out, never counted as 0, while nbgrader's own export keeps each
+module's full maximum (its cells' points are fixed when the assignments are generated).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 import resource
 from pathlib import Path
 
+from grader.grade import overview
 from grader.grade.course import points
 from grader.grade.record import performance_status
-from grader.grade.scoring import POINTS, TRACK_POINTS
+from grader.grade.scoring import POINTS, TRACK_POINTS, graded_parts
 
 MAX_POINTS = sum(POINTS.values())
+STARTING_KERNEL = "unchanged starting kernel"
+# Where each total's maximum comes from, in one line of report.md.
+OUT_OF_LINE = ("`grades.csv` (its `max_points`) and this report count each total out of what was graded; "
+               "nbgrader's own export, `nbgrader-grades.csv`, counts ungraded points in its maximum "
+               f"({MAX_POINTS} per module).")
 
 
 def _first_line(text: str, limit: int = 90) -> str:
@@ -30,8 +40,39 @@ def _peak_memory_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def out_of(row) -> int:
+    """What ``row``'s total is out of: the points of the parts that were graded."""
+    return sum(graded_parts(row.record, row.module.track).values())
+
+
+def left_out(row) -> dict[str, int]:
+    """The parts of ``row``'s module that were not graded, with their points."""
+    graded = graded_parts(row.record, row.module.track)
+    return {part: n for part, n in points(row.module).items() if part not in graded}
+
+
+def status(row) -> str:
+    """"not graded", "unchanged starting kernel" (graded, but the file is still the one handed
+    out: where that passes every case, only this tells it from finished work) or "graded"."""
+    if not row.scores:
+        return "not graded"
+    return STARTING_KERNEL if (row.record or {}).get("starting_kernel") else "graded"
+
+
+def _cases_reason(record: dict) -> str:
+    """Why cases fail, in a few words: the count of open TODOs whenever any are open (with the
+    first failure, which may have another cause), else the first failure; "" when all pass."""
+    failed = next((r for r in record.get("cases", []) if not r["passed"]), None)
+    if failed is None:
+        return ""
+    first = _first_line(failed["message"], 200) or "a case fails"
+    todos = len(record.get("todos") or [])
+    return f"{todos} TODO(s) open; first failure: {first}" if todos else first
+
+
 def reason(row) -> str:
-    """Why a submission lost its correctness points, in a few words ("" when all cases pass)."""
+    """Why a submission lost points, or that it is still the starting kernel, in a few words
+    ("" when there is nothing to say)."""
     record = row.record
     if record is None:
         return _first_line(row.problem) or "not graded (no run-phase record)"
@@ -42,29 +83,45 @@ def reason(row) -> str:
         return "refused: " + _first_line(refused[1] if len(refused) > 1 else refused[0])
     if record.get("integrity"):
         return "integrity: " + record["integrity"]["message"]
-    if record["totals"]["passed"] == record["totals"]["total"]:
-        return ""
-    if record.get("todos"):
-        return f"{len(record['todos'])} TODO(s) open"
-    failed = next((r for r in record["cases"] if not r["passed"]), None)
-    return _first_line(failed["message"]) if failed else ""
+    why = _cases_reason(record)
+    if record.get("starting_kernel") and not why:
+        todos = len(record.get("todos") or [])
+        why = "every case passes, as the code handed out already did" + (f"; {todos} TODO(s) open" if todos else "")
+    return _first_line(f"{STARTING_KERNEL}: {why}" if record.get("starting_kernel") else why, 140)
 
 
 def performance(row) -> str:
     if row.record is None:
         return ""
-    status = performance_status(row.record)
-    return status if status == "not graded" else f"{row.scores.get('performance', 0.0):g}"
+    state = performance_status(row.record)
+    return state if state == "not graded" else f"{row.scores.get('performance', 0.0):g}"
 
 
 def _cell(row) -> str:
     if not row.scores:
         return "ERROR" if row.problem or row.record is None else "-"
-    return f"{row.total:g}" + ("*" if row.total == 0 else "")
+    marked = row.total == 0 or status(row) == STARTING_KERNEL
+    return f"{row.total:g}/{out_of(row)}" + ("*" if marked else "")
+
+
+def left_out_note(rows) -> str:
+    """One sentence on the totals that leave ungraded parts out, and what nbgrader's gradebook
+    counts instead; "" when every part of every row was graded."""
+    short = sorted({(out_of(row), out_of(row) + sum(left_out(row).values())) for row in rows if left_out(row)})
+    if not short:
+        return ""
+    n = sum(1 for row in rows if left_out(row))
+    reasons = {((row.record or {}).get("performance") or {}).get("reason") for row in rows if left_out(row)}
+    why = " (no CUDA GPU)" if all(reason and "CUDA GPU" in reason for reason in reasons) else ""
+    maxima = ", ".join(f"out of {graded} instead of {full}" for graded, full in short)
+    return (f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
+            f"({maxima}), and grades.csv says \"not graded\". nbgrader's gradebook and its export "
+            "(nbgrader-grades.csv) still count those points in each module's maximum.")
 
 
 def table(grading) -> str:
-    """Students down, modules across; zeros marked * with their reason below."""
+    """Students down, modules across, each total out of what was graded; zeros and unchanged
+    starting kernels marked * with the reason below."""
     assignments = sorted({row.assignment for row in grading.rows})
     students = sorted({row.student for row in grading.rows})
     cells = {(row.student, row.assignment): row for row in grading.rows}
@@ -73,35 +130,56 @@ def table(grading) -> str:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *lines)]
     text = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *lines]]
     notes = [f"  {row.student} {row.assignment}: {reason(row) or 'no points'}" for row in grading.rows
-             if not row.scores or row.total == 0]
+             if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL]
     if notes:
-        text += ["", "* no points (or no grade), because:", *notes]
+        text += ["", "* no points, no grade, or the unchanged starting kernel:", *notes]
     if grading.refused:
         text += ["", "Not collected (an earlier submission, if any, was graded instead):"]
         text += [f"  {student} {assignment}: {why}" for student, assignment, why in grading.refused]
-    if any(performance(row) == "not graded" for row in grading.rows):
-        shares = " or ".join(str(n) for n in sorted({points(row.module)["performance"] for row in grading.rows}))
-        text += ["", f"Performance ({shares} of {MAX_POINTS} points per module) is NOT GRADED "
-                     "here (no CUDA GPU): it counts as 0, and grades.csv says \"not graded\"."]
+    note = left_out_note(grading.rows)
+    if note:
+        text += ["", note]
     return "\n".join(text)
 
 
+CSV_COLUMNS = ["student", "module", "assignment", "public", "hidden", "performance", "total", "max_points",
+               "cases_passed", "cases_total", "status", "reason", "feedback", "left_out", "left_out_points"]
+
+
 def write_csv(grading, path: Path) -> None:
+    """grades.csv: a row per submission, its total out of what was graded (``max_points``); the
+    parts left out and their points at the end (``max_points`` + ``left_out_points`` is
+    nbgrader's maximum)."""
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "module", "assignment", "public", "hidden", "performance", "total",
-                         "max_points", "cases_passed", "cases_total", "status", "reason", "feedback"])
+        writer.writerow(CSV_COLUMNS)
         for row in grading.rows:
             totals = (row.record or {}).get("totals", {})
-            status = "graded" if row.scores else "not graded"
+            missing = left_out(row)
             writer.writerow([row.student, row.module.id, row.assignment, row.scores.get("public", ""),
                              row.scores.get("hidden", ""), performance(row), row.total if row.scores else "",
-                             MAX_POINTS, totals.get("passed", ""), totals.get("total", ""), status, reason(row),
-                             os.path.relpath(row.feedback, grading.out) if row.feedback else ""])
+                             out_of(row), totals.get("passed", ""), totals.get("total", ""), status(row), reason(row),
+                             os.path.relpath(row.feedback, grading.out) if row.feedback else "",
+                             " ".join(missing), sum(missing.values())])
+
+
+def plot_data(grading) -> dict[str, tuple[list[float], int, str]]:
+    """{module: (the totals of its graded submissions, the axis's end, the axis's label)}: each
+    module's axis ends at what its totals are out of, and says so."""
+    data: dict[str, tuple[list[float], int, str]] = {}
+    for module in sorted({row.module.id for row in grading.rows if row.scores}):
+        rows = [row for row in grading.rows if row.scores and row.module.id == module]
+        maxima = sorted({out_of(row) for row in rows})
+        label = f"points out of {' or '.join(map(str, maxima))}"
+        if any(left_out(row) for row in rows):
+            label += " (performance not graded)"
+        data[module] = ([row.total for row in rows], maxima[-1], label)
+    return data
 
 
 def plot(grading, path: Path) -> bool:
-    """A histogram of the points per submission, one colour per module; False without matplotlib."""
+    """Histograms of the points per submission, one per module, each on an axis that ends at what
+    its totals are out of; False without matplotlib."""
     try:
         import matplotlib
 
@@ -110,24 +188,20 @@ def plot(grading, path: Path) -> bool:
         from matplotlib.ticker import MaxNLocator
     except ImportError:
         return False
-    by_module: dict[str, list[float]] = {}
-    for row in grading.rows:
-        if row.scores:
-            by_module.setdefault(row.module.id, []).append(row.total)
-    # Without a GPU nobody can earn the performance points: the axis ends where scores can.
-    timed = any(row.record and performance_status(row.record) != "not graded" for row in grading.rows)
-    performance_points = min((points(row.module)["performance"] for row in grading.rows), default=0)
-    reachable = MAX_POINTS if timed else MAX_POINTS - performance_points
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    bins = [x / 2 for x in range(2 * reachable + 2)]
-    ax.hist(list(by_module.values()), bins=bins, stacked=True, label=list(by_module), edgecolor="white")
-    ax.set_xlabel(f"points per submission (out of {reachable}"
-                  + ("" if timed else "; the performance points need a GPU") + ")")
-    ax.set_ylabel("submissions")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title("Score distribution")
-    if by_module:
-        ax.legend(fontsize=7)
+    data = plot_data(grading)
+    columns = max(1, min(3, len(data)))
+    lines = max(1, math.ceil(len(data) / columns))
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 2.6 * lines), squeeze=False)
+    for ax, (module, (totals, end, label)) in zip(axes.flat, data.items()):
+        ax.hist(totals, bins=[x / 2 for x in range(2 * end + 2)], edgecolor="white")
+        ax.set_xlim(0, end + 0.5)
+        ax.set_title(module, fontsize=8)
+        ax.set_xlabel(label, fontsize=8)
+        ax.set_ylabel("submissions", fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in list(axes.flat)[len(data):]:
+        ax.set_visible(False)
+    fig.suptitle("Points per submission, by module" if data else "No graded submission")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -135,34 +209,30 @@ def plot(grading, path: Path) -> bool:
 
 
 def _markdown_table(grading) -> list[str]:
-    lines = ["| student | module | public | hidden | performance | total | why points were lost | feedback |",
-             "|---|---|---|---|---|---|---|---|"]
+    """A row per submission, every text from a record escaped (it can quote the submission)."""
+    md = overview.md
+    lines = ["| student | module | public | hidden | performance | total | out of | status | why | feedback |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in grading.rows:
         feedback = f"[html]({os.path.relpath(row.feedback, grading.out)})" if row.feedback else ""
-        lines.append(f"| {row.student} | {row.module.id} | {row.scores.get('public', '')} | "
+        lines.append(f"| {md(row.student)} | {md(row.module.id)} | {row.scores.get('public', '')} | "
                      f"{row.scores.get('hidden', '')} | {performance(row)} | {row.total if row.scores else ''} | "
-                     f"{reason(row).replace('|', '/')} | {feedback} |")
+                     f"{out_of(row)} | {status(row)} | {md(reason(row))} | {feedback} |")
     return lines
 
 
-def write(grading) -> None:
-    """grades.csv, scores.png and report.md in ``grading.out``."""
-    out = grading.out
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(grading, out / "grades.csv")
-    plotted = plot(grading, out / "scores.png")
-    graded = [row for row in grading.rows if row.scores]
+def _points_line(grading) -> str:
+    """How many were graded, and what every module is worth."""
+    graded = sum(1 for row in grading.rows if row.scores)
+    split = ", ".join(f"{k} {v}" for k, v in POINTS.items())
+    optimization = ", ".join(f"{k} {v}" for k, v in TRACK_POINTS["optimization"].items())
+    return (f"{graded} submission(s) graded, {len(grading.rows) - graded} without a grade. Every module is worth "
+            f"{MAX_POINTS} points: {split}; in the optimization track {optimization}.")
+
+
+def _timing_lines(grading) -> list[str]:
     seconds = grading.seconds
-    lines = ["# Grades", "",
-             f"{len(graded)} submission(s) graded, {len(grading.rows) - len(graded)} without a grade. "
-             f"Points per module: {', '.join(f'{k} {v}' for k, v in POINTS.items())} (out of {MAX_POINTS}); "
-             "in the optimization track "
-             f"{', '.join(f'{k} {v}' for k, v in TRACK_POINTS['optimization'].items())}.",
-             "Points come from nbgrader's gradebook (`nbgrader-grades.csv` is its own export).", ""]
-    lines += _markdown_table(grading)
-    if plotted:
-        lines += ["", "![score distribution](scores.png)"]
-    lines += ["", "## Timings", "", "| step | seconds |", "|---|---|"]
+    lines = ["", "## Timings", "", "| step | seconds |", "|---|---|"]
     lines += [f"| {step} | {value:.1f} |" for step, value in seconds.items()]
     if grading.autograded:
         per_notebook = seconds.get("autograde", 0.0) / grading.autograded
@@ -174,6 +244,25 @@ def write(grading) -> None:
         lines += ["", "Nothing changed since the last run: every record and autograded notebook was reused."]
     lines += ["", f"The run phase started {grading.children_started} sandboxed child process(es). The grading "
                   f"process itself peaked at {_peak_memory_mib():.0f} MiB of memory (whatever the children did)."]
+    return lines
+
+
+def write(grading) -> None:
+    """grades.csv, scores.png, overview.html and report.md in ``grading.out``."""
+    out = grading.out
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(grading, out / "grades.csv")
+    plotted = plot(grading, out / "scores.png")
+    views = overview.write(grading.rows, out / "overview.html")
+    lines = ["# Grades", "", _points_line(grading),
+             "Points come from nbgrader's gradebook. " + OUT_OF_LINE, ""]
+    note = left_out_note(grading.rows)
+    lines += [note, ""] if note else []
+    lines += _markdown_table(grading)
+    if plotted:
+        lines += ["", "![score distribution](scores.png)"]
+    lines += ["", *overview.markdown(views)]
+    lines += _timing_lines(grading)
     if grading.protections:
         lines += ["", "## Sandbox protections", ""]
         lines += [f"- {key}: {value}" for key, value in grading.protections.items() if key != "limits"]
