@@ -172,3 +172,72 @@ def test_speed_carries_most_points_where_the_starting_kernel_is_already_correct(
     assert [(c["metadata"]["nbgrader"]["grade_id"], c["metadata"]["nbgrader"]["points"]) for c in cells] == \
         [("public", 2), ("hidden", 2), ("performance", 6)]
     assert "out_of=6" in "".join(cells[-1]["source"])
+
+
+# --- the bundle's Makefile --------------------------------------------------------------------
+
+INSTRUCTOR_TARGETS = ("grade", "release", "test", "lint", "verify-gpu", "verify-secrets", "verify-versions", "stubs")
+
+
+def _make(folder, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=folder, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.fixture(scope="module")
+def learners_makefile(tmp_path_factory):
+    """The bundle's Makefile, generated from the repository's, alone in a folder."""
+    folder = tmp_path_factory.mktemp("makefile")
+    (folder / "Makefile").write_text(release.bundle_makefile((REPO_ROOT / "Makefile").read_text()))
+    return folder
+
+
+def test_the_bundle_holds_the_learners_makefile(bundle):
+    makefile = (bundle.folder / "Makefile").read_text()
+    assert makefile == release.bundle_makefile((REPO_ROOT / "Makefile").read_text())
+    graded = _make(bundle.folder, "grade")
+    assert graded.returncode != 0 and "instructor's copy" in graded.stdout and "Traceback" not in graded.stderr
+
+
+def test_the_bundle_makefile_helps_with_learners_commands_only(learners_makefile):
+    shown = _make(learners_makefile, "help")
+    assert shown.returncode == 0, shown.stderr
+    for target in ("check", "progress", "bench", "lab"):
+        assert f"make {target}" in shown.stdout
+    for target in INSTRUCTOR_TARGETS:
+        assert not re.search(rf"\b{target}\b", shown.stdout), target
+    assert "solutions" not in shown.stdout and "nbgrader" not in shown.stdout
+    # make help prints exactly the file's leading comment, no line of the rules after it
+    header = (learners_makefile / "Makefile").read_text().splitlines()
+    assert len(shown.stdout.splitlines()) == next(i for i, line in enumerate(header) if not line.startswith("#"))
+
+
+def test_instructor_targets_in_the_bundle_say_where_that_is_done(learners_makefile):
+    graded = _make(learners_makefile, "grade")
+    assert graded.returncode != 0 and "Traceback" not in graded.stdout + graded.stderr
+    [line] = graded.stdout.splitlines()
+    assert line.startswith("make grade: grading is done from your instructor's copy of the course")
+    for target in INSTRUCTOR_TARGETS:
+        said = _make(learners_makefile, target)
+        assert said.returncode != 0 and said.stdout.startswith(f"make {target}: "), (target, said.stdout)
+        assert len(said.stdout.splitlines()) == 1, target  # that line only: nothing else ran
+
+
+def test_learners_targets_in_the_bundle_run_what_the_repository_runs(learners_makefile):
+    text = (learners_makefile / "Makefile").read_text()
+    for name in ("SUBMISSIONS", "GRADING_ENV", "DEV_ENV", "GPU_WORKERS", ".venv/.grading", ".venv/.dev"):
+        assert name not in text, name  # only what learners' rules use is left
+    for target in ("check", "progress", "bench", "lab"):
+        ours = _make(learners_makefile, "-n", target, "PYTHON=python3", "M=missing-elements/01-vector-add")
+        theirs = _make(REPO_ROOT, "-n", target, "PYTHON=python3", "M=missing-elements/01-vector-add")
+        assert ours.returncode == 0 and ours.stdout == theirs.stdout, (target, ours.stderr)
+
+
+def test_a_help_text_the_generator_cannot_clean_is_refused():
+    rules = "\n\nhelp:\n\t@sed -n '1,3p' Makefile\n\ncheck:\n\t@echo check\n\ngrade:\n\t@echo grade\n"
+    clean = release.bundle_makefile("# Targets.\n#\n#   make check | make grade   (instructors)" + rules)
+    assert "make grade" not in clean.split("\n\n")[0] and "@sed -n '1,3p' Makefile" in clean
+    with pytest.raises(release.ReleaseError, match="names a target learners do not get"):
+        release.bundle_makefile("# Targets.\n#\n#   make check (then make grade)" + rules)
+    with pytest.raises(release.ReleaseError, match="share a paragraph"):
+        release.bundle_makefile("# Targets.\n#\n#   make check" + rules.replace("\n\ngrade:", "\ngrade:"))

@@ -23,9 +23,11 @@ README.md marks what learners do not get with HTML comments, invisible on the re
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,21 @@ _MIN_SECRET_CHARS = 10
 NOT_IN_BUNDLE = "<!-- not in the learners' bundle -->"
 END_MARK = "<!-- end -->"
 _IN_BUNDLE = re.compile(r"<!-- in the learners' bundle: (.*?)\s*-->", re.S)
+
+
+# The Makefile's rules that learners use. The bundle's Makefile is the repository's without the
+# others (grading, releasing, stubs from solutions/, the course's own tests and maintainers'
+# checks), whose targets there print one line saying where that work is done (``bundle_makefile``).
+LEARNER_TARGETS = ("help", "check", "progress", "bench", "lab", "clean-env", ".venv/.ready")
+_ELSEWHERE = {
+    "grade": "grading is done from your instructor's copy of the course (it needs solutions/ and the hidden "
+             "cases); to see where you stand, run make check or make progress.",
+    "release": "the learners' copy is built from the instructor's copy of the course; this is one already.",
+    "stubs": "the starting kernels are generated from solutions/, which this copy leaves out; each module's "
+             "starting kernel.py is also in release/<track>-<module>/, to copy back if you want to start again.",
+}
+_MAINTAINERS = ("the course's own checks run in the maintainers' copy of the course (with solutions/ and tests/); "
+                "to check your kernels, run make check.")
 
 
 class ReleaseError(RuntimeError):
@@ -102,6 +119,126 @@ def bundle_readme(text: str) -> str:
         raise ReleaseError(f"README.md: a {END_MARK} or a bundle marker is not where it belongs; "
                            "see the markers in grader/grade/release.py.")
     return re.sub(r"\n{3,}", "\n\n", readme).strip() + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The bundle's Makefile
+# ----------------------------------------------------------------------------------------------
+
+_RULE = re.compile(r"^(?P<targets>[^\s#=:][^=:]*?)\s*:(?!=)")
+_DEFINITION = re.compile(r"^(?P<name>\w+)\s*(?:\?=|:=|\+=|=)")
+_HELP_LINES = re.compile(r"sed -n '1,(\d+)p' Makefile")
+
+
+def _rule_targets(line: str) -> list[str]:
+    """The targets a rule line defines ([] for any other line: recipes, variables, comments)."""
+    if line.startswith("\t"):
+        return []
+    rule = _RULE.match(line)
+    return rule["targets"].split() if rule else []
+
+
+def _mentions(text: str, targets: set[str]) -> bool:
+    """Whether ``text`` names one of ``targets`` as a word (``verify-*`` names every verify- target)."""
+    words = re.findall(r"[\w.*/-]+", text)
+    return any(word == target or ("*" in word and fnmatch.fnmatch(target, word))
+               for word in words for target in targets)
+
+
+def _help_header(lines: list[str], dropped: set[str]) -> list[str]:
+    """The Makefile's leading comment (what ``make help`` prints) without what names a dropped
+    target: usage items of those targets, the prose clauses about them, IMPL=solutions."""
+    prose, usage = [], []
+    for line in lines:
+        text = line[1:].strip()
+        if text.startswith("make "):
+            items = [item for item in text.split(" | ") if item.split()[1] not in dropped]
+            if items:
+                usage.append("#   " + re.sub(r"IMPL=solutions\|", "IMPL=", " | ".join(items)))
+        elif text:
+            prose.append(text)
+        elif usage:
+            usage.append("#")
+    clauses = [c for c in re.split(r"(?<=[.;])\s+", " ".join(prose)) if not _mentions(c, dropped)]
+    # A clause that ended in ";" before one that was taken out now ends its sentence.
+    for i, clause in enumerate(clauses):
+        if clause.endswith(";") and (i + 1 == len(clauses) or clauses[i + 1][:1].isupper()):
+            clauses[i] = clause[:-1] + "."
+    wrapped = ["# " + line for line in textwrap.wrap(" ".join(clauses), 98)]
+    return [*wrapped, "#", *usage] if usage else wrapped
+
+
+def _unused_definitions_dropped(lines: list[str]) -> list[str]:
+    """``lines`` without the variable definitions nothing refers to any more (with the comment
+    lines right above each), repeated until none is left."""
+    while True:
+        text = "\n".join(lines)
+        unused = {i for i, line in enumerate(lines) if (d := _DEFINITION.match(line))
+                  and not re.search(rf"\$[({{]{d['name']}[)}}]", text)}
+        if not unused:
+            return lines
+        for i in sorted(unused):
+            above = i - 1
+            while above >= 0 and lines[above].startswith("#") and above not in unused:
+                unused.add(above)
+                above -= 1
+        lines = [line for i, line in enumerate(lines) if i not in unused]
+
+
+def _stand_ins(dropped: set[str]) -> list[str]:
+    """A rule per dropped target a learner may type: one line saying where that is done."""
+    lines = ["", "# Instructors and maintainers work in their own copy of the course, which has solutions/."]
+    for target in sorted(t for t in dropped if not t.startswith(".")):
+        why = _ELSEWHERE.get(target, _MAINTAINERS)
+        if any(c in why for c in "\"$`\\"):
+            raise ReleaseError(f"the bundle's message for make {target} holds a character the shell would read")
+        lines += ["", f"{target}:", f'\t@echo "make {target}: {why}"; exit 2']
+    return lines
+
+
+def bundle_makefile(text: str) -> str:
+    """The repository's Makefile as learners get it: only ``LEARNER_TARGETS``' rules, the help
+    text saying only those, the variables they use; the other targets print where they are
+    done. Raises ReleaseError where the result would still name a left-out target in its help."""
+    lines = text.splitlines()
+    header_end = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    targets = {t for line in lines for t in _rule_targets(line) if t != ".PHONY"}
+    dropped = targets - set(LEARNER_TARGETS)
+    header = _help_header(lines[:header_end], dropped)
+    blocks, block = [], []
+    for line in lines[header_end:] + [""]:
+        if line.strip():
+            block.append(line)
+        elif block:
+            blocks.append(block)
+            block = []
+    kept = []
+    for block in blocks:
+        defined = {t for line in block for t in _rule_targets(line) if t != ".PHONY"}
+        if defined & dropped and defined - dropped:
+            raise ReleaseError(f"Makefile: the rules of {sorted(defined)} share a paragraph; put a blank line "
+                               "between learners' rules and the others.")
+        if not defined & dropped:
+            kept.append([_phony_line(line, dropped) for line in block])
+    body = _unused_definitions_dropped([line for block in kept for line in [*block, ""]])
+    result = "\n".join([*header, "", *body]).rstrip() + "\n" + "\n".join(_stand_ins(dropped)) + "\n"
+    found = _HELP_LINES.search(result)
+    if found is None:
+        raise ReleaseError("Makefile: `make help` does not print the file's first lines with sed -n '1,Np' as "
+                           "grader/grade/release.py expects; update bundle_makefile to match.")
+    result = result[:found.start(1)] + str(len(header)) + result[found.end(1):]
+    if _mentions("\n".join(header), dropped) or "solutions" in "\n".join(header):
+        raise ReleaseError("Makefile: the help text names a target learners do not get, in a way "
+                           "grader/grade/release.py cannot take out; reword it.")
+    return result
+
+
+def _phony_line(line: str, dropped: set[str]) -> str:
+    """``.PHONY:`` without the dropped targets, and with the stand-ins that replace them."""
+    if not line.startswith(".PHONY:"):
+        return line
+    names = [name for name in line.split()[1:] if name not in dropped]
+    return " ".join([".PHONY:", *names, *sorted(t for t in dropped if not t.startswith("."))])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,6 +320,8 @@ def build(out: Path = DEFAULT_OUT, course_dir: Path = course.DEFAULT_COURSE_DIR,
     generated = {name: text for name, text in kernels.items() if name.startswith("tracks/")}
     if "README.md" in files:
         generated["README.md"] = bundle_readme((root / "README.md").read_text())
+    if "Makefile" in files:
+        generated["Makefile"] = bundle_makefile((root / "Makefile").read_text())
     assignments = course.generate_assignments(course_dir, modules)
     if out.exists():
         shutil.rmtree(out)
