@@ -12,7 +12,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import secrets
 import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -106,12 +105,13 @@ def grade_submission(module: Module, kernel_file: Path, results_dir: Path, optio
     if outcome.record is not None:
         outcome.reused = True
         return outcome
+    secret = store.run_secret(results_dir)  # the class's: this file meets the inputs everyone met
     own = sandbox is None
     sandbox = sandbox or make_sandbox(options, results_dir, (kernel_file.resolve().parent,))
     try:
         sandbox.probe()
-        outcome.take(_keep(results_dir, module, grade_one(module, source, sandbox, secrets.randbits(48),
-                                                          options, threading.Event())))
+        outcome.take(_keep(results_dir, module, grade_one(module, source, sandbox, secret, options,
+                                                          threading.Event())))
         return outcome
     finally:
         if own:
@@ -233,8 +233,9 @@ def _status(outcome: Outcome) -> str:
 
 def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, submissions_root: Path,
                    options: Options, progress_bar: Bar) -> dict:
-    """Grade the jobs without a record, in parallel; return the sandbox's protections."""
-    secret = secrets.randbits(48)
+    """Grade the jobs without a record, in parallel; return the sandbox's protections. Every
+    grading, local or on Ray, uses the results folder's secret (``store.run_secret``)."""
+    secret = store.run_secret(results_dir)
 
     def done(outcome: Outcome) -> None:
         progress_bar.advance(note=_status(outcome))

@@ -4,15 +4,20 @@ Submissions are found as ``<root>/<student>/<track>/<slug>/kernel.py`` or, as nb
 them, ``<root>/<student>/<track>-<slug>/kernel.py``. Records live in
 ``<results>/records/<track>/<slug>/<sha256>-<cases>.json``, one per (module, sha256 of the file,
 hash of the course's cases), written atomically and reused when they exist, so a re-run costs
-almost nothing and an interrupted run loses only the submissions in progress.
-``<results>/students.json`` maps each student to their records.
+almost nothing and an interrupted run loses only the submissions in progress. A regrade moves a
+record to ``<results>/replaced/`` first (``set_aside``), so that the file is graded again.
+``<results>/students.json`` maps each student to their records, and ``<results>/secret`` holds
+the seed of the hidden cases' inputs for every run on this folder (``run_secret``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import json
 import os
+import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +27,8 @@ from grader.core.catalog import Module
 
 RECORD_VERSION = 4
 MAX_SOURCE_BYTES = 1 << 20
+SECRET_FILE = "secret"
+SECRET_BITS = 48
 
 
 @dataclass
@@ -142,3 +149,59 @@ def update_index(results_dir: Path, graded: list) -> None:
             entry[submission.module.id] = {"record": str(outcome.record_path.relative_to(results_dir)),
                                            "passed": totals["passed"], "total": totals["total"]}
     write_atomically(path, json.dumps(index, indent=1, sort_keys=True) + "\n")
+
+
+def run_secret(results_dir: Path) -> int:
+    """The secret that seeds the hidden cases' inputs (and the timed inputs) of every grading
+    whose record goes to ``results_dir``: drawn once, kept in ``<results>/secret`` (readable by
+    this user only; the results folder is hidden from every sandboxed child), so that a student
+    graded again, or later, meets the same inputs as the class."""
+    path = Path(results_dir) / SECRET_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{secrets.randbits(SECRET_BITS)}\n")
+        try:
+            os.link(temporary, path)  # only if no other process stored one first
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    return _read_secret(path)
+
+
+class SecretError(RuntimeError):
+    """The stored secret cannot be read; the message says what to do."""
+
+
+def _read_secret(path: Path) -> int:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64:
+            raise ValueError("not a small regular file")
+        if path.stat().st_mode & 0o077:  # readable by others: this user's alone again, where it can be
+            with contextlib.suppress(OSError):
+                os.chmod(path, 0o600)
+        value = int(path.read_text().strip())
+        if not 0 <= value < 1 << SECRET_BITS:
+            raise ValueError("out of range")
+    except (OSError, ValueError) as error:
+        raise SecretError(f"{path} does not hold the course run's secret ({error}). Delete it to draw a new one: "
+                         "records made with the old one stay valid, but regrades will meet other hidden "
+                         "inputs than the class did.") from None
+    return value
+
+
+def set_aside(results_dir: Path, module: Module, source: bytes) -> Path | None:
+    """Move the record of this file (for the course's current cases) to ``<results>/replaced/``,
+    so that the next run grades the file again; return where it went (None: there was none).
+    A record shared by identical files of other students goes too: they are the same file."""
+    path = record_path(results_dir, module, sha256(source), cases_hash(module))
+    if not path.is_file():
+        return None
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    target = Path(results_dir) / "replaced" / module.track / module.slug / f"{path.stem}-{stamp}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+    return target
