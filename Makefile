@@ -5,7 +5,7 @@
 #
 #   make check [M=missing-elements/03-softmax] [K=<function>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
 #   make progress | make bench M=... | make lab | make stubs | make test | make lint
-#   make grade [SUBMISSIONS=<folder or LMS zip>] | make release   (instructors)
+#   make grade [SUBMISSIONS=<folder or LMS zip>] [STUDENT=..] [M=..] [REGRADE=1] [ROSTER=..] [DEADLINES=..] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 #   make verify-secrets [M=...] [SECRETS=8]   (maintainers: every case of the references, many secrets)
 #   make verify-versions [ROWS="--row oldest"]   (maintainers: the references on the oldest and newest versions)
@@ -125,7 +125,8 @@ lab: $(ENV)
 	@$(PYTHON) -m grader lab -- $(LAB_ARGS)
 
 grade: $(GRADING_ENV)
-	@$(PYTHON) -m grader grade $(SUBMISSIONS)
+	@$(PYTHON) -m grader grade $(SUBMISSIONS) $(foreach s,$(STUDENT),--student $(s)) $(foreach m,$(M),--module $(m)) \
+		$(if $(filter 1,$(REGRADE)),--regrade) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DEADLINES),--deadlines $(DEADLINES))
 
 release: $(GRADING_ENV)
 	@$(PYTHON) -m grader release

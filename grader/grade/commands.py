@@ -57,7 +57,38 @@ def cmd_collect(args) -> int:
     print(f"Collected {len(collected.submissions)} submission(s) into {Path(args.course) / 'submitted'}.")
     for student, assignment, why in collected.refused:
         print(f"NOT COLLECTED {student} {assignment}: {why}.")
+    for name, what in collected.unmatched:
+        print(f"NOT COLLECTED {name}: {what}")
     return 0
+
+
+def _publishing(args) -> tuple[list[str] | None, dict | None]:
+    """The roster and the deadlines, read before anything is graded so that a mistake in either
+    file costs nothing."""
+    from grader.grade import deadlines, export
+
+    roster = export.read_roster(Path(args.roster)) if args.roster else None
+    due = deadlines.load(Path(args.deadlines)) if args.deadlines else None
+    return roster, due
+
+
+def _print_published(published) -> None:
+    """Where lms.csv and the summaries are, and what to check before importing them."""
+    print(f"LMS gradebook: {published.lms_csv} ({len(published.students)} student(s) x "
+          f"{len(published.assignments)} module(s)); a summary per student in {published.summaries}.")
+    if published.roster is not None:
+        for student in published.not_on_roster:
+            print(f"NOT ON THE ROSTER {student}: graded and exported, but the LMS will not know this id; fix "
+                  "the file names (or the roster) and grade again.")
+    missing = published.missing
+    if missing:
+        print(f"{len(missing)} missing submission(s) count as 0: see the missing column of lms.csv.")
+    if published.late:
+        print(f"{len(published.late)} late submission(s): their penalty is in lms.csv and the students' summaries "
+              "(nbgrader's gradebook keeps the points earned).")
+    for entry in published.ungraded:
+        print(f"NO GRADE {entry.student} {entry.assignment}: left empty in lms.csv; grade it again "
+              "(--student, --regrade) before importing.")
 
 
 def cmd_grade(args) -> int:
@@ -67,22 +98,29 @@ def cmd_grade(args) -> int:
     from grader.sandbox.isolation import Limits
 
     source = Path(args.source) if args.source else None
+    roster, due = _publishing(args)
     # Limits count CPU seconds. The bundled examples include an endless loop: a shorter limit
     # keeps `make grade` quick there, still ~7x the slowest reference case under the interpreter
     # (not on a GPU, where a first call also compiles, autotuning included).
-    case_seconds = args.case_timeout or (60.0 if source or device.is_cuda() else 20.0)
+    examples = source is None and not (args.student or args.regrade)
+    case_seconds = args.case_timeout or (20.0 if examples and not device.is_cuda() else 60.0)
     options = runphase.Options(workers=args.workers, allow_unsafe=args.allow_unsafe,
                                limits=Limits(case_seconds=case_seconds), ray=args.ray)
-    if source is None:
+    if source is None and not examples:
+        print(f"No submissions given: grading what is collected in {Path(args.course) / 'submitted'}.")
+    elif examples:
         print("No submissions given: grading the bundled examples (grader/examples and the course's own "
               "solutions and stubs).")
-    result = grading.grade(source, Path(args.course), Path(args.out), _modules(args.module), options)
+    result = grading.grade(source, Path(args.course), Path(args.out), _modules(args.module), options,
+                           students=args.student, regrade=args.regrade, roster=roster, deadlines=due)
     print()
-    print(report.table(result))
+    print("\n".join([report.table(result), *grading.extra_lines(result)]))
     print(f"\n{phases.table(result.phases)}")
     written = [result.out / name for name in ("grades.csv", "report.md", "scores.png")
                if (result.out / name).is_file()]
     print(f"\nWrote {', '.join(map(str, written))} and feedback under {result.course_dir / 'feedback'}.")
+    if result.published is not None:
+        _print_published(result.published)
     if args.profile:
         print(f"\n{result.profile}")
     for error in result.grader_errors:
@@ -94,10 +132,15 @@ def _errors():
     from grader.grade.cluster import ClusterError
     from grader.grade.collect import CollectError
     from grader.grade.course import NbgraderError
+    from grader.grade.deadlines import DeadlineError
+    from grader.grade.export import RosterError
+    from grader.grade.pipeline import SelectionError
     from grader.grade.release import ReleaseError
+    from grader.grade.store import SecretError
     from grader.sandbox.isolation import SandboxError
 
-    return (ClusterError, CollectError, NbgraderError, ReleaseError, SandboxError)
+    return (ClusterError, CollectError, NbgraderError, ReleaseError, SandboxError, SelectionError, SecretError,
+            DeadlineError, RosterError)
 
 
 def stop_on_signals() -> None:
@@ -159,6 +202,16 @@ def add_commands(commands) -> None:
     grade_cmd.add_argument("--profile", action="store_true",
                            help="print where the run phase's time went, per module and step")
     add_ray_argument(grade_cmd)
+    grade_cmd.add_argument("--student", action="append",
+                           help="only this student's submissions (repeatable); without SOURCE, those already "
+                                "collected in the course")
+    grade_cmd.add_argument("--regrade", action="store_true",
+                           help="grade the selected submissions (--student, --module; else all) again, even "
+                                "where a record exists; other students' records and grades stay as they are")
+    grade_cmd.add_argument("--roster", help="the class: one student id per line, or a CSV with a student column; "
+                                            "lms.csv gives a 0 for each missing submission")
+    grade_cmd.add_argument("--deadlines", help="due dates and late penalties per module (.toml or .csv; see "
+                                               "docs/instructors.md), applied in lms.csv and the summaries")
     grade_cmd.set_defaults(run=_guarded(cmd_grade))
 
     for command in (release_cmd, collect_cmd, grade_cmd):
