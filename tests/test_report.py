@@ -84,8 +84,13 @@ def test_each_modules_axis_ends_at_what_it_is_out_of(tmp_path):
             _row("ada", VECTOR_ADD, _record(VECTOR_ADD), {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
             _row("bob", VECTOR_ADD, None, {})]  # no grade: not plotted
     data = report.plot_data(_grading(tmp_path, rows))
-    assert data == {SHARED_MEMORY.id: ([4.0], 4, "points out of 4 (performance not graded)"),
-                    VECTOR_ADD.id: ([8.0], 8, "points out of 8 (performance not graded)")}
+    assert data == {SHARED_MEMORY.id: ({"edited": [4.0], "unchanged starting kernel": []}, 4,
+                                       "points out of 4 (performance not graded)"),
+                    VECTOR_ADD.id: ({"edited": [8.0], "unchanged starting kernel": []}, 8,
+                                    "points out of 8 (performance not graded)")}
+    rows.append(_row("cyd", SHARED_MEMORY, _record(SHARED_MEMORY, starting=True), FULL_OPTIMIZATION))
+    assert report.plot_data(_grading(tmp_path, rows))[SHARED_MEMORY.id][0] == \
+        {"edited": [4.0], "unchanged starting kernel": [4.0]}  # the same points, told apart
     pytest.importorskip("matplotlib")
     assert report.plot(_grading(tmp_path, rows), tmp_path / "scores.png")
     assert (tmp_path / "scores.png").stat().st_size > 1000

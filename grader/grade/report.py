@@ -104,9 +104,9 @@ def _cell(row) -> str:
     return f"{row.total:g}/{out_of(row)}" + ("*" if marked else "")
 
 
-def left_out_note(rows) -> str:
-    """One sentence on the totals that leave ungraded parts out, and what nbgrader's gradebook
-    counts instead; "" when every part of every row was graded."""
+def left_out_note(rows, nbgrader: bool = True) -> str:
+    """One sentence on the totals that leave ungraded parts out (with ``nbgrader``, one more on
+    what nbgrader's gradebook counts instead); "" when every part of every row was graded."""
     short = sorted({(out_of(row), out_of(row) + sum(left_out(row).values())) for row in rows if left_out(row)})
     if not short:
         return ""
@@ -114,9 +114,10 @@ def left_out_note(rows) -> str:
     reasons = {((row.record or {}).get("performance") or {}).get("reason") for row in rows if left_out(row)}
     why = " (no CUDA GPU)" if all(reason and "CUDA GPU" in reason for reason in reasons) else ""
     maxima = ", ".join(f"out of {graded} instead of {full}" for graded, full in short)
-    return (f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
-            f"({maxima}), and grades.csv says \"not graded\". nbgrader's gradebook and its export "
-            "(nbgrader-grades.csv) still count those points in each module's maximum.")
+    text = (f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
+            f"({maxima}), and grades.csv says \"not graded\".")
+    return text + (" nbgrader's gradebook and its export (nbgrader-grades.csv) still count those points in "
+                   "each module's maximum." if nbgrader else "")
 
 
 def table(grading) -> str:
@@ -163,23 +164,27 @@ def write_csv(grading, path: Path) -> None:
                              " ".join(missing), sum(missing.values())])
 
 
-def plot_data(grading) -> dict[str, tuple[list[float], int, str]]:
-    """{module: (the totals of its graded submissions, the axis's end, the axis's label)}: each
-    module's axis ends at what its totals are out of, and says so."""
-    data: dict[str, tuple[list[float], int, str]] = {}
+def plot_data(grading) -> dict[str, tuple[dict[str, list[float]], int, str]]:
+    """{module: ({"edited" or "unchanged starting kernel": the totals of those graded
+    submissions}, the axis's end, the axis's label)}: each module's axis ends at what its totals
+    are out of, and says so; untouched files are told apart from the others."""
+    data = {}
     for module in sorted({row.module.id for row in grading.rows if row.scores}):
         rows = [row for row in grading.rows if row.scores and row.module.id == module]
         maxima = sorted({out_of(row) for row in rows})
         label = f"points out of {' or '.join(map(str, maxima))}"
         if any(left_out(row) for row in rows):
             label += " (performance not graded)"
-        data[module] = ([row.total for row in rows], maxima[-1], label)
+        groups = {"edited": [row.total for row in rows if status(row) != STARTING_KERNEL],
+                  STARTING_KERNEL: [row.total for row in rows if status(row) == STARTING_KERNEL]}
+        data[module] = (groups, maxima[-1], label)
     return data
 
 
 def plot(grading, path: Path) -> bool:
     """Histograms of the points per submission, one per module, each on an axis that ends at what
-    its totals are out of; False without matplotlib."""
+    its totals are out of, unchanged starting kernels in a colour of their own; False without
+    matplotlib."""
     try:
         import matplotlib
 
@@ -192,13 +197,17 @@ def plot(grading, path: Path) -> bool:
     columns = max(1, min(3, len(data)))
     lines = max(1, math.ceil(len(data) / columns))
     fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 2.6 * lines), squeeze=False)
-    for ax, (module, (totals, end, label)) in zip(axes.flat, data.items()):
-        ax.hist(totals, bins=[x / 2 for x in range(2 * end + 2)], edgecolor="white")
-        ax.set_xlim(0, end + 0.5)
+    for ax, (module, (groups, end, label)) in zip(axes.flat, data.items()):
+        bins = [x / 2 - 0.25 for x in range(2 * end + 2)]  # a bar per half point, centred on it
+        ax.hist(list(groups.values()), bins=bins, stacked=True, label=list(groups), color=["#3a7", "#bbb"],
+                edgecolor="white")
+        ax.set_xlim(-0.5, end + 0.5)
         ax.set_title(module, fontsize=8)
         ax.set_xlabel(label, fontsize=8)
         ax.set_ylabel("submissions", fontsize=8)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if groups[STARTING_KERNEL]:
+            ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(data):]:
         ax.set_visible(False)
     fig.suptitle("Points per submission, by module" if data else "No graded submission")
@@ -256,7 +265,7 @@ def write(grading) -> None:
     views = overview.write(grading.rows, out / "overview.html")
     lines = ["# Grades", "", _points_line(grading),
              "Points come from nbgrader's gradebook. " + OUT_OF_LINE, ""]
-    note = left_out_note(grading.rows)
+    note = left_out_note(grading.rows, nbgrader=False)  # OUT_OF_LINE says what nbgrader counts
     lines += [note, ""] if note else []
     lines += _markdown_table(grading)
     if plotted:
