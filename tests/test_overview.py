@@ -87,6 +87,11 @@ def test_performance_is_summarised_where_graded_and_said_not_graded_otherwise():
     [view] = overview.summarise(timed)
     assert overview.performance_text(view) == ("3 timed, median speed 0.60 x the reference's; "
                                                "1 with full points, 1 with none")
+    # a record with a ratio and no credit: the module's own bar decides (vector-add: full from 0.8 x)
+    ratio_only = Row("dee", "a", VECTOR_ADD, _record({"size 1": None}, [True], performance={"graded": True,
+                                                                                           "ratio": 0.9}))
+    [view] = overview.summarise([*timed, ratio_only])
+    assert view.credits == [1.0, 0.0, 0.5, 1.0]
 
 
 def test_every_record_text_is_escaped_and_the_page_needs_no_script(tmp_path):

@@ -93,9 +93,12 @@ def _add_performance(view: ModuleView, record: dict) -> None:
         reason = performance.get("reason") or ""
         view.not_timed[reason.removeprefix("not graded: ") or "no reason given"] += 1
         return
-    from grader.grade.record import performance_credit
+    if "credit" in performance:  # as timed: no need to read the module's thresholds again
+        credit = float(performance["credit"])
+    else:
+        from grader.grade.record import performance_credit
 
-    credit, _, _ = performance_credit(record)
+        credit, _, _ = performance_credit(record)
     view.credits.append(credit or 0.0)
     if performance.get("ratio") is not None:
         view.ratios.append(float(performance["ratio"]))
