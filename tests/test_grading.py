@@ -320,6 +320,34 @@ def test_the_cli_regrades_and_prints_the_table(graded):
     assert "Nothing changed since the last run" in (graded.out / "report.md").read_text()
 
 
+def test_regrading_one_student_changes_only_that_students_record_and_grade(graded):
+    """--student partial --regrade, without a source: partial's record is made again (on the
+    folder's secret, so on the same hidden inputs) and autograded again; every other student's
+    record, notebook and points stay; lms.csv and the summaries still cover the class."""
+    import csv
+
+    others = [student for student in STUDENTS if student != "partial"]
+    notebook = lambda student: graded.course_dir / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    before = {student: notebook(student).stat().st_mtime_ns for student in others}
+    again = grading.grade(None, graded.course_dir, graded.out, [VECTOR_ADD], graded.options(), progress=False,
+                          students=["partial"], regrade=True)
+    rows = {row.student: row for row in again.rows}
+    assert sorted(rows) == STUDENTS and again.children_started > 0 and again.autograded == 1
+    old = graded.rows["partial"].record
+    assert rows["partial"].record["graded_at"] != old["graded_at"]
+    verdicts = lambda record: [(case["name"], case["passed"], case["message"]) for case in record["cases"]]
+    assert verdicts(rows["partial"].record) == verdicts(old)
+    assert rows["partial"].scores == graded.rows["partial"].scores
+    assert len(list((course.results_dir(graded.course_dir) / "replaced").rglob("*.json"))) == 1
+    for student in others:
+        assert notebook(student).stat().st_mtime_ns == before[student], student
+        assert (rows[student].record, rows[student].scores) == (graded.rows[student].record,
+                                                                graded.rows[student].scores), student
+    with open(graded.out / "lms.csv", newline="") as handle:
+        assert sorted(line["student"] for line in csv.DictReader(handle)) == STUDENTS
+    assert sorted(p.stem for p in (graded.out / "students").glob("*.md")) == STUDENTS
+
+
 # --- collecting an LMS zip -------------------------------------------------------------------
 
 
@@ -341,7 +369,8 @@ def test_zip_collection_takes_only_kernel_files(tmp_path):
     submitted = course_dir / "submitted"
     assert (submitted / "alice" / ASSIGNMENT / "kernel.py").read_bytes() == complete
     assert (submitted / "bob.smith" / ASSIGNMENT / "kernel.py").read_text() == "# bob\n"
-    assert sorted(p.name for p in submitted.rglob("*") if p.is_file()) == ["kernel.py", "kernel.py"]
+    assert sorted(p.name for p in submitted.rglob("*") if p.is_file()) == ["kernel.py", "kernel.py",
+                                                                          "timestamp.txt", "timestamp.txt"]
 
 
 def test_a_linked_kernel_is_not_collected(tmp_path):
