@@ -9,6 +9,7 @@ import time
 
 from grader.grade.budget import Budget, with_limits_hint
 from grader.grade.endings import after_exit, after_timeout
+from grader.grade.host_memory import JUDGING
 from grader.grade.judging import Trial, Verdict, fetch, judge
 from grader.grade.profile import claimed_seconds
 from grader.sandbox import wire
@@ -203,9 +204,10 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
         first = next(t for t in grading.plan.trials if t.case_index == trial.case_index and not t.repeat)
         found = judged.get(first.id) or grading.verdicts.get(first.id) or grading.unconfirmed.get(first.id)
         earlier = found.outputs if found else ()
-    verdict = judge(grading.plan.spec, case, args, kwargs, done,
-                    lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
-                    grading.on, earlier, grading.own_kernels)
+    with JUDGING.judging():
+        verdict = judge(grading.plan.spec, case, args, kwargs, done,
+                        lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
+                        grading.on, earlier, grading.own_kernels)
     child.discard(output_name(trial.id))
     if not verdict.seconds:  # the child's own clock, taken before the learner's import
         verdict.seconds = wall_seconds

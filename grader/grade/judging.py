@@ -20,6 +20,7 @@ from grader.core.checks import (
 from grader.core.diagnosis import input_names
 from grader.core.evidence import judge_evidence
 from grader.core.protocols import frozen_inputs, moved_input, tensor_names
+from grader.grade.host_memory import JUDGING
 from grader.sandbox import wire
 from grader.sandbox.isolation import ChildEnded
 
@@ -57,6 +58,7 @@ def fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> dic
     max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
     max_bytes = 2 * sum(t.untyped_storage().nbytes() for t in inputs) + \
         4 * sum(t.numel() * 8 for t in references if isinstance(t, torch.Tensor)) + (1 << 20)
+    JUDGING.need(min(child.size(name), max_bytes))
     saved = wire.parse(child.take(name, max_bytes), max_elements)
     if not isinstance(saved, dict) or not isinstance(saved.get("outputs"), list):
         raise wire.WireError("the file does not hold the expected fields")

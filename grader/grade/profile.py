@@ -105,8 +105,12 @@ def lease_line(gpu, usage) -> str:
 
 def memory_line() -> str:
     """The grader process's own peak memory so far (its children are limited apart, by the sandbox)."""
+    from grader.grade.host_memory import JUDGING
+
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return f"The grader's own process peaked at {peak_kib / (1 << 20):.2f} GiB of memory (its children not counted)."
+    return (f"The grader's own process peaked at {peak_kib / (1 << 20):.2f} GiB of memory (its children not "
+            f"counted); the files it judged held at most {JUDGING.peak / (1 << 30):.2f} GiB at once "
+            f"(budget {JUDGING.budget / (1 << 30):.2f} GiB).")
 
 
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:

@@ -28,6 +28,7 @@ from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
 from grader.core.protocols import order_of, tensors_in
 from grader.grade import gpu_memory
+from grader.grade.host_memory import JUDGING
 from grader.grade.judging import INTEGRITY, fetch, judge
 from grader.grade.profile import claimed_seconds
 from grader.grade.scoring import credit
@@ -384,9 +385,10 @@ def _checked(grading, child, plan: TimingPlan, window: Timed, audit: dict, input
     does the time count."""
     spec = grading.plan.spec
     args, kwargs = inputs.audit
-    judged = judge(spec, plan.case, args, kwargs, audit,
-                   lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
-                   grading.on, own_kernels=grading.own_kernels)
+    with JUDGING.judging():
+        judged = judge(spec, plan.case, args, kwargs, audit,
+                       lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
+                       grading.on, own_kernels=grading.own_kernels)
     if not judged.passed:
         entry = _failed(f"a call on fresh inputs right after the timed calls failed: {judged.message}")
         if judged.kind in INTEGRITY:
@@ -401,7 +403,8 @@ def _checked(grading, child, plan: TimingPlan, window: Timed, audit: dict, input
                 "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
                 "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
                 "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels)}
-    problem = _timed_outputs_problem(grading, child, plan)
+    with JUDGING.judging():
+        problem = _timed_outputs_problem(grading, child, plan)
     entry = verdict(spec, plan, window.ms, window.event_ms[window.best], not problem, problem)
     entry["own_kernels_us"] = own_gpu_us(plan.reps, window.traces[window.best], audit, grading.own_kernels)
     entry["windows_ms"] = [round(ms / plan.reps, 4) for ms in window.window_ms]
@@ -508,6 +511,7 @@ def fetch_timed(child, references: dict) -> dict:
     expected = [t for outputs in references.values() for t in outputs if isinstance(t, torch.Tensor)]
     max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
     max_bytes = 4 * sum(t.numel() * 8 for t in expected) + (1 << 20)
+    JUDGING.need(min(child.size(TIMED_OUTPUTS), max_bytes))
     saved = wire.parse(child.take(TIMED_OUTPUTS, max_bytes), max_elements)
     if not isinstance(saved, dict) or saved.get("sets") != sorted(references) or \
             not isinstance(saved.get("outputs"), list) or len(saved["outputs"]) != len(references):

@@ -140,6 +140,13 @@ class Child:
         except OSError:
             pass
 
+    def size(self, name: str) -> int:
+        """The size in bytes of a file the child left in its folder (a link's own size; 0 if absent)."""
+        try:
+            return os.lstat(self.workdir / name).st_size
+        except OSError:
+            return 0
+
     def take(self, name: str, max_bytes: int) -> bytes:
         """A regular file the child left in its folder, read within ``max_bytes`` and never
         through a link, a FIFO or a device (see ``grader.sandbox.files``)."""
