@@ -86,6 +86,14 @@ def test_two_files_for_one_student_and_assignment_are_refused_before_collecting(
         collect.collect(archive, tmp_path / "course", [VECTOR_ADD])
 
 
+def test_collecting_some_students_from_a_zip_takes_only_their_files():
+    pattern = collect._zip_pattern(ASSIGNMENT, {"al", "bo.b"})
+    assert pattern.match(f"x/al_{ASSIGNMENT}_kernel.py")["student_id"] == "al"
+    assert pattern.match(f"x/bo.b_{ASSIGNMENT}_kernel.py")["student_id"] == "bo.b"
+    assert not pattern.match(f"x/cy_{ASSIGNMENT}_kernel.py") and not pattern.match(f"x/boxb_{ASSIGNMENT}_kernel.py")
+    assert collect._zip_pattern(ASSIGNMENT).match(f"x/cy_{ASSIGNMENT}_kernel.py")["student_id"] == "cy"
+
+
 def test_a_zip_entrys_time_is_utc_where_the_zip_says_so_else_local_without_offset(tmp_path):
     utc = int(dt.datetime(2026, 3, 2, 22, 30, tzinfo=UTC).timestamp())
     with zipfile.ZipFile(_zip(tmp_path / "a.zip", {"k.py": b""}, utc=utc)) as handle:
