@@ -102,6 +102,127 @@ def test_a_nan_that_pytorch_keeps_and_the_kernel_drops_is_named():
     assert "rounding" not in message
 
 
+
+# ---- rows that go wrong by what their values hold ------------------------------------------
+
+def _attention_like(seed: int = 0) -> torch.Tensor:
+    """A (batch, heads, rows, features) reference, like attention's output."""
+    return torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _scattered_rows(generator: torch.Generator) -> list[tuple[int, int]]:
+    """(head, row) pairs at random rows from 16 on: the rows an online softmax without its rescale
+    gets wrong (a row that fits one key block is right; a longer one only where a later block
+    raised its maximum)."""
+    rows = 16 + torch.randperm(48, generator=generator)[:20]
+    return [(head, int(row)) for head in (0, 1) for row in rows[head * 10:(head + 1) * 10]]
+
+
+def test_rows_off_by_a_factor_of_their_own_point_at_a_running_sum_not_rescaled():
+    """A running sum l not rescaled when the maximum grows is too large where a later block raised
+    the maximum: o = acc / l is those rows times a factor below 1, the other rows right. Not a row
+    offset, and not how a program finds its row."""
+    generator = torch.Generator().manual_seed(1)
+    ref = _attention_like()
+    out = ref.clone()
+    for head, row in _scattered_rows(generator):
+        out[0, head, row] *= 0.3 + 0.6 * float(torch.rand(1, generator=generator))
+    text = diagnose(out.float(), ref, 1e-5, 1e-4, "o")
+    assert "each of the 20 wrong rows is the right row times a factor of its own" in text
+    assert "running sum carried from one block of the row to the next is not rescaled" in text
+    assert "row offset" not in text and "program_id" not in text
+    everywhere = ref * torch.linspace(0.5, 0.9, 128, dtype=torch.float64).reshape(1, 2, 64, 1)
+    assert "each row is the right row times a factor of its own (0.5 to 0.9)" in diagnose(everywhere, ref, 1e-5, 1e-4)
+
+
+def test_rows_all_off_by_about_one_factor_point_at_a_count():
+    """A mean of squares divided by BLOCK_N instead of N (RMSNorm): every row is scaled by about
+    the same factor, which float16 rounding keeps from being exactly one."""
+    ref = _attention_like(5)
+    jitter = 1 + 2e-4 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    text = diagnose((ref * 1.15 * jitter).half(), ref, 2e-3, 2e-3)
+    assert "each row is the right row times about the same factor (1.15)" in text
+    assert "divide by the row length N, not by the block size" in text and "running sum" not in text
+
+
+def test_scattered_wrong_rows_point_at_a_value_carried_from_block_to_block():
+    """An accumulator not rescaled: the rows where a later block raised the maximum are wrong (not
+    by a factor), scattered, none in the first block of rows; rows wrong by their position keep
+    the message about how a program finds its row."""
+    generator = torch.Generator().manual_seed(2)
+    ref = _attention_like()
+    out = ref.clone()
+    for head, row in _scattered_rows(generator):
+        out[0, head, row] += torch.randn(16, generator=generator, dtype=torch.float64)
+    text = diagnose(out, ref, 1e-5, 1e-4, "o")
+    assert "20 of the 128 rows are wrong, scattered in no regular order (none in the first" in text
+    assert "rows of any matrix)" in text and "value carried from one block of the row to the next" in text
+    assert "row offset" not in text and "program_id" not in text
+    by_position = ref.clone()
+    by_position[0, :, 4:8] += 1.0  # the same rows of each matrix: their position decides
+    assert "whole row(s) are wrong, the others right: check how a program finds its row" in \
+        diagnose(by_position, ref, 1e-5, 1e-4)
+
+
+def test_wrong_rows_from_a_block_boundary_on_name_both_causes():
+    """Every row from 32 on wrong: the programs after the first start at the wrong row, or (causal
+    attention) the rows longer than one block lose a carried value; not "the row offset"."""
+    ref = torch.randn(64, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    out = ref.clone()
+    out[32:] += torch.randn(32, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    text = diagnose(out, ref, 1e-5, 1e-4)
+    assert "only rows 32..63 are wrong, the first 32 right, and 32 is a block boundary" in text
+    assert "pid * BLOCK_M" in text and "the rows longer than one block are wrong" in text
+    assert "row offset is probably wrong" not in text
+
+
+# ---- across the cases of a run -------------------------------------------------------------
+
+def _outcomes(*cases_and_verdicts, row_wise=False):
+    from grader.core.cases import Case
+    from grader.core.diagnosis import Outcome
+
+    return [Outcome(Case(params, label=label), passed, row_wise=row_wise)
+            for params, label, passed in cases_and_verdicts]
+
+
+def test_failing_exactly_past_one_k_step_names_the_accumulator():
+    """acc = tl.dot(a, b) keeps only the last K-step: every case with K larger than one step
+    fails, whatever M and N (the passing K = 45 is a case whose block along K is larger)."""
+    from grader.core.diagnosis import across_cases
+
+    text = across_cases(_outcomes(
+        ({"mnk": (1, 1, 1)}, "1 x 1 x 1", True), ({"mnk": (16, 16, 16)}, "one tile", True),
+        ({"mnk": (33, 65, 17)}, "odd sizes", True), ({"mnk": (3, 600, 24)}, "short and wide", True),
+        ({"mnk": (37, 29, 45)}, "a transposed", True), ({"mnk": (48, 40, 100)}, "K not a multiple", False),
+        ({"mnk": (300, 8, 40)}, "tall and skinny", False), ({"mnk": (257, 300, 65)}, "several tiles", False),
+        ({"mnk": (31, 47, 53)}, "sliced", False)))
+    assert "every case that fails is one where K is larger than 24" in text
+    assert "acc += tl.dot(a, b)" in text and "running maximum or sum not rescaled" in text
+    exactly = across_cases(_outcomes(({"n": 100}, "", True), ({"n": 1024}, "", True),
+                                     ({"n": 1025}, "", False), ({"n": 5000}, "", False)))
+    assert "exactly the cases where n is larger than 1024 fail" in exactly
+
+
+def test_passing_only_where_the_size_fills_its_blocks_names_the_division_by_the_block():
+    """A mean divided by BLOCK_SIZE instead of N is right exactly where N is a power of two (the
+    block is N's next power of two), or a multiple of a fixed block."""
+    from grader.core.diagnosis import across_cases
+
+    rows = across_cases(_outcomes(({"shape": (8, 64)}, "", True), ({"shape": (5, 1)}, "", True),
+                                  ({"shape": (16, 100)}, "", False), ({"shape": (1, 7)}, "", False),
+                                  ({"shape": (3, 4, 33)}, "", False), row_wise=True))
+    assert "exactly the cases where the rows are not a power of two long fail" in rows
+    assert "divide by the real length N, not by the block size" in rows
+    flat = across_cases(_outcomes(({"n": 4096}, "", True), ({"n": 1}, "", True),
+                                  ({"n": 1000}, "", False), ({"n": 4097}, "", False)))
+    assert "exactly the cases where n is not a power of two fail" in flat and "not by the block size" in flat
+    blocks = across_cases(_outcomes(({"n": 1024}, "", True), ({"n": 3072}, "", True),
+                                    ({"n": 1000}, "", False), ({"n": 2500}, "", False)))
+    assert "exactly the cases where n is not a multiple of 1024 fail" in blocks
+    assert "partial block" in blocks and "not by the block size" in blocks
+
+
 # ---- crashes ------------------------------------------------------------------------------
 
 def test_a_memory_crash_points_first_to_the_interpreters_memory_checker():

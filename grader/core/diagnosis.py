@@ -2,15 +2,19 @@
 
 ``diagnose`` compares one output with its float64 reference and, when they differ, says how many
 elements are wrong, where the first one is, how large the error is, and which pattern the wrong
-elements form ("only the tail", "every other row", "errors the size of float16 rounding"), with
-what that pattern usually means in a Triton kernel. ``across_cases`` looks at which cases of a
-run fail and which pass ("only the non-contiguous ones", "every row length that is not a power of
-two") and says what that split usually means.
+elements form ("only the tail", "every other row", "errors the size of float16 rounding", "rows
+scattered in no order, each off by a factor of its own"), with what that pattern usually means in
+a Triton kernel. Where a row goes wrong by its position (the grid, the offsets, a stride), the wrong
+rows form runs and periods; where its values decide (a running maximum that a later block raises),
+they do not. ``across_cases`` looks at which cases of a run fail and which pass ("only the
+non-contiguous ones", "every row length that is not a power of two", "every K larger than 24") and
+says what that split usually means.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,6 +25,8 @@ import torch
 _SMALLEST_BLOCK = 16
 # exp() overflows float32 just above 88; inputs this large make any exponential suspect.
 _OVERFLOW_INPUT = 64.0
+# How many rows the search for a period of the wrong rows reads (a loop in Python).
+_PERIOD_SEARCH = 4096
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -69,15 +75,23 @@ def _common_factor(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> 
     return factor
 
 
-def _row_factors(got: torch.Tensor, want: torch.Tensor) -> bool:
-    """True when every row is off by a factor of its own (values right relative to each other)."""
-    if got.dim() < 2 or got.shape[-1] < 2 or not bool(torch.isfinite(got).all()):
-        return False
-    rows_got, rows_want = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
-    scale = (rows_got * rows_want).sum(1) / (rows_want * rows_want).sum(1).clamp_min(1e-300)
-    residual = (rows_got - scale[:, None] * rows_want).abs().amax(1)
-    return bool((residual <= 1e-3 * rows_want.abs().amax(1) + 1e-12).all()) and \
-        bool(((scale - 1).abs() > 1e-4).any())
+def _row_factors(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, atol: float,
+                 rtol: float) -> tuple[float, float] | None:
+    """(smallest, largest) factor when every row (along the last dimension) that holds a wrong
+    element is the right row times a positive factor of its own, within the tolerance; else None."""
+    if got.dim() < 2 or got.shape[-1] < 4:
+        return None  # too few values in a row to tell a factor from any other error
+    rows_bad = bad.reshape(-1, bad.shape[-1]).any(1)
+    rows_got = got.reshape(-1, got.shape[-1])[rows_bad]
+    rows_want = want.reshape(-1, want.shape[-1])[rows_bad]
+    if not bool(torch.isfinite(rows_got).all()) or not bool(torch.isfinite(rows_want).all()) or \
+            not bool((rows_want.abs().amax(1) > 0).all()):
+        return None
+    scale = (rows_got * rows_want).sum(1) / (rows_want * rows_want).sum(1)
+    fits = (rows_got - scale[:, None] * rows_want).abs() <= atol + rtol * (scale[:, None] * rows_want).abs()
+    if not bool(fits.all()) or float(scale.min()) < 1e-3:  # (a row of zeros is no normalisation problem)
+        return None
+    return float(scale.min()), float(scale.max())
 
 
 def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
@@ -100,8 +114,100 @@ def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: 
             "after loading) and round once, when storing.")
 
 
-def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor,
-             want: torch.Tensor, dtype: torch.dtype) -> str | None:
+def _periodic(flags: torch.Tensor, candidates: tuple[int, ...] = ()) -> bool:
+    """True when ``flags`` repeats with some period of at most half its length: the smallest period
+    of its first few thousand values (the prefix function), or one of ``candidates``."""
+    head = flags[:_PERIOD_SEARCH].tolist()
+    border = [0] * len(head)  # border[i]: the longest proper prefix of head[:i + 1] that is also its suffix
+    for i in range(1, len(head)):
+        k = border[i - 1]
+        while k and head[i] != head[k]:
+            k = border[k - 1]
+        border[i] = k + (head[i] == head[k])
+    periods = (len(head) - border[-1], *candidates) if head else candidates
+    n = flags.numel()
+    return any(0 < p <= n // 2 and bool(torch.equal(flags[:-p], flags[p:])) for p in periods)
+
+
+def _scattered(row_bad: torch.Tensor, per_matrix: int) -> bool:
+    """True when the wrong rows follow no pattern of position: three runs or more, with no period.
+    (A row's position decides by the grid, the offsets or a stride, which give runs and periods;
+    the row's values decide by what the data does, which gives no such order.)"""
+    changes = int((row_bad[1:] != row_bad[:-1]).sum())
+    runs = (changes + int(row_bad[0]) + int(row_bad[-1])) // 2
+    return runs >= 3 and not _periodic(row_bad, (per_matrix,))
+
+
+def _factors_text(factors: tuple[float, float], n_bad_rows: int, n_rows: int) -> str:
+    which = "each row is" if n_bad_rows == n_rows else f"each of the {n_bad_rows} wrong rows is"
+    low, high = (f"{f:.3g}" for f in factors)
+    if factors[1] <= 1.01 * factors[0]:  # one factor for every row: a count, not the data, is off
+        return (f"{which} the right row times about the same factor ({low}): the values within a row are right "
+                "and what the row is divided by is off by a constant, so probably a count: divide by the row "
+                "length N, not by the block size (nor N - 1), and check for a missing or extra normalisation.")
+    return (f"{which} the right row times a factor of its own ({low} to {high}): the values within a row are "
+            "right, what the row is divided by (its sum) is not. Usually a running sum carried from one block of "
+            "the row to the next is not rescaled when the maximum grows (multiply it by exp(old max - new max)); "
+            "else masked lanes count in the sum (they must not change it).")
+
+
+def _rows_pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
+                  atol: float, rtol: float) -> str | None:
+    """The pattern of the wrong rows (along the last dimension) of an output of two dimensions or more."""
+    rows = bad.reshape(-1, bad.shape[-1])
+    n_rows, n_cols = rows.shape
+    row_bad = rows.any(dim=1)
+    bad_rows = row_bad.nonzero().flatten()
+    bad_cols = rows.any(dim=0).nonzero().flatten()
+    if bad_rows.numel() > 1 and bool((bad_rows % 2 == bad_rows[0] % 2).all()) and \
+            bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2:
+        return ("every other row is wrong: the row stride is probably wrong (use the tensor's "
+                "stride, e.g. x.stride(0), not the row length).")
+    if bad_cols.numel() < n_cols and int(bad_cols[-1]) == n_cols - 1 and _runs(bad_cols):
+        return (f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
+                "cover the whole row, or the column mask cuts it short.")
+    factors = _row_factors(got, want, bad, atol, rtol)
+    if factors is not None:
+        return _factors_text(factors, int(bad_rows.numel()), n_rows)
+    if bad_rows.numel() < n_rows and int(bad_rows[-1]) == n_rows - 1 and _runs(bad_rows):
+        first = int(bad_rows[0])
+        rows_text = f"only rows {first}..{n_rows - 1} are wrong"
+        if bool(unwritten.reshape(rows.shape)[bad_rows].all()):
+            return (f"{rows_text}, and never written: the grid launches too few programs, or the "
+                    "programs are mapped to the wrong rows (which program_id axis is which).")
+        if first >= _SMALLEST_BLOCK and first % _SMALLEST_BLOCK == 0:
+            return (f"{rows_text}, the first {first} right, and {first} is a block boundary: the programs "
+                    "after the first probably start at the wrong row (pid * BLOCK_M rows, each the row stride "
+                    "long). Or, where a row's work grows with its index (a causal mask: row i sees i + 1 keys), "
+                    "the rows longer than one block are wrong: a running value carried from one block to the next "
+                    "is probably not rescaled or not carried.")
+        return (f"{rows_text} while the rows before are right: the row offset is probably wrong "
+                "(row i starts at i * the tensor's row stride, e.g. x.stride(0)).")
+    if bad_cols.numel() < n_cols and _runs(bad_cols) and bad_rows.numel() == n_rows:
+        return (f"columns {int(bad_cols[0])}..{int(bad_cols[-1])} are wrong in every row: check the "
+                "column offsets of the block that covers them.")
+    per_matrix = bad.shape[-2] if bad.dim() >= 3 else n_rows
+    if bad_rows.numel() < n_rows and 2 * int(rows.sum()) >= bad_rows.numel() * n_cols and \
+            _scattered(row_bad, per_matrix):
+        start = int((bad_rows % per_matrix).min())
+        before = (f" (none in the first {start} rows of {'any matrix' if bad.dim() >= 3 else 'the output'})"
+                  if start >= _SMALLEST_BLOCK else "")
+        return (f"{bad_rows.numel()} of the {n_rows} rows are wrong, scattered in no regular order{before}: each "
+                "row's values decide, not its position. Usually a value carried from one block of the row to the "
+                "next (running maximum, sum or accumulator) is not rescaled when a later block raises the maximum, "
+                "or not carried: rows that a later block changes go wrong, rows that fit one block stay right.")
+    if bad_rows.numel() < n_rows and bool(rows[bad_rows].all()):
+        return (f"{bad_rows.numel()} whole row(s) are wrong, the others right: check how a program "
+                "finds its row (program_id and the row stride).")
+    if bool(unwritten[bad].all()):
+        return ("a block-shaped region was never written: the grid launches too few programs "
+                "along one axis, or the program_id axes are swapped (axis 0 is the grid's first "
+                "number).")
+    return None
+
+
+def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
+             dtype: torch.dtype, atol: float, rtol: float) -> str | None:
     """Name the shape of the wrong region, with its usual cause (``unwritten``: still NaN)."""
     flat = bad.flatten()
     total = flat.numel()
@@ -121,46 +227,17 @@ def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor,
     precision = _precision(got, want, bad, dtype)
     if precision:
         return precision
+    if bad.dim() >= 2 and n_bad < total:
+        return _rows_pattern(bad, unwritten, got, want, atol, rtol)
     if n_bad == total:
-        if _row_factors(got, want):
-            return ("each row is the right row times a factor of its own: the values are right "
-                    "relative to each other, so the normalisation is off (a sum or a maximum "
-                    "over the row that counts lanes it should not: masked lanes must not change it).")
+        factors = _row_factors(got, want, bad, atol, rtol) if bad.dim() >= 2 else None
+        if factors is not None:
+            return _factors_text(factors, n_bad // row_length, n_bad // row_length)
         return ("every element is wrong: the computation itself is off (check the loads, the "
                 "formula and which tensor each pointer points to).")
-    if bad.dim() < 2:
-        if _runs(where):
-            return (f"one contiguous stretch is wrong (flat indices {start}..{int(where[-1])}): "
-                    "look at the program(s) that handle that stretch, and at the offsets.")
-        return None
-    rows = bad.reshape(-1, bad.shape[-1])
-    bad_rows = rows.any(dim=1).nonzero().flatten()
-    bad_cols = rows.any(dim=0).nonzero().flatten()
-    n_rows, n_cols = rows.shape
-    if bad_rows.numel() > 1 and bool((bad_rows % 2 == bad_rows[0] % 2).all()) and \
-            bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2:
-        return ("every other row is wrong: the row stride is probably wrong (use the tensor's "
-                "stride, e.g. x.stride(0), not the row length).")
-    if bad_cols.numel() < n_cols and int(bad_cols[-1]) == n_cols - 1 and _runs(bad_cols):
-        return (f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
-                "cover the whole row, or the column mask cuts it short.")
-    if bad_rows.numel() < n_rows and int(bad_rows[-1]) == n_rows - 1 and _runs(bad_rows):
-        rows_text = f"only rows {int(bad_rows[0])}..{n_rows - 1} are wrong"
-        if bool(unwritten.reshape(rows.shape)[bad_rows].all()):
-            return (f"{rows_text}, and never written: the grid launches too few programs, or the "
-                    "programs are mapped to the wrong rows (which program_id axis is which).")
-        return (f"{rows_text} while the rows before are right: the row offset is probably wrong "
-                "(row i starts at i * the tensor's row stride, e.g. x.stride(0)).")
-    if bad_cols.numel() < n_cols and _runs(bad_cols) and bad_rows.numel() == n_rows:
-        return (f"columns {int(bad_cols[0])}..{int(bad_cols[-1])} are wrong in every row: check the "
-                "column offsets of the block that covers them.")
-    if bad_rows.numel() < n_rows and bool(rows[bad_rows].all()):
-        return (f"{bad_rows.numel()} whole row(s) are wrong, the others right: check how a program "
-                "finds its row (program_id and the row stride).")
-    if bool(unwritten[bad].all()):
-        return ("a block-shaped region was never written: the grid launches too few programs "
-                "along one axis, or the program_id axes are swapped (axis 0 is the grid's first "
-                "number).")
+    if _runs(where):
+        return (f"one contiguous stretch is wrong (flat indices {start}..{int(where[-1])}): "
+                "look at the program(s) that handle that stretch, and at the offsets.")
     return None
 
 
@@ -246,7 +323,7 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                    "input, and masked-off lanes loaded without `other=` hold no defined value, which "
                    "a reduction such as tl.max then takes in.")
     else:
-        pattern = _pattern(bad, nan_out, got, want, out.dtype)
+        pattern = _pattern(bad, nan_out, got, want, out.dtype, atol, rtol)
     if n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
         lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
                      "these were probably never written: check the mask and that the grid covers "
@@ -292,6 +369,79 @@ def _power_of_two(n) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
 
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# What failing exactly where a size does not fill its last block usually means.
+_PARTIAL_BLOCK = ("A block is a power of two long, so what differs is the lanes past the end: mask them and pad "
+                  "them (other=) with a value that cannot change the result (-inf for a maximum, 0 for a sum), "
+                  "and divide by the real length N, not by the block size (they are equal only when N fills "
+                  "the block).")
+
+
+def _sizes(outcome: Outcome) -> dict[str, int]:
+    """A case's sizes, by the names a learner knows them by: "the row length" and "the number of
+    rows" of a row-wise API, "the length" of a 1-D shape, shape[i] otherwise, the letters of a size
+    tuple named by them ("mnk": M, N and K), and whole-number parameters ("seq_k", "n")."""
+    sizes: dict[str, int] = {}
+    for key, value in outcome.case.params.items():
+        if _is_size(value) and "seed" not in key:
+            sizes[key] = value
+        elif not (isinstance(value, tuple) and value and all(_is_size(v) for v in value)):
+            continue
+        elif key == "shape" and len(value) == 1:
+            sizes["the length"] = value[0]
+        elif key == "shape" and outcome.row_wise:
+            sizes["the row length"] = value[-1]
+            sizes["the number of rows"] = math.prod(value[:-1])
+        elif key == "shape":
+            sizes.update((f"shape[{i}]", v) for i, v in enumerate(value))
+        elif key.isalpha() and len(key) == len(value):
+            sizes.update(zip(key.upper(), value))
+    return sizes
+
+
+def _size_features(outcomes: list[Outcome]) -> list[dict[str, str]]:
+    """Conditions on the cases' sizes, for each outcome, that only the whole run can define: a size
+    larger than the largest one that passes below every failing one, a size that is not a power of
+    two, one that is not a multiple of the largest power of two (16 or more) that divides every
+    passing one."""
+    sizes = [_sizes(o) for o in outcomes]
+    found: list[dict[str, str]] = [{} for _ in outcomes]
+    names = list(dict.fromkeys(name for sized in sizes for name in sized))
+    for name in names:
+        values = [sized.get(name) for sized in sizes]
+        failing = [v for v, o in zip(values, outcomes) if not o.passed]
+        passing = [v for v, o in zip(values, outcomes) if o.passed and v is not None]
+        if not failing or None in failing:
+            continue
+        below = [v for v in passing if v < min(failing)]
+        if below and max(below) > 1:  # (larger than 1 would say no more than "not a single element")
+            limit = max(below)
+            for conditions, value in zip(found, values):
+                if value is not None and value > limit:
+                    conditions[f"{name} is larger than {limit}"] = (
+                        f"Up to {limit} the work fits in one block (or one loop step); past it, it takes several, "
+                        "so look at what happens from the second on: the grid, the loop's pointer steps, and "
+                        "values carried from one step to the next (an accumulator overwritten instead of added "
+                        "to, acc = tl.dot(a, b) where acc += tl.dot(a, b) is meant; a running maximum or sum not "
+                        "rescaled when a later block changes it).")
+        if name != "the row length":  # (a row-wise API's rows have their own condition above)
+            for conditions, value in zip(found, values):
+                if value and not _power_of_two(value):  # (an empty case has no block to fill)
+                    conditions[f"{name} is not a power of two"] = _PARTIAL_BLOCK
+        block = min((v & -v for v in passing if v), default=0)  # the largest power of two dividing them all
+        if block >= _SMALLEST_BLOCK:
+            for conditions, value in zip(found, values):
+                if value is not None and value % block:
+                    conditions[f"{name} is not a multiple of {block}"] = (
+                        f"Those sizes end in a partial block (of {block} or a divisor of it): mask the lanes past "
+                        "the end and pad them (other=) with a value that cannot change the result, and divide "
+                        "by the real length N, not by the block size.")
+    return found
+
+
 def _features(outcome: Outcome) -> dict[str, str]:
     """Conditions a case can meet, each with what failing exactly where it holds usually means."""
     case = outcome.case
@@ -306,10 +456,7 @@ def _features(outcome: Outcome) -> dict[str, str]:
             "packed rows, or make the inputs contiguous in the launcher (x.contiguous()).")
     shape = case.params.get("shape")
     if outcome.row_wise and isinstance(shape, tuple) and shape and not _power_of_two(shape[-1]):
-        found["the rows are not a power of two long"] = (
-            "A block is a power of two long, so what differs is the lanes past the row's end: mask "
-            "them, and pad them (other=) with a value that cannot change the result (-inf for a "
-            "maximum, 0 for a sum).")
+        found["the rows are not a power of two long"] = _PARTIAL_BLOCK
     short = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
     if case.dtype in short:
         found[f"the dtype is {short[case.dtype]}"] = (
@@ -332,6 +479,10 @@ def across_cases(outcomes: list[Outcome]) -> str | None:
     order: list[str] = []
     for found in features:
         order += [key for key in found if key not in order]
+    for found, extra in zip(features, _size_features(outcomes)):  # tried after the others
+        order += [key for key in extra if key not in order and key not in found]
+        for key, text in extra.items():
+            found.setdefault(key, text)
     def advice(key):
         return next(found[key] for found in features if key in found)
 
@@ -344,11 +495,16 @@ def across_cases(outcomes: list[Outcome]) -> str | None:
         for verdict, group in (("fail", failing), ("pass", passing)):
             if all(h == (o in group) for h, o in zip(have, outcomes)):
                 return f"Across the cases: exactly the cases where {key} {verdict}{labels(group)}. {advice(key)}"
-    for key in order:  # weaker: every failure has it, and most cases that have it fail
-        have = [key in found for found in features]
-        with_it = [o for h, o in zip(have, outcomes) if h]
+    # Weaker: every failure has it, and most cases that have it fail; the condition whose cases
+    # fail most often first.
+    weak = []
+    for key in order:
+        with_it = [o for found, o in zip(features, outcomes) if key in found]
         if all(key in found for found, o in zip(features, outcomes) if not o.passed) and \
                 2 * len(failing) >= len(with_it) and len(with_it) < len(outcomes):
-            return (f"Across the cases: every case that fails is one where {key}{labels(failing)}, "
-                    f"and every case where it does not hold passes. {advice(key)}")
+            weak.append((-len(failing) / len(with_it), len(weak), key))
+    if weak:
+        key = min(weak)[2]
+        return (f"Across the cases: every case that fails is one where {key}{labels(failing)}, "
+                f"and every case where it does not hold passes. {advice(key)}")
     return None
