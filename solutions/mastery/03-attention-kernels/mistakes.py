@@ -3,9 +3,14 @@
 from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
+    # Both show on the rows where a later key tile raised the running maximum: the diagnosis must
+    # say that the rows' values decide (not their position) and name the carried value.
     Mistake("accumulator not rescaled when the running maximum grows",
             "        acc = acc * alpha[:, None]\n", "",
-            cause=r"rescal"),
+            cause=r"value carried from one block of the row to the next"),
+    Mistake("running sum not rescaled when the running maximum grows",
+            "l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)",
+            cause=r"factor of its own.*running sum carried from one block of the row to the next is not rescaled"),
     Mistake("causal mask that leaves out the diagonal",
             "visible = visible & (cols[None, :] <= offs_m[:, None])",
             "visible = visible & (cols[None, :] < offs_m[:, None])",

@@ -15,6 +15,10 @@ MISTAKES = [
     Mistake("a's row stride assumed to be K",
             "offs_m[:, None] * stride_am", "offs_m[:, None] * K",
             cause=r"not contiguous"),
+    # Right while K fits one k-step, wrong past it: the diagnosis must say where the cases split.
+    Mistake("accumulator overwritten by each k-step instead of added to",
+            "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)",
+            cause=r"K is larger than \d+.*acc \+= tl\.dot\(a, b\)"),
     Mistake("grid rounds down",
             'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
             'grid = (M // config["BLOCK_M"], N // config["BLOCK_N"])',
