@@ -141,7 +141,8 @@ def _scattered(row_bad: torch.Tensor, per_matrix: int) -> bool:
 def _factors_text(factors: tuple[float, float], n_bad_rows: int, n_rows: int) -> str:
     which = "each row is" if n_bad_rows == n_rows else f"each of the {n_bad_rows} wrong rows is"
     low, high = (f"{f:.3g}" for f in factors)
-    if factors[1] <= 1.01 * factors[0]:  # one factor for every row: a count, not the data, is off
+    # One factor for many rows (rounding apart): a count, not the rows' data, is off.
+    if n_bad_rows >= 4 and factors[1] <= 1.005 * factors[0]:
         return (f"{which} the right row times about the same factor ({low}): the values within a row are right "
                 "and what the row is divided by is off by a constant, so probably a count: divide by the row "
                 "length N, not by the block size (nor N - 1), and check for a missing or extra normalisation.")
