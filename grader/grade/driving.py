@@ -209,6 +209,10 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
                         lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
                         grading.on, earlier, grading.own_kernels)
     child.discard(output_name(trial.id))
+    if trial.repeat or not any(t.repeat and t.case_index == trial.case_index for t in grading.plan.trials):
+        # Only a call that a repeat is compared with keeps its outputs: the verdicts of a grading
+        # live until it ends, and big cases' outputs would hold gigabytes of the grader's memory.
+        verdict.outputs = ()
     if not verdict.seconds:  # the child's own clock, taken before the learner's import
         verdict.seconds = wall_seconds
     grading.traced = grading.traced or isinstance(done.get("kernels"), list)
