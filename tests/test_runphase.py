@@ -314,7 +314,8 @@ def test_writing_around_changes_nothing(graded):
 
 def test_the_results_folder_holds_only_what_the_parent_wrote(graded):
     names = {p.relative_to(graded.results).parts[0] for p in graded.results.iterdir()}
-    assert names == {"records", "logs", "students.json", "profile.jsonl"}
+    assert names == {"records", "logs", "students.json", "profile.jsonl", "secret"}
+    assert (graded.results / "secret").stat().st_mode & 0o077 == 0  # the course's secret: the grader's alone
     records = list((graded.results / "records").rglob("*"))
     for path in (p for p in records if p.is_file()):
         record = json.loads(path.read_text())  # complete JSON, not '{"passed": true}'

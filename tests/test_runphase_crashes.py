@@ -142,3 +142,15 @@ def test_a_crash_that_no_case_causes_alone_blames_none_and_is_noted(crashing, gr
     assert re.match(r"Note: a process that ran several cases in a row ended by SIG(ABRT|SEGV)", record["note"])
     assert "check every mask" in record["note"] and record["note"] in record["summary"]
     assert record["note"] in feedback.part_report(record, "public", 4)[0]
+
+
+def test_an_error_before_a_memory_crash_is_called_its_probable_consequence():
+    from grader.grade.endings import crash_verdict
+    from grader.grade.judging import Verdict
+    from grader.sandbox.process import ChildEnded
+
+    raised = Verdict(False, "error", "add() raised TypeError: new_empty(): argument 'size' must be tuple of ints")
+    verdict = crash_verdict("add", ChildEnded("was killed by SIGSEGV", -11), raised)
+    assert "probably a consequence of the memory error" in verdict.message and "make check" in verdict.message
+    ended_cleanly = crash_verdict("add", ChildEnded("exited with code 3", 3), raised)
+    assert "consequence" not in ended_cleanly.message

@@ -48,7 +48,8 @@ def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verd
             f"The process running {api}() {ended.how} during this case")
     text = f"{text}, in a fresh process that ran no other case. {crashes.explain(ended.returncode)}".rstrip()
     if returned is not None and not returned.passed:  # keep what it got wrong (or the integrity finding)
-        return Verdict(False, returned.kind, f"{returned.message}\n{text}", returned.seconds, crash=ended)
+        message = crashes.follow_on(returned.message, ended.returncode)
+        return Verdict(False, returned.kind, f"{message}\n{text}", returned.seconds, crash=ended)
     return Verdict(False, "crash", text, returned.seconds if returned else 0.0, crash=ended)
 
 

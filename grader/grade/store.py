@@ -25,7 +25,7 @@ from pathlib import Path
 from grader.core import device
 from grader.core.catalog import Module
 
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 MAX_SOURCE_BYTES = 1 << 20
 SECRET_FILE = "secret"
 SECRET_BITS = 48

@@ -409,7 +409,8 @@ def crash_report(journal: Path, returncode: int, test_file: Path) -> str:
                 shown += 1
                 lines.append(textwrap.indent(entry["message"].strip(), "      "))
     where = f" while running {running}" if running else ""
-    lines.append(crashes.check_message(returncode).replace(" while the tests ran", where, 1))
+    module = "/".join(test_file.parent.parts[-2:])  # tracks/<track>/<slug>/test_kernel.py
+    lines.append(crashes.check_message(returncode, module).replace(" while the tests ran", where, 1))
     if running:
         shown = test_file.relative_to(REPO_ROOT) if test_file.is_relative_to(REPO_ROOT) else test_file
         lines.append(f'To run that test alone: pytest "{shown}::{running}"')
