@@ -182,3 +182,26 @@ def test_hidden_cases_find_their_spec_by_name_while_other_threads_import_the_sam
         assert set(pool.map(look_up, range(24))) == {"glu"}
     with pytest.raises(LookupError, match="no Spec for nothing"):
         public_spec("mastery/01-custom-kernels", "nothing")
+
+
+def test_a_refusal_passes_only_the_named_error_with_a_message_that_says_enough():
+    from grader.core.protocols import ProtocolError, Raises, calling, from_order, order_of
+
+    protocol = Raises(("TypeError",), (r"int64", r"\.float\(\)"), why="name the dtype and how to convert")
+    assert from_order(order_of(protocol)) == (protocol, ())  # the child gets it as plain data
+
+    def refuses(message, error=TypeError):
+        def api(x):
+            raise error(message)
+        return api
+
+    assert calling(protocol, refuses("got int64: call x.float() first"), "f")(1) == ()
+
+    class Subclass(TypeError):
+        pass
+
+    assert calling(protocol, refuses("int64: use x.float()", Subclass), "f")(1) == ()
+    for api, said in [(refuses("bad input"), "does not say enough"), (refuses("int64, x.float()", ValueError),
+                      "should raise TypeError"), (lambda x: x, "accepted these inputs")]:
+        with pytest.raises(ProtocolError, match=said):
+            calling(protocol, api, "f")(1)

@@ -12,7 +12,7 @@ import hashlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import torch
 
 from grader.core import device
 from grader.core.catalog import Module
-from grader.core.protocols import Backward, Calls, Steps
+from grader.core.protocols import Backward, Calls, Raises, Steps
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -50,8 +50,10 @@ class Case:
 
     @property
     def name(self) -> str:
-        values = ",".join(f"{k}={v}" for k, v in self.params.items())
         prefix = f"{self.spec.api}: " if self.spec is not None else ""
+        if self.spec is not None and isinstance(self.spec.protocol, Raises):
+            return f"{prefix}{self.label}"  # a refusal's inputs are its label: no sizes, no dtype
+        values = ",".join(f"{k}={v}" for k, v in self.params.items())
         prefix += f"{self.label}: " if self.label else ""
         return f"{prefix}{values} {SHORT_DTYPE.get(self.dtype, str(self.dtype))}"
 
@@ -139,7 +141,7 @@ class Spec:
     # the reference's parameters), and how a case calls it: None (once), Backward (forward, then
     # gradients), Steps (an optimizer) or Calls (several calls judged together: a seed's mask).
     mutates: tuple[int, ...] = ()
-    protocol: Backward | Steps | Calls | None = None
+    protocol: Backward | Steps | Calls | Raises | None = None
     # judge(outputs, references, args, kwargs, case) -> problems: replaces the element-wise
     # comparison where the right answer is a distribution (dropout), not values.
     judge: Callable[..., list[str]] | None = None
@@ -190,6 +192,21 @@ def matmul_bytes(case: Case) -> int:
     """Read a and b once, write c once."""
     M, N, K = case.params["mnk"]
     return (M * K + K * N + M * N) * case.dtype.itemsize
+
+
+def refusal(spec: Spec, inputs: Callable[[Rand], Inputs], errors: tuple[type[Exception], ...], *needles: str,
+            why: str, label: str) -> Case:
+    """A case where ``spec``'s function must refuse the inputs that ``inputs(rand)`` makes: raise
+    one of ``errors`` with a message matching every regular expression of ``needles`` (ignoring
+    case); ``why`` says what the message must tell its reader, ``label`` what is wrong with the
+    inputs ("refuses integer tensors"). Graded like any case, from the module's CASES."""
+    refused = replace(spec, make_inputs=lambda case, rand: inputs(rand), reference=_refused, mutates=(),
+                      protocol=Raises(tuple(e.__name__ for e in errors), needles, why), judge=None)
+    return Case({}, label=label, spec=refused)
+
+
+def _refused(*args, **kwargs) -> tuple:
+    return ()  # a refusal returns nothing to compare
 
 
 def spec_for(case: Case, module_spec: Spec) -> Spec:
@@ -244,7 +261,8 @@ def public_spec(module_id: str, name: str) -> Spec:
     named = getattr(tests, name, None)
     if isinstance(named, Spec):
         return named
-    found = [candidate for candidate in specs_of(spec, public_cases) if candidate.api == name]
+    found = [candidate for candidate in specs_of(spec, public_cases)
+             if candidate.api == name and not isinstance(candidate.protocol, Raises)]  # refusals make no results
     if len(found) == 1:
         return found[0]
     if found:

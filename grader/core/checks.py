@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from grader.core import device, memcheck, protocols
-from grader.core.cases import Case, Rand, Spec, spec_for
+from grader.core.cases import Case, Rand, Spec, refusal, spec_for
 from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
@@ -395,6 +395,17 @@ def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match
     names = " or ".join(e.__name__ for e in errors)
     raise AssertionError(f"Expected a {names} for this bad input, but the call succeeded. "
                          "Validate the inputs before launching the kernel.")
+
+
+def matmul_refusals(spec: Spec) -> list[Case]:
+    """The refusals every matmul of the course is graded on: operands whose inner dimensions
+    differ, and operands of two dtypes, each refused with a message that names the problem."""
+    return [
+        refusal(spec, lambda rand: ((rand.randn(4, 5), rand.randn(6, 3)), {}), (ValueError, TypeError),
+                r"inner dimension", why="say that the inner dimensions differ", label="refuses mismatched inner dims"),
+        refusal(spec, lambda rand: ((rand.randn(4, 5), rand.randn(5, 3, dtype=torch.float16)), {}),
+                (ValueError, TypeError), r"dtype", why="say that the dtypes differ", label="refuses mixed dtypes"),
+    ]
 
 
 def expect_matmul_input_errors(fn: Callable) -> None:

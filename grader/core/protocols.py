@@ -9,8 +9,10 @@ and its timing all call the API the same way:
 - ``mutates``: the positions of the arguments the API updates in place; their tensors are
   compared after the returned outputs, and are not reported as input mutation;
 - ``protocol``: ``Backward`` (forward, then backpropagate given upstream gradients), ``Steps``
-  (call once per entry of a per-step argument, e.g. each step's gradients) or ``Calls`` (several
-  independent calls in one case, e.g. dropout with two seeds, judged together).
+  (call once per entry of a per-step argument, e.g. each step's gradients), ``Calls`` (several
+  independent calls in one case, e.g. dropout with two seeds, judged together) or ``Raises``
+  (the call must refuse its inputs with the right exception and a message that says what to do:
+  input validation is part of most modules' lessons, and is graded like their results).
 
 An in-place API must update the caller's very tensors: what is compared is read from the tensors
 the caller passed (``as_passed``), and a call that puts other tensors in its argument lists, or
@@ -22,6 +24,7 @@ module's tests.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +59,16 @@ class Calls:
     Compared: every call's outputs, one call after another."""
 
 
+@dataclass(frozen=True)
+class Raises:
+    """The call must raise one of ``errors`` (names of builtin exception classes; a subclass
+    counts) whose message matches every regular expression in ``needles``, ignoring case; ``why``
+    says what the message must tell its reader. Nothing is compared: a refusal has no outputs."""
+    errors: tuple[str, ...]
+    needles: tuple[str, ...] = ()
+    why: str = ""
+
+
 class ProtocolError(Exception):
     """The call did not give what the protocol needs (no gradient, a non-differentiable output)."""
 
@@ -69,6 +82,8 @@ def order_of(protocol, mutates: tuple[int, ...] = ()) -> dict:
         order.update(kind="steps", per_step=protocol.per_step, counter=protocol.counter)
     elif isinstance(protocol, Calls):
         order["kind"] = "calls"
+    elif isinstance(protocol, Raises):
+        order.update(kind="raises", errors=list(protocol.errors), needles=list(protocol.needles), why=protocol.why)
     else:
         order["kind"] = "call"
     return order
@@ -86,6 +101,9 @@ def from_order(order: dict | None):
         return Steps(int(order.get("per_step") or 0), counter if isinstance(counter, str) else None), mutates
     if kind == "calls":
         return Calls(), mutates
+    if kind == "raises":
+        texts = [str(t) for t in order.get("errors") or ()], [str(t) for t in order.get("needles") or ()]
+        return Raises(tuple(texts[0]), tuple(texts[1]), str(order.get("why") or "")), mutates
     return None, mutates
 
 
@@ -98,6 +116,8 @@ def calling(protocol, fn: Callable, api: str = "the function") -> Callable:
         return _steps(fn, protocol, every=True)
     if isinstance(protocol, Calls):
         return _calls(fn)
+    if isinstance(protocol, Raises):
+        return _refusing(fn, protocol, api)
     return fn
 
 
@@ -132,6 +152,31 @@ def _calls(fn: Callable) -> Callable:
             result = fn(*call_args, **call_kwargs)
             outputs += tuple(result) if isinstance(result, (tuple, list)) else (result,)
         return outputs
+
+    return call
+
+
+def _refusing(fn: Callable, protocol: Raises, api: str) -> Callable:
+    expected = " or ".join(protocol.errors)
+
+    def call(*args, **kwargs):
+        try:
+            fn(*args, **kwargs)
+        except Exception as error:
+            raised = type(error).__name__
+            message = " ".join(str(error).split())
+            shown = message if len(message) <= 300 else message[:297] + "..."
+            if not {k.__name__ for k in type(error).__mro__} & set(protocol.errors):
+                raise ProtocolError(f"{api}() raised {raised} ({shown!r}) for these inputs, but should raise "
+                                    f"{expected}: it should {protocol.why}.") from None
+            missing = [n for n in protocol.needles if not re.search(n, message, re.IGNORECASE)]
+            if missing:
+                raise ProtocolError(f"{api}() rightly raised {raised}, but its message {shown!r} does not say "
+                                    f"enough: it should {protocol.why}.") from None
+            return ()
+        article = "an" if expected[:1] in "AEIOU" else "a"
+        raise ProtocolError(f"{api}() accepted these inputs, but should refuse them with {article} {expected}: it "
+                            f"should {protocol.why}. Check the inputs before launching a kernel.")
 
     return call
 

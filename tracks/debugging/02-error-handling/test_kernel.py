@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from grader import device
-from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
-from grader.checks import check_case, expect_error, expect_matmul_input_errors
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
+from grader.checks import check_case, expect_error, matmul_refusals
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,6 +158,29 @@ CASES += [
     Case({"mnk": (2048 + 5, 1024 - 3, 512 + 1)}, spec=MATMUL, label="large, odd", cuda_only=True),
 ]
 
+# ----------------------------------------------------------------------------------------------
+# Refusals: the right error, and a message that says what to do (graded like the results)
+# ----------------------------------------------------------------------------------------------
+
+CONVERT = r"\.float\(\)|\.to\("
+CASES += [
+    refusal(SPEC, lambda rand: (([1.0, 2.0, 3.0],), {}), (TypeError,), r"tensor", r"list",
+            why="say that softmax() takes a tensor and what it was given instead", label="refuses a list"),
+    refusal(SPEC, lambda rand: ((torch.arange(12, device=rand.device).reshape(3, 4),), {}), (TypeError,),
+            r"int64", r"float32", CONVERT, label="refuses integers",
+            why="name the dtype it got, the dtypes it supports, and how to convert (x.float() or x.to(...))"),
+    refusal(SPEC, lambda rand: ((rand.randn(3, 4, dtype=torch.float64),), {}), (TypeError,), r"float64", CONVERT,
+            why="name the dtype it got (the kernel computes in float32) and how to convert",
+            label="refuses float64"),
+    refusal(SPEC, lambda rand: ((torch.tensor(1.0, device=rand.device),), {}), (ValueError,), r"dimension",
+            r"reshape", label="refuses a 0-d tensor",
+            why="say that a 0-dimensional tensor has no dimension to normalise over, and how to give it one"),
+    *(refusal(SPEC, lambda rand, dim=dim: ((rand.randn(3, 4),), {"dim": dim}), (IndexError,), rf"{dim}", r"-2",
+              r"\b1\b", why="name the dim it got and the dims it can take (-2 to 1 for a 2-D x)",
+              label=f"refuses dim={dim} of a 2-D x") for dim in (2, -3)),
+    *matmul_refusals(MATMUL),
+]
+
 
 def test_matches_reference(kernel, case):
     check_case(kernel, SPEC, case)
@@ -185,44 +208,11 @@ def _x(*shape, dtype=torch.float32):
     return torch.randn(*shape, device=device.torch_device()).to(dtype)
 
 
-def test_rejects_what_is_not_a_tensor(kernel):
-    refuses(lambda: kernel.api("softmax")([1.0, 2.0, 3.0]), TypeError, r"tensor", r"list",
-            why="say that softmax() takes a tensor and what it was given instead")
-
-
-def test_rejects_integers(kernel):
-    refuses(lambda: kernel.api("softmax")(torch.arange(12, device=device.torch_device()).reshape(3, 4)),
-            TypeError, r"int64", r"float32", r"\.float\(\)|\.to\(",
-            why="name the dtype it got, the dtypes it supports, and how to convert (x.float() or x.to(...))")
-
-
-def test_rejects_float64(kernel):
-    refuses(lambda: kernel.api("softmax")(_x(3, 4, dtype=torch.float64)), TypeError, r"float64",
-            r"\.float\(\)|\.to\(",
-            why="name the dtype it got (the kernel computes in float32) and how to convert")
-
-
-def test_rejects_a_scalar(kernel):
-    refuses(lambda: kernel.api("softmax")(torch.tensor(1.0, device=device.torch_device())), ValueError,
-            r"dimension", r"reshape",
-            why="say that a 0-dimensional tensor has no dimension to normalise over, and how to give it one")
-
-
-@pytest.mark.parametrize("dim", [2, -3])
-def test_rejects_a_dim_out_of_range(kernel, dim):
-    refuses(lambda: kernel.api("softmax")(_x(3, 4), dim=dim), IndexError, rf"{dim}", r"-2", r"\b1\b",
-            why="name the dim it got and the dims it can take (-2 to 1 for a 2-D x)")
-
-
 def test_rejects_a_tensor_where_kernels_do_not_run(kernel):
     where = device.torch_device().type
     refuses(lambda: kernel.api("softmax")(torch.ones(3, 4, device="meta")), ValueError, r"meta",
             rf"\.to\(['\"]?{where}",
             why=f"say where x is and how to move it where kernels run (x.to('{where}'))")
-
-
-def test_matmul_rejects_mismatched_or_mixed_operands(kernel):
-    expect_matmul_input_errors(kernel.api("matmul"))
 
 
 # ----------------------------------------------------------------------------------------------
