@@ -205,3 +205,28 @@ def test_a_refusal_passes_only_the_named_error_with_a_message_that_says_enough()
                       "should raise TypeError"), (lambda x: x, "accepted these inputs")]:
         with pytest.raises(ProtocolError, match=said):
             calling(protocol, api, "f")(1)
+
+
+def test_a_fallback_must_warn_exactly_once_saying_why():
+    import warnings as py_warnings
+
+    from grader.core.protocols import ProtocolError, Warns, calling, from_order, order_of
+
+    protocol = Warns((r"32769", r"torch"), why="say why and what computes instead")
+    assert from_order(order_of(protocol)) == (protocol, ())
+    said = []
+
+    def once(x):
+        if not said:
+            said.append(True)
+            py_warnings.warn("rows of 32769 are too long: computed with torch.softmax", stacklevel=2)
+        py_warnings.warn("an unrelated warning from elsewhere", stacklevel=2)  # does not count either way
+        return x
+
+    calls = (((1,), {}), ((2,), {}))
+    assert calling(protocol, once, "f")(*calls) == (1, 2)
+    for api, problem in [(lambda x: py_warnings.warn("32769 too long, torch", stacklevel=2) or x, "gave 2 warnings"),
+                         (lambda x: py_warnings.warn("falling back", stacklevel=2) or x, "gave no warning that says why"),
+                         (lambda x: x, "gave no warning")]:
+        with pytest.raises(ProtocolError, match=problem):
+            calling(protocol, api, "f")(*calls)

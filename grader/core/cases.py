@@ -20,7 +20,7 @@ import torch
 
 from grader.core import device
 from grader.core.catalog import Module
-from grader.core.protocols import Backward, Calls, Raises, Steps
+from grader.core.protocols import Backward, Calls, Raises, Steps, Warns
 
 # (atol, rtol): an output element passes when |out - ref| <= atol + rtol * |ref|.
 DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
@@ -141,7 +141,7 @@ class Spec:
     # the reference's parameters), and how a case calls it: None (once), Backward (forward, then
     # gradients), Steps (an optimizer) or Calls (several calls judged together: a seed's mask).
     mutates: tuple[int, ...] = ()
-    protocol: Backward | Steps | Calls | Raises | None = None
+    protocol: Backward | Steps | Calls | Raises | Warns | None = None
     # judge(outputs, references, args, kwargs, case) -> problems: replaces the element-wise
     # comparison where the right answer is a distribution (dropout), not values.
     judge: Callable[..., list[str]] | None = None
@@ -154,6 +154,9 @@ class Spec:
     # no copy kernel may run during the call, since the trace cannot tell which one produced the
     # output. (Not the default: some references cast a float32 result with .to(dtype).)
     kernel_writes_outputs: bool = False
+    # The case's inputs are ones the API must hand to PyTorch instead of its kernel (a fallback,
+    # rows too long for one block): its result is compared, not who computed it.
+    fallback: bool = False
     # Output name -> the dtype it must have, or a function of the case giving it, where that is not
     # the rule of ``grader.core.checks.expected_dtypes`` (a float32 statistic of 16-bit inputs).
     output_dtypes: dict[str, Any] = field(default_factory=dict)
@@ -262,7 +265,7 @@ def public_spec(module_id: str, name: str) -> Spec:
     if isinstance(named, Spec):
         return named
     found = [candidate for candidate in specs_of(spec, public_cases)
-             if candidate.api == name and not isinstance(candidate.protocol, Raises)]  # refusals make no results
+             if candidate.api == name and not isinstance(candidate.protocol, (Raises, Warns))]  # not a result
     if len(found) == 1:
         return found[0]
     if found:

@@ -369,6 +369,8 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         return "tampered", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
                          "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
                          "grader, PyTorch or Triton; compute in your Triton kernel.")
+    if getattr(spec, "fallback", False):
+        return None  # the case asks for PyTorch's result (a fallback): nothing to launch
     moves_data = bool(getattr(spec, "kernel_writes_outputs", False))
     kernels = report.get("kernels")
     if own_kernels is not None and isinstance(kernels, list):

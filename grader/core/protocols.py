@@ -10,9 +10,10 @@ and its timing all call the API the same way:
   compared after the returned outputs, and are not reported as input mutation;
 - ``protocol``: ``Backward`` (forward, then backpropagate given upstream gradients), ``Steps``
   (call once per entry of a per-step argument, e.g. each step's gradients), ``Calls`` (several
-  independent calls in one case, e.g. dropout with two seeds, judged together) or ``Raises``
+  independent calls in one case, e.g. dropout with two seeds, judged together), ``Raises``
   (the call must refuse its inputs with the right exception and a message that says what to do:
-  input validation is part of most modules' lessons, and is graded like their results).
+  input validation is part of most modules' lessons, and is graded like their results) or
+  ``Warns`` (several calls, like ``Calls``, of which exactly one warns, saying why: a fallback).
 
 An in-place API must update the caller's very tensors: what is compared is read from the tensors
 the caller passed (``as_passed``), and a call that puts other tensors in its argument lists, or
@@ -25,6 +26,7 @@ module's tests.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +71,15 @@ class Raises:
     why: str = ""
 
 
+@dataclass(frozen=True)
+class Warns:
+    """Like ``Calls``, and of all the calls exactly one gives a warning whose message matches
+    every regular expression of ``needles`` (ignoring case): a fallback says once that it
+    happened and why, not on every call. ``why`` says what the warning must tell its reader."""
+    needles: tuple[str, ...] = ()
+    why: str = ""
+
+
 class ProtocolError(Exception):
     """The call did not give what the protocol needs (no gradient, a non-differentiable output)."""
 
@@ -82,6 +93,8 @@ def order_of(protocol, mutates: tuple[int, ...] = ()) -> dict:
         order.update(kind="steps", per_step=protocol.per_step, counter=protocol.counter)
     elif isinstance(protocol, Calls):
         order["kind"] = "calls"
+    elif isinstance(protocol, Warns):
+        order.update(kind="warns", needles=list(protocol.needles), why=protocol.why)
     elif isinstance(protocol, Raises):
         order.update(kind="raises", errors=list(protocol.errors), needles=list(protocol.needles), why=protocol.why)
     else:
@@ -101,6 +114,8 @@ def from_order(order: dict | None):
         return Steps(int(order.get("per_step") or 0), counter if isinstance(counter, str) else None), mutates
     if kind == "calls":
         return Calls(), mutates
+    if kind == "warns":
+        return Warns(tuple(str(t) for t in order.get("needles") or ()), str(order.get("why") or "")), mutates
     if kind == "raises":
         texts = [str(t) for t in order.get("errors") or ()], [str(t) for t in order.get("needles") or ()]
         return Raises(tuple(texts[0]), tuple(texts[1]), str(order.get("why") or "")), mutates
@@ -118,6 +133,8 @@ def calling(protocol, fn: Callable, api: str = "the function") -> Callable:
         return _calls(fn)
     if isinstance(protocol, Raises):
         return _refusing(fn, protocol, api)
+    if isinstance(protocol, Warns):
+        return _warning_once(fn, protocol, api)
     return fn
 
 
@@ -151,6 +168,29 @@ def _calls(fn: Callable) -> Callable:
         for call_args, call_kwargs in calls:
             result = fn(*call_args, **call_kwargs)
             outputs += tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        return outputs
+
+    return call
+
+
+def _warning_once(fn: Callable, protocol: Warns, api: str) -> Callable:
+    calls = _calls(fn)
+
+    def call(*entries, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outputs = calls(*entries, **kwargs)
+        said = [" ".join(str(w.message).split()) for w in caught]
+        # Only warnings that say what is asked count: other code (PyTorch's own) may warn too.
+        matching = [m for m in said if all(re.search(n, m, re.IGNORECASE) for n in protocol.needles)]
+        if not matching:
+            heard = f" (it gave {len(said)} other warning(s): {said[0][:200]!r})" if said else ""
+            raise ProtocolError(f"{len(entries)} calls of {api}() gave no warning that says why{heard}: the "
+                                f"warning should {protocol.why}.")
+        if len(matching) > 1:
+            raise ProtocolError(f"{len(entries)} calls of {api}() gave {len(matching)} warnings "
+                                f"({matching[0][:200]!r}): warn the first time only: a warning on every call of a training loop buries "
+                                "everything else.")
         return outputs
 
     return call

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from grader import device
-from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
+from grader.cases import Case, Spec, Warns, matmul_bytes, matmul_flops, matmul_inputs, refusal
 from grader.checks import check_case, expect_error, matmul_refusals
 
 
@@ -180,6 +180,32 @@ CASES += [
               label=f"refuses dim={dim} of a 2-D x") for dim in (2, -3)),
     *matmul_refusals(MATMUL),
 ]
+
+# ----------------------------------------------------------------------------------------------
+# Recoveries, graded: rows too long for one block fall back to PyTorch, saying so once
+# ----------------------------------------------------------------------------------------------
+
+LONGEST = 32768  # kernel.py's MAX_COLUMNS: the longest row one block holds
+
+
+def fallback_calls(case, rand):
+    """Two calls of softmax over dim 0 of a (LONGEST + 1, 3) x: rows one element too long."""
+    return tuple(((rand.randn(3, LONGEST + 1).t(),), {"dim": 0}) for _ in range(2)), {}
+
+
+FALLBACK = Spec(
+    api="softmax",
+    make_inputs=fallback_calls,
+    reference=lambda *calls: tuple(torch.softmax(args[0], **kwargs) for args, kwargs in calls),
+    protocol=Warns((rf"{LONGEST + 1}", r"torch"), why=f"say why (the rows, {LONGEST + 1} long, are too long for "
+                   "one block) and what computes the result instead (PyTorch)"),
+    output_names=("y", "y of the second call"),
+    fallback=True,
+    allowed_ops=frozenset({"_softmax", "softmax"}),
+    allowed_torch_names=frozenset({"softmax"}),
+)
+
+CASES += [Case({"rows": LONGEST + 1, "calls": 2}, spec=FALLBACK, label="rows too long: fall back, warn once")]
 
 
 def test_matches_reference(kernel, case):
