@@ -225,8 +225,10 @@ def test_a_fallback_must_warn_exactly_once_saying_why():
 
     calls = (((1,), {}), ((2,), {}))
     assert calling(protocol, once, "f")(*calls) == (1, 2)
-    for api, problem in [(lambda x: py_warnings.warn("32769 too long, torch", stacklevel=2) or x, "gave 2 warnings"),
-                         (lambda x: py_warnings.warn("falling back", stacklevel=2) or x, "gave no warning that says why"),
-                         (lambda x: x, "gave no warning")]:
+    def warns(text):
+        return lambda x: py_warnings.warn(text, stacklevel=2) or x
+
+    for api, problem in [(warns("32769 too long, torch"), "gave 2 warnings"),
+                         (warns("falling back"), "gave no warning that says why"), (lambda x: x, "gave no warning")]:
         with pytest.raises(ProtocolError, match=problem):
             calling(protocol, api, "f")(*calls)

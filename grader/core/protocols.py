@@ -189,8 +189,8 @@ def _warning_once(fn: Callable, protocol: Warns, api: str) -> Callable:
                                 f"warning should {protocol.why}.")
         if len(matching) > 1:
             raise ProtocolError(f"{len(entries)} calls of {api}() gave {len(matching)} warnings "
-                                f"({matching[0][:200]!r}): warn the first time only: a warning on every call of a training loop buries "
-                                "everything else.")
+                                f"({matching[0][:200]!r}): warn the first time only: a warning on every call of "
+                                "a training loop buries everything else.")
         return outputs
 
     return call
