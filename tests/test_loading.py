@@ -65,3 +65,14 @@ def test_a_missing_kernel_says_what_impl_takes(tmp_path):
         load_kernel(softmax, "solution")
     with pytest.raises(LoadError, match=r"should hold missing-elements/03-softmax/kernel\.py, 03-softmax/kernel\.py"):
         load_kernel(softmax, tmp_path)
+
+
+def test_a_missing_learner_file_points_to_the_way_back_that_this_copy_has(tmp_path, monkeypatch):
+    from grader.core import catalog
+    from grader.core.loading import missing_kernel
+
+    softmax = find_module("missing-elements/03-softmax")
+    assert "make stubs" in missing_kernel(softmax, "learner", tmp_path / "kernel.py")
+    monkeypatch.setattr(catalog, "SOLUTIONS_DIR", tmp_path / "no-solutions")  # as in the learners' bundle
+    said = missing_kernel(softmax, "learner", tmp_path / "kernel.py")
+    assert "make stubs" not in said and "release/missing-elements-03-softmax/kernel.py" in said

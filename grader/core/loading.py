@@ -76,6 +76,9 @@ def missing_kernel(module: Module, impl: str | Path, path: Path) -> str:
         return (f"There is no kernel.py at {path}: this copy of the course has no reference solutions "
                 "(the learners' bundle leaves them out). Check your own kernel with IMPL=learner, the default.")
     if impl == "learner":
+        if not (module.solution_dir / "kernel.py").is_file():  # the learners' bundle: no solutions to generate from
+            return (f"There is no kernel.py at {path}. The starting file is also in "
+                    f"release/{module.track}-{module.slug}/kernel.py: copy it back to start again.")
         return (f"There is no kernel.py at {path}. `make stubs` recreates a missing learner file "
                 "(it never overwrites one that holds your work).")
     if not Path(impl).exists():
