@@ -21,9 +21,26 @@ import hypothesis
 import hypothesis.strategies as st
 import torch
 
-from grader import device
-from grader.cases import Case, Spec
-from grader.checks import check_case, compare, expect_error
+from grader.cases import Case, Spec, refusal
+from grader.checks import check_case, compare
+
+PYTEST_ONLY = {
+    "test_boundary_sizes_cover_the_edges_of_a_block":
+        "boundary_sizes() returns a list of Python ints and more than one sweep is right (the test checks "
+        "properties, not one answer); the grader compares tensor outputs against one reference only.",
+    "test_first_mismatch_finds_a_planted_difference":
+        "first_mismatch() returns a sentence (a str), which the grader cannot compare: its comparison takes "
+        "tensor outputs only, so the sentence's parts are checked here, on differences hypothesis plants.",
+    "test_first_mismatch_is_quiet_when_nothing_is_wrong":
+        "first_mismatch() answers None or a str, not a tensor, and the grader's comparison takes tensor "
+        "outputs only.",
+    "test_first_mismatch_uses_the_tolerances_it_is_given":
+        "first_mismatch() answers None or a str, not a tensor, and the grader's comparison takes tensor "
+        "outputs only.",
+    "test_first_mismatch_reports_different_shapes":
+        "first_mismatch() answers with a str naming both shapes, and the grader's comparison takes tensor "
+        "outputs only.",
+}
 
 GUARD = 16  # NaN elements after x's last element, and between "padded" rows
 TILE = 64  # transpose() moves tiles of TILE x TILE (TILE in kernel.py)
@@ -293,6 +310,29 @@ CASES = [
 ]
 
 
+# ---- refusals: the right error, and a message that says what to do (graded like the results) --
+
+# boundary_sizes() is a tool on plain numbers: only its refusal is a case (refusal() makes the
+# inputs, and a refusal has no result to compare).
+BOUNDARY_SIZES = Spec(api="boundary_sizes", make_inputs=None, reference=None)
+
+CASES += [
+    *(refusal(spec, lambda rand: ((torch.ones(3, 4, dtype=torch.int32, device=rand.device),), {}),
+              (ValueError, TypeError), r"dtype", why="name the dtype it got and say it is not one the kernel "
+              "supports", label="refuses integers") for spec in (SPEC, ROW_MEAN)),
+    *(refusal(spec, lambda rand: ((rand.randn(),), {}), (ValueError, TypeError), r"dimension",
+              why="say that a 0-dimensional x has no last dimension to reduce over",
+              label="refuses a 0-d tensor") for spec in (SPEC, ROW_MEAN)),
+    *(refusal(spec, lambda rand: ((rand.randn(3, 0),), {}), (ValueError, TypeError), r"empty",
+              why="say that x's rows are empty, so they have no maximum or mean",
+              label="refuses empty rows") for spec in (SPEC, ROW_MEAN)),
+    refusal(TRANSPOSE, lambda rand: ((rand.randn(2, 3, 4),), {}), (ValueError, TypeError), r"dimensions",
+            why="say that x must have 2 dimensions", label="refuses a 3-D tensor"),
+    refusal(BOUNDARY_SIZES, lambda rand: ((0,), {}), (ValueError, TypeError), r"block",
+            why="say that block must be a positive number of lanes", label="refuses a block of 0"),
+]
+
+
 def test_matches_reference(kernel, case):
     check_case(kernel, SPEC, case)
 
@@ -326,10 +366,6 @@ def test_boundary_sizes_cover_the_edges_of_a_block(kernel, block):
                          + (f", the prime {below} below" if below else "") + f" and the prime {above} above.")
     assert len(sizes) <= 32, (
         f"boundary_sizes({block}) lists {len(sizes)} sizes: a sweep is a handful, not every size.")
-
-
-def test_boundary_sizes_refuses_a_block_of_nothing(kernel):
-    expect_error(kernel.api("boundary_sizes"), 0, match="block")
 
 
 def _plant(ref, positions, value):
@@ -394,29 +430,3 @@ def test_first_mismatch_reports_different_shapes(kernel):
     said = kernel.api("first_mismatch")(torch.zeros(4), torch.zeros(5))
     assert isinstance(said, str) and "(4,)" in said and "(5,)" in said, (
         f"first_mismatch(zeros(4), zeros(5)) said {said!r}: it should name both shapes, (4,) and (5,).")
-
-
-# ---- input validation ---------------------------------------------------------------------
-
-def _on_device(*shape, dtype=torch.float32):
-    return torch.randn(shape, device=device.torch_device()).to(dtype)
-
-
-def test_row_functions_reject_integers(kernel):
-    for api in ("row_max", "row_mean"):
-        expect_error(kernel.api(api), torch.ones(3, 4, dtype=torch.int32, device=device.torch_device()),
-                     match="dtype")
-
-
-def test_row_functions_reject_a_scalar(kernel):
-    for api in ("row_max", "row_mean"):
-        expect_error(kernel.api(api), _on_device(), match="dimension")
-
-
-def test_row_functions_reject_empty_rows(kernel):
-    for api in ("row_max", "row_mean"):
-        expect_error(kernel.api(api), _on_device(3, 0), match="empty")
-
-
-def test_transpose_rejects_a_3d_tensor(kernel):
-    expect_error(kernel.api("transpose"), _on_device(2, 3, 4), match="dimensions")
