@@ -1,6 +1,6 @@
 """Public tests for 03-performance-profiling.  Run:  pytest tracks/debugging/03-performance-profiling
 
-Three kinds of tests:
+Four kinds of tests:
 
 - bias_act() cases (SPEC and CASES, as data: the grader reads them too). Its values are compared
   with a float64 reference; on a CPU, the cases large enough to judge ("memory traffic checked")
@@ -12,6 +12,8 @@ Three kinds of tests:
   that says how much time has passed. The order of flushes, stopwatch readings and calls is then
   visible, and each timing mistake gives its own wrong number.
 - the GB/s, TFLOP/s and roofline arithmetic, on numbers worked out by hand.
+- refusals (cases of CASES too): bias_act(), the rates and roofline() must refuse impossible inputs
+  with an error that says what is wrong.
 """
 
 import math
@@ -25,10 +27,73 @@ import torch.nn.functional as F
 import triton
 
 from grader import device
-from grader.cases import Case, Spec
+from grader.cases import Case, Spec, refusal
 from grader.checks import check_case, compare, expect_error
 from grader.instrument import AccessRecorder
 from grader.traffic import Traffic, describe
+
+PYTEST_ONLY = {
+    "test_bench_times_each_call_alone":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_bench_calls_fn_warmup_plus_rep_times":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_bench_warm_up_calls_come_before_the_first_clock_reading":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_wall_clock_waits_for_the_device_before_every_reading":
+        "WallClock() takes a clock and a sync function (here a fake GPU's), and the grader sends its "
+        "sandboxed child tensors and plain data only.",
+    "test_bench_flushes_before_every_timed_call_outside_the_interval":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_bench_without_a_flush_does_not_flush":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_bench_returns_the_median_and_the_quantiles":
+        "bench() takes a Python function to time and a stopwatch; this test hands it a fake GPU's functions "
+        "and clock, and the grader sends its sandboxed child tensors and plain data only.",
+    "test_quantile_interpolates_between_ranks":
+        "quantile() returns a Python float, and the grader's comparison takes tensor outputs only: its values"
+        " are checked here against numpy.quantile.",
+    "test_bench_rejects_bad_counts":
+        "the calls it refuses pass bench() a Python function and a fake stopwatch, which the grader's "
+        "sandboxed child cannot receive (it receives tensors and plain data only).",
+    "test_bench_without_a_gpu_asks_for_a_stopwatch":
+        "it passes bench() a Python function, which the grader's sandboxed child cannot receive, and runs "
+        "only on a machine without a GPU.",
+    "test_cache_flusher_writes_the_whole_buffer_each_call":
+        "cache_flusher() returns a function, and the test counts the bytes it writes with a PyTorch dispatch "
+        "mode in this process: the grader can neither receive a function back nor watch it write.",
+    "test_achieved_gbps_and_tflops":
+        "achieved_gbps() and achieved_tflops() return Python floats, and the grader's comparison takes tensor"
+        " outputs only (their refusals are graded cases).",
+    "test_roofline_of_a_copy_is_memory_bound":
+        "roofline() returns a Roofline named tuple of floats and a str, and the grader's comparison takes "
+        "tensor outputs only (its refusals are graded cases).",
+    "test_roofline_of_an_element_wise_kernel_is_memory_bound":
+        "roofline() returns a Roofline named tuple of floats and a str, and the grader's comparison takes "
+        "tensor outputs only (its refusals are graded cases).",
+    "test_roofline_of_a_large_matmul_is_compute_bound":
+        "roofline() returns a Roofline named tuple of floats and a str, and the grader's comparison takes "
+        "tensor outputs only (its refusals are graded cases).",
+    "test_roofline_at_the_ridge_meets_both_roofs":
+        "roofline() returns a Roofline named tuple of floats and a str, and the grader's comparison takes "
+        "tensor outputs only (its refusals are graded cases).",
+    "test_roofline_of_a_kernel_that_moves_no_byte":
+        "roofline() returns a Roofline named tuple of floats and a str, and the grader's comparison takes "
+        "tensor outputs only (its refusals are graded cases).",
+    "test_bench_agrees_with_triton_do_bench_on_a_copy":
+        "it times a 256 MiB copy on a GPU with bench() and with triton.testing.do_bench: a stopwatch is "
+        "checked against another here, which no graded call of the module's functions can do.",
+    "test_flush_buffer_is_larger_than_the_l2_cache":
+        "it compares the constant L2_FLUSH_BYTES with this GPU's L2 size; the grader grades calls of the "
+        "module's functions, and a constant is no call.",
+    "test_bias_act_reaches_copy_bandwidth":
+        "it times bias_act() in this process against the copy bandwidth; the grader times bias_act() itself "
+        "on a GPU, on SPEC's bench_cases (the same shapes), against the reference measured in the same run.",
+}
 
 # ----------------------------------------------------------------------------------------------
 # bias_act(): values, and on a CPU the memory traffic of the call
@@ -290,35 +355,48 @@ CASES = [
 ]
 
 
+# Refusals: the right error, and a message that says what to do (graded like the results). The
+# rates and roofline() take plain numbers: only their refusals are cases (refusal() makes the
+# inputs, and a refusal has no result to compare).
+ACHIEVED_GBPS = Spec(api="achieved_gbps", make_inputs=None, reference=None)
+ACHIEVED_TFLOPS = Spec(api="achieved_tflops", make_inputs=None, reference=None)
+ROOFLINE = Spec(api="roofline", make_inputs=None, reference=None)
+H100 = dict(peak_gbps=3350.0, peak_tflops=989.4)
+
+CASES += [
+    refusal(SPEC, lambda rand: ((torch.ones(4, 8, dtype=torch.int32, device=rand.device), None), {}),
+            (ValueError, TypeError), r"dtype", why="name x's dtype and say that the kernel does not support it",
+            label="refuses integers"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), rand.randn(7)), {}), (ValueError, TypeError), r"shape",
+            why="name the shape the bias must have, one value per element of x's last dimension",
+            label="refuses a bias of the wrong length"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), rand.randn(8, dtype=torch.float16)), {}),
+            (ValueError, TypeError), r"dtype", why="say that the bias and x have different dtypes",
+            label="refuses a bias of another dtype"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), None, "gelu"), {}), (ValueError, TypeError), r"activation",
+            why="name the activations it knows", label="refuses an unknown activation"),
+    refusal(SPEC, lambda rand: ((rand.randn(), None), {}), (ValueError, TypeError), r"dimension",
+            why="say that x needs at least one dimension, the last being the columns the bias runs along",
+            label="refuses a 0-d tensor"),
+    refusal(ACHIEVED_GBPS, lambda rand: ((1000, 0.0), {}), (ValueError, TypeError), r"ms",
+            why="say that ms must be a positive time", label="refuses a time of 0 ms"),
+    refusal(ACHIEVED_TFLOPS, lambda rand: ((1000, -1.0), {}), (ValueError, TypeError), r"ms",
+            why="say that ms must be a positive time", label="refuses a negative time"),
+    refusal(ROOFLINE, lambda rand: ((1e9, 1e9, 0.0), dict(H100)), (ValueError, TypeError), r"ms",
+            why="say that ms must be a positive time", label="refuses a time of 0 ms"),
+    refusal(ROOFLINE, lambda rand: ((1e9, 1e9, 1.0), {"peak_gbps": 0.0, "peak_tflops": 989.4}),
+            (ValueError, TypeError), r"peak_gbps", why="say that peak_gbps must be positive",
+            label="refuses a bandwidth of 0"),
+    refusal(ROOFLINE, lambda rand: ((-1, 1e9, 1.0), dict(H100)), (ValueError, TypeError), r"nbytes",
+            why="say that nbytes cannot be negative", label="refuses a negative byte count"),
+    refusal(ROOFLINE, lambda rand: ((0, 0, 1.0), dict(H100)), (ValueError, TypeError), r"bytes",
+            why="say that a kernel that moves no bytes and does no FLOPs has no place under the roofs",
+            label="refuses a kernel that does nothing"),
+]
+
+
 def test_matches_reference(kernel, case):
     check_case(kernel, SPEC, case)
-
-
-def test_rejects_integer_input(kernel):
-    x = torch.ones(4, 8, dtype=torch.int32, device=device.torch_device())
-    expect_error(kernel.api("bias_act"), x, None, match="dtype")
-
-
-def test_rejects_a_bias_of_the_wrong_length(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("bias_act"), torch.ones(4, 8, device=where), torch.ones(7, device=where),
-                 match="shape")
-
-
-def test_rejects_a_bias_of_another_dtype(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("bias_act"), torch.ones(4, 8, device=where),
-                 torch.ones(8, device=where, dtype=torch.float16), match="dtype")
-
-
-def test_rejects_an_unknown_activation(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("bias_act"), torch.ones(4, 8, device=where), None, "gelu", match="activation")
-
-
-def test_rejects_a_scalar(kernel):
-    expect_error(kernel.api("bias_act"), torch.tensor(1.0, device=device.torch_device()), None,
-                 match="dimension")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -514,7 +592,6 @@ def test_cache_flusher_writes_the_whole_buffer_each_call(kernel):
 # GB/s, TFLOP/s and the roofline
 # ----------------------------------------------------------------------------------------------
 
-H100 = dict(peak_gbps=3350.0, peak_tflops=989.4)
 H100_RIDGE = 989.4e12 / 3350e9  # about 295 FLOPs per byte
 
 
@@ -527,11 +604,6 @@ def test_achieved_gbps_and_tflops(kernel):
     assert tflops(2 * 4096 ** 3, 0.2) == pytest.approx(687.194767, rel=1e-9), \
         "a 4096^3 matmul (2 * 4096^3 FLOPs) in 0.2 ms is 687.194767 TFLOP/s."
     assert tflops(1e12, 1000.0) == pytest.approx(1.0, rel=1e-12), "1e12 FLOPs in one second is 1 TFLOP/s."
-
-
-def test_rates_reject_a_time_that_is_not_positive(kernel):
-    expect_error(kernel.api("achieved_gbps"), 1000, 0.0, match="ms")
-    expect_error(kernel.api("achieved_tflops"), 1000, -1.0, match="ms")
 
 
 def test_roofline_of_a_copy_is_memory_bound(kernel):
@@ -581,14 +653,6 @@ def test_roofline_at_the_ridge_meets_both_roofs(kernel):
 def test_roofline_of_a_kernel_that_moves_no_byte(kernel):
     point = kernel.api("roofline")(0, 1e9, 1.0, **H100)
     assert point.bound == "compute" and point.intensity == math.inf and point.roof_tflops == 989.4
-
-
-def test_roofline_rejects_impossible_inputs(kernel):
-    fn = kernel.api("roofline")
-    expect_error(fn, 1e9, 1e9, 0.0, **H100, match="ms")
-    expect_error(fn, 1e9, 1e9, 1.0, peak_gbps=0.0, peak_tflops=989.4, match="peak_gbps")
-    expect_error(fn, -1, 1e9, 1.0, **H100, match="nbytes")
-    expect_error(fn, 0, 0, 1.0, **H100, match="bytes")
 
 
 # ----------------------------------------------------------------------------------------------
