@@ -10,9 +10,23 @@ import pytest
 import torch
 
 from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
-from grader.checks import check_case, expect_matmul_input_errors
+from grader.checks import check_case, matmul_refusals
 from grader.traffic import TrafficBar, check_bar
 
+PYTEST_ONLY = {
+    "test_pipeline_keeps_two_or_more_stages_in_shared_memory": (
+        "It reads what the learner's own helpers pipeline_config() and stage_bytes() return, which "
+        "need not be what matmul() launches with, so it advises rather than proves; what the stages "
+        "buy is graded as speed on a GPU."),
+    "test_large_tiles_use_eight_warps": (
+        "It reads the config that the learner's own helper pipeline_config() reports, which need not "
+        "be what matmul() launches with, so it advises rather than proves; what the tile and the warps "
+        "buy is graded as speed on a GPU."),
+    "test_memory_traffic": (
+        "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
+        "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
+        "points; the speed it predicts is graded on a GPU instead."),
+}
 
 SPEC = Spec(
     api="matmul",
@@ -52,6 +66,9 @@ CASES = [
          label="large, b transposed", cuda_only=True),
     Case({"mnk": (4096, 4096, 4096)}, torch.float16, label="benchmark size", cuda_only=True),
 ]
+
+# Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
+CASES += matmul_refusals(SPEC)
 
 TRAFFIC = [
     TrafficBar(Case({"mnk": (256, 256, 128)}, torch.float16), coalesced=(), max_loads_per_output=2.0,
@@ -98,6 +115,3 @@ def test_matches_reference(kernel, case):
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
 
-
-def test_matmul_rejects_mismatched_or_mixed_operands(kernel):
-    expect_matmul_input_errors(kernel.api("matmul"))
