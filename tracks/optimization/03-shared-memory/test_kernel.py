@@ -7,10 +7,16 @@ instead). softmax() is the module's main function; cases with spec=VECTOR_SUM ca
 
 import torch
 
-from grader import device
-from grader.cases import Case, Spec
-from grader.checks import check_case, expect_error
+from grader.cases import Case, Spec, refusal
+from grader.checks import check_case
 from grader.traffic import TrafficBar, check_bar
+
+PYTEST_ONLY = {
+    "test_memory_traffic": (
+        "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
+        "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
+        "points; the speed it predicts is graded on a GPU instead."),
+}
 
 
 def softmax_inputs(case, rand):
@@ -133,6 +139,17 @@ CASES = [
     Case({"n": (1 << 24) + 5}, spec=VECTOR_SUM, label="large", cuda_only=True),
 ]
 
+# Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
+CASES += [
+    refusal(SPEC, lambda rand: ((rand.randn(5),), {}), (ValueError, TypeError), r"dimensions",
+            why="say that softmax() takes a 2-D tensor of rows (x here is a vector)", label="refuses a vector"),
+    refusal(VECTOR_SUM, lambda rand: ((rand.randn(3, 4),), {}), (ValueError, TypeError), r"dimensions",
+            why="say that vector_sum() takes a 1-D tensor (x here is a matrix)", label="refuses a matrix"),
+    refusal(VECTOR_SUM, lambda rand: ((torch.ones(5, dtype=torch.int32, device=rand.device),), {}),
+            (ValueError, TypeError), r"dtype", why="say that the dtype (int32) is not one the kernel supports",
+            label="refuses integers"),
+]
+
 TRAFFIC = [
     TrafficBar(Case({"shape": (16, 1000)}), coalesced=("load", "store"), max_bytes_over_minimum=1.1,
                todo="compute its softmax from that one copy",
@@ -156,15 +173,3 @@ def test_matches_reference(kernel, case):
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
 
-
-def test_softmax_rejects_a_vector(kernel):
-    expect_error(kernel.api("softmax"), torch.ones(5, device=device.torch_device()), match="dimensions")
-
-
-def test_vector_sum_rejects_a_matrix(kernel):
-    expect_error(kernel.api("vector_sum"), torch.ones(3, 4, device=device.torch_device()), match="dimensions")
-
-
-def test_vector_sum_rejects_integers(kernel):
-    expect_error(kernel.api("vector_sum"), torch.ones(5, dtype=torch.int32, device=device.torch_device()),
-                 match="dtype")
