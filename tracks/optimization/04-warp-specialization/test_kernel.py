@@ -8,10 +8,16 @@ instead): one for the fused epilogue, one for the grouped program order.
 import torch
 import torch.nn.functional as F
 
-from grader import device
-from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
-from grader.checks import check_case, expect_error
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
+from grader.checks import check_case
 from grader.traffic import TrafficBar, check_bar
+
+PYTEST_ONLY = {
+    "test_memory_traffic": (
+        "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
+        "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
+        "points; the speed it predicts is graded on a GPU instead."),
+}
 
 
 def make_inputs(case, rand):
@@ -71,6 +77,19 @@ CASES = [
     Case({"mnk": (2048 + 3, 3000, 512 + 5)}, torch.float16, label="large, odd", cuda_only=True),
 ]
 
+# Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
+CASES += [
+    refusal(SPEC, lambda rand: ((rand.randn(4, 5), rand.randn(5, 3), rand.randn(4)), {}), (ValueError, TypeError),
+            r"bias", why="say that bias must have one value per column of the output (3, not 4)",
+            label="refuses a bias of the wrong length"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 5), rand.randn(6, 3), rand.randn(3)), {}), (ValueError, TypeError),
+            r"inner dimension", why="say that the inner dimensions of a and b differ",
+            label="refuses mismatched inner dims"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 5), rand.randn(5, 3), rand.randn(3, dtype=torch.float16)), {}),
+            (ValueError, TypeError), r"dtype", why="say that bias's dtype differs from a's and b's",
+            label="refuses mixed dtypes"),
+]
+
 TRAFFIC = [
     TrafficBar(Case({"mnk": (64, 64, 32)}, torch.float16), coalesced=(), max_bytes_over_minimum=1.2,
                todo="apply the epilogue",
@@ -91,20 +110,3 @@ def test_matches_reference(kernel, case):
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
 
-
-def test_rejects_a_bias_of_the_wrong_length(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(5, 3, device=where),
-                 torch.ones(4, device=where), match="bias")
-
-
-def test_rejects_mismatched_inner_dimensions(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(6, 3, device=where),
-                 torch.ones(3, device=where), match="inner dimension")
-
-
-def test_rejects_mixed_dtypes(kernel):
-    where = device.torch_device()
-    expect_error(kernel.api("matmul_bias_gelu"), torch.ones(4, 5, device=where), torch.ones(5, 3, device=where),
-                 torch.ones(3, device=where, dtype=torch.float16), match="dtype")
