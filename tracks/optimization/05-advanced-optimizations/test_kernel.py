@@ -10,9 +10,27 @@ import pytest
 import torch
 
 from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
-from grader.checks import check_case, expect_matmul_input_errors
+from grader.checks import check_case, matmul_refusals
 from grader.traffic import TrafficBar, check_bar
 
+PYTEST_ONLY = {
+    "test_the_search_space_offers_several_tiles_stages_and_warps": (
+        "It inspects the list that the learner's own helper matmul_configs() returns, not the result of "
+        "a call of matmul(), which is all the grader's child runs; what a good search space buys is "
+        "graded as speed on a GPU."),
+    "test_the_autotuner_searches_again_for_every_shape": (
+        "It reads the key of the learner's @triton.autotune object (the course's stand-in under the "
+        "interpreter), a property of the module that no call of matmul() returns; tuning again per shape "
+        "pays off only as speed, which is graded on a GPU."),
+    "test_pruning_keeps_only_the_configs_that_fit": (
+        "It calls the learner's own helpers configs_that_fit() and config_shared_memory() for GPUs other "
+        "than the one in use, which no call of matmul() can show; the tuning that pruning protects is "
+        "graded as speed on a GPU."),
+    "test_memory_traffic": (
+        "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
+        "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
+        "points; the speed it predicts is graded on a GPU instead."),
+}
 
 SPEC = Spec(
     api="matmul",
@@ -83,6 +101,9 @@ CASES = [
     Case({"mnk": (8192, 8192, 8192)}, torch.bfloat16, label="benchmark size", cuda_only=True),
 ]
 
+# Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
+CASES += matmul_refusals(SPEC)
+
 TRAFFIC = [
     TrafficBar(Case({"mnk": (512, 512, 64)}, torch.float16), coalesced=(), max_programs=4,
                todo="loop over the tiles",
@@ -138,6 +159,3 @@ def test_matches_reference(kernel, case):
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
 
-
-def test_matmul_rejects_mismatched_or_mixed_operands(kernel):
-    expect_matmul_input_errors(kernel.api("matmul"))
