@@ -8,17 +8,32 @@ torch.autograd.grad, and compares the output and every input gradient with PyTor
 in float64). silu() is the module's main function, the one that is timed; cases with another
 spec= call poly_act(), glu() or complex_mul().
 
-The cases cover one element, sizes that leave a partial last block, several dimensions, fp16 and
-bf16, strided inputs, upstream gradients that are not contiguous (a transpose, a slice), GLU split
-along every dimension, and complex data in both of its layouts, (..., 2N) and (..., N, 2).
+The cases cover one element, sizes that leave a partial last block, several dimensions, fp16,
+bf16 and float64 (gradcheck's dtype), strided inputs, upstream gradients that are not contiguous
+(a transpose, a slice, one value expanded as .sum() gives it), GLU split along every dimension,
+and complex data in both of its layouts, (..., 2N) and (..., N, 2); then the inputs each function
+must refuse, with a message that says what is wrong.
 """
 
 import torch
 import torch.nn.functional as F
 
 from grader import device
-from grader.cases import Backward, Case, Spec
+from grader.cases import Backward, Case, Spec, refusal
 from grader.checks import autograd_reference, check_case, expect_error
+
+PYTEST_ONLY = {
+    "test_gradcheck_in_float64":
+        "the README names this test; the same derivatives are graded by the float64 Backward cases of CASES "
+        "(forward and gradients against float64 autograd, at a tolerance float32 arithmetic fails), while "
+        "gradcheck compares them with finite differences in this process.",
+    "test_backward_through_a_sum":
+        "the README names this test; the same upstream gradient, one value expanded to the output's shape "
+        "(every stride 0), is graded by the Backward cases of CASES labelled 'one value expanded'.",
+    "test_poly_act_rejects_a_tensor_coefficient":
+        "(pending: on a GPU the reference's refusal formats the tensor into its message, which runs PyTorch "
+        "kernels that the grader's trace reports as PyTorch compute)",
+}
 
 # Each public function wraps a torch.autograd.Function: the grader's static check must let
 # kernel.py name torch.autograd.Function.
@@ -31,13 +46,16 @@ AUTOGRAD = frozenset({"autograd", "autograd.Function"})
 def _tensor(rand, shape, dtype, layout="contiguous", scale=1.0):
     """A random tensor of ``shape`` stored as ``layout`` says: "contiguous"; "transposed" (its
     dimensions reversed in memory); "sliced" (every other element of a last dimension twice as
-    long); "row-strided" (the first columns of wider rows: packed rows they are not)."""
+    long); "row-strided" (the first columns of wider rows: packed rows they are not); "expanded"
+    (one value expanded to the shape, every stride 0: the upstream gradient of f(x).sum())."""
     if layout == "transposed":
         return rand.randn(*reversed(shape), dtype=dtype, scale=scale).permute(*reversed(range(len(shape))))
     if layout == "sliced":
         return rand.randn(*shape[:-1], 2 * shape[-1], dtype=dtype, scale=scale)[..., ::2]
     if layout == "row-strided":
         return rand.randn(*shape[:-1], shape[-1] + 6, dtype=dtype, scale=scale)[..., :shape[-1]]
+    if layout == "expanded":  # one value seen at every position: all strides 0, as .sum() backpropagates
+        return rand.randn(1, dtype=dtype, scale=scale).expand(*shape)
     if layout != "contiguous":
         raise ValueError(f"unknown layout {layout!r}")
     return rand.randn(*shape, dtype=dtype, scale=scale)
@@ -245,6 +263,14 @@ SATURATED = ("|x| up to about 60: sigmoid(x) is 0 or 1 to float32 precision ther
 UPSTREAM = ("the upstream gradient grad_y is not contiguous (a transpose or a slice: whatever the "
             "next operation produced). A kernel that walks it as packed memory reads it in the wrong "
             "order: call grad_y.contiguous() before passing it to the kernel.")
+EXPANDED = ("the upstream gradient is one value expanded to the output's shape (every stride 0), as "
+            "f(x).sum().backward() passes it: a kernel that reads it as packed memory reads past its one "
+            "element. Make it contiguous before the launch.")
+FLOAT64 = ("float64 inputs, the dtype torch.autograd.gradcheck needs: the forward and every gradient must stay "
+           "float64 (rounding them to float32 is off by 1e-8 and more).")
+# Tight enough that float32 arithmetic fails, loose enough for float64's (about 1e-16).
+F64 = {torch.float64: (1e-10, 1e-9)}
+EXACT_CUBIC = (0.5, -1.0, 0.25, 0.125)  # exact in float32 too: Triton passes a Python float as fp32 on a GPU
 GLU_DIM = ("glu along a dimension that is not the last: a row's halves a and b are "
            "(size of dim // 2) * (product of the later sizes) elements apart, not size // 2.")
 
@@ -280,6 +306,10 @@ CASES = [
     Case({"shape": (1 << 24,)}, spec=SILU_BACKWARD, label="backward, large", cuda_only=True),
     Case({"shape": (2048, 4096), "upstream": "transposed"}, torch.bfloat16, spec=SILU_BACKWARD,
          label="backward, large, grad_y a transpose", cuda_only=True),
+    Case({"shape": (3, 5)}, torch.float64, spec=SILU_BACKWARD, label="backward, float64", tolerances=F64,
+         hint=FLOAT64),
+    Case({"shape": (6, 50), "upstream": "expanded"}, spec=SILU_BACKWARD, label="backward, grad_y one value expanded",
+         hint=EXPANDED),
     # poly_act, forward
     Case({"shape": (1000,), "coeffs": CUBIC}, spec=POLY_ACT, label="cubic"),
     Case({"shape": (7, 33), "coeffs": (0.0, 1.0)}, spec=POLY_ACT, label="identity: only c1 = 1"),
@@ -300,6 +330,10 @@ CASES = [
          label="backward, x^2, grad_y a transpose", hint=UPSTREAM),
     Case({"shape": (1 << 24,), "coeffs": CUBIC}, torch.bfloat16, spec=POLY_ACT_BACKWARD, label="backward, large",
          cuda_only=True),
+    Case({"shape": (2, 7), "coeffs": EXACT_CUBIC}, torch.float64, spec=POLY_ACT_BACKWARD, label="backward, float64",
+         tolerances=F64, hint=FLOAT64),
+    Case({"shape": (6, 50), "coeffs": CUBIC, "upstream": "expanded"}, spec=POLY_ACT_BACKWARD,
+         label="backward, grad_y one value expanded", hint=EXPANDED),
     # glu, forward
     Case({"shape": (4, 6)}, spec=GLU, label="last dim"),
     Case({"shape": (3, 2)}, spec=GLU, label="halves of one element"),
@@ -320,6 +354,12 @@ CASES = [
     Case({"shape": (12, 16), "upstream": "transposed"}, spec=GLU_BACKWARD, label="backward, grad_y a transpose",
          hint=UPSTREAM),
     Case({"shape": (4096, 8192)}, torch.bfloat16, spec=GLU_BACKWARD, label="backward, large", cuda_only=True),
+    Case({"shape": (3, 4)}, torch.float64, spec=GLU_BACKWARD, label="backward, float64", tolerances=F64,
+         hint=FLOAT64),
+    Case({"shape": (4, 3), "dim": 0}, torch.float64, spec=GLU_BACKWARD, label="backward, float64, dim 0",
+         tolerances=F64, hint=FLOAT64),
+    Case({"shape": (6, 50), "dim": 0, "upstream": "expanded"}, spec=GLU_BACKWARD,
+         label="backward, dim 0, grad_y one value expanded", hint=EXPANDED),
     # complex_mul, forward
     Case({"shape": (1, 2)}, spec=COMPLEX_MUL, label="one complex number"),
     Case({"shape": (4, 16)}, spec=COMPLEX_MUL, label="(..., 2N)"),
@@ -339,6 +379,35 @@ CASES = [
     Case({"shape": (5, 12), "layout": "row-strided"}, torch.bfloat16, spec=COMPLEX_MUL_BACKWARD,
          label="backward, rows not packed"),
     Case({"shape": (2048, 8192)}, torch.bfloat16, spec=COMPLEX_MUL_BACKWARD, label="backward, large", cuda_only=True),
+    Case({"shape": (2, 6)}, torch.float64, spec=COMPLEX_MUL_BACKWARD, label="backward, float64", tolerances=F64,
+         hint=FLOAT64),
+    Case({"shape": (6, 50), "upstream": "expanded"}, spec=COMPLEX_MUL_BACKWARD,
+         label="backward, grad_z one value expanded", hint=EXPANDED.replace("gradient", "gradient grad_z")),
+]
+
+
+# Refusals: the right error, and a message that says what to do (graded like the results).
+CASES += [
+    refusal(SPEC, lambda rand: ((torch.ones(8, dtype=torch.int32, device=rand.device),), {}), (ValueError, TypeError),
+            r"dtype", why="name x's dtype and say that the kernel does not support it", label="refuses integers"),
+    *(refusal(POLY_ACT, lambda rand, coeffs=coeffs: ((rand.randn(8), coeffs), {}), (ValueError, TypeError), r"1 to 4",
+              why="say that coeffs holds 1 to 4 numbers", label=label)
+      for coeffs, label in (((1.0, 2.0, 3.0, 4.0, 5.0), "refuses 5 coefficients"), ((), "refuses no coefficients"))),
+    refusal(POLY_ACT, lambda rand: ((rand.randn(8), (1.0, float("nan"))), {}), (ValueError, TypeError), r"finite",
+            why="say that each coefficient must be finite", label="refuses a NaN coefficient"),
+    refusal(GLU, lambda rand: ((rand.randn(4, 5),), {}), (ValueError, TypeError), r"odd",
+            why="say that the dimension it splits has an odd size, so it has no two equal halves",
+            label="refuses an odd split"),
+    refusal(GLU, lambda rand: ((rand.randn(4, 5),), {"dim": 2}), (ValueError, TypeError), r"range",
+            why="say that dim is out of range for x", label="refuses dim=2 of a 2-D x"),
+    refusal(COMPLEX_MUL, lambda rand: ((rand.randn(3, 4), rand.randn(4, 4)), {}), (ValueError, TypeError), r"shape",
+            why="say that x and y have different shapes", label="refuses two shapes"),
+    refusal(COMPLEX_MUL, lambda rand: ((rand.randn(3, 5), rand.randn(3, 5)), {}), (ValueError, TypeError), r"even",
+            why="say that interleaved (real, imag) pairs need an even last dimension",
+            label="refuses an odd last dimension"),
+    refusal(COMPLEX_MUL, lambda rand: ((rand.randn(3, 4), rand.randn(3, 4, dtype=torch.float16)), {}),
+            (ValueError, TypeError), r"dtype", why="say that x and y have different dtypes",
+            label="refuses mixed dtypes"),
 ]
 
 
@@ -408,31 +477,6 @@ def test_backward_through_a_sum(kernel):
                     "one element. Make the upstream gradient contiguous before the launch.")
 
 
-def test_silu_rejects_integers(kernel):
-    x = torch.ones(8, dtype=torch.int32, device=device.torch_device())
-    expect_error(kernel.api("silu"), x, match="dtype")
-
-
-def test_poly_act_rejects_bad_coefficients(kernel):
-    where = device.torch_device()
-    x = torch.randn(8, device=where)
-    poly_act = kernel.api("poly_act")
-    expect_error(poly_act, x, (1.0, 2.0, 3.0, 4.0, 5.0), match="1 to 4")
-    expect_error(poly_act, x, (), match="1 to 4")
-    expect_error(poly_act, x, (1.0, float("nan")), match="finite")
-    expect_error(poly_act, x, (1.0, torch.ones((), device=where)), match="float")
-
-
-def test_glu_rejects_an_odd_split(kernel):
-    x = torch.randn(4, 5, device=device.torch_device())
-    expect_error(kernel.api("glu"), x, match="odd")
-    expect_error(kernel.api("glu"), x, dim=2, match="range")
-
-
-def test_complex_mul_rejects_mismatched_or_unpaired_inputs(kernel):
-    where = device.torch_device()
-    complex_mul = kernel.api("complex_mul")
-    expect_error(complex_mul, torch.ones(3, 4, device=where), torch.ones(4, 4, device=where), match="shape")
-    expect_error(complex_mul, torch.ones(3, 5, device=where), torch.ones(3, 5, device=where), match="even")
-    expect_error(complex_mul, torch.ones(3, 4, device=where), torch.ones(3, 4, device=where, dtype=torch.float16),
-                 match="dtype")
+def test_poly_act_rejects_a_tensor_coefficient(kernel):
+    x = torch.randn(8, device=device.torch_device())
+    expect_error(kernel.api("poly_act"), x, (1.0, torch.ones((), device=x.device)), match="float")
