@@ -26,6 +26,72 @@ from grader import device
 from grader.cases import Case, Spec, Warns, matmul_bytes, matmul_flops, matmul_inputs, refusal
 from grader.checks import check_case, expect_error, matmul_refusals
 
+PYTEST_ONLY = {
+    "test_rejects_a_tensor_where_kernels_do_not_run":
+        "it passes a tensor on the meta device, and the grader's child receives every tensor on the device "
+        "its kernels run on.",
+    "test_an_empty_input_launches_nothing":
+        "it monkeypatches the learner's softmax and probe kernels to count launches; the graded empty cases "
+        "check the result's shape and values, not that no kernel was launched.",
+    "test_rows_too_long_for_one_block_fall_back_with_one_warning":
+        "(pending: graded fallback case)",
+    "test_no_backend_falls_back_with_one_warning":
+        "(pending: graded fallback case)",
+    "test_the_probe_reads_how_its_launch_ends":
+        "it monkeypatches the probe kernel with a launch that fails as a machine without a driver does, and "
+        "kernel_device() answers with a str, not a tensor.",
+    "test_the_probe_finds_where_kernels_run_here":
+        "it empties kernel.py's PROBED cache by monkeypatching, and kernel_device() answers with a str, which"
+        " the grader's comparison (tensor outputs only) cannot judge.",
+    "test_the_first_config_does_not_fit_in_an_h100":
+        "shared_memory_bytes() takes a MatmulConfig and returns an int: the grader's comparison takes tensor "
+        "outputs only, and a config sent to its child would arrive as a plain tuple.",
+    "test_smaller_configs_shrink_until_the_smallest":
+        "smaller_config() takes and returns a MatmulConfig (a named tuple), which the grader's comparison "
+        "cannot judge: it takes tensor outputs only, and a config sent to its child would arrive as a plain "
+        "tuple.",
+    "test_matmul_reports_the_config_that_ran":
+        "the config a call ran comes back as a MatmulConfig (a named tuple), which the grader's comparison "
+        "cannot judge: it takes tensor outputs only, and a config sent to its child would arrive as a plain "
+        "tuple; the product itself is graded by the matmul cases.",
+    "test_a_config_that_fits_runs_as_given":
+        "it passes matmul() a MatmulConfig and reads back the config that ran, both named tuples, which the "
+        "grader cannot send to its child or compare (tensor outputs only); the product is graded by the "
+        "matmul cases.",
+    "test_the_retry_recovers_from_tritons_out_of_resources":
+        "launch_with_retry() takes a Python function to launch (here a fake one that raises Triton's "
+        "OutOfResources), and the grader sends its sandboxed child tensors and plain data only.",
+    "test_the_retry_gives_up_with_the_out_of_resources_error":
+        "launch_with_retry() takes a Python function to launch (here a fake one that raises Triton's "
+        "OutOfResources), and the grader sends its sandboxed child tensors and plain data only.",
+    "test_the_retry_lets_other_errors_through":
+        "launch_with_retry() takes a Python function to launch (here a fake one that raises Triton's "
+        "OutOfResources), and the grader sends its sandboxed child tensors and plain data only.",
+    "test_the_retry_ends_even_if_the_shrink_does_not_shrink":
+        "launch_with_retry() takes Python functions to launch and to shrink a config (here a fake launch that "
+        "raises Triton's OutOfResources), and the grader sends its sandboxed child tensors and plain data "
+        "only.",
+    "test_the_first_config_raises_out_of_resources_on_the_gpu":
+        "it calls launch_matmul() with a MatmulConfig on a GPU and expects Triton's OutOfResources, which is "
+        "not a builtin exception (a refusal case names builtin ones); the retried product is graded by the "
+        "matmul cases.",
+    "test_the_catalogue_has_the_errors_the_readme_lists":
+        "it checks that catalogue.py, code the course gives rather than the submission's, lists the errors of "
+        "the README, so there is nothing of the learner's to grade.",
+    "test_catalogue_under_the_interpreter":
+        "it runs the examples of catalogue.py, code the course gives rather than the submission's, so there "
+        "is nothing of the learner's to grade.",
+    "test_catalogue_compiled":
+        "it runs the examples of catalogue.py, code the course gives rather than the submission's, so there "
+        "is nothing of the learner's to grade.",
+    "test_the_estimate_is_what_the_compiler_allots":
+        "it compares shared_memory_bytes(), an int computed from a MatmulConfig, with what the compiler "
+        "reported for a catalogue example; the grader's comparison takes tensor outputs only.",
+    "test_catalogue_on_the_gpu":
+        "it runs the examples of catalogue.py, code the course gives rather than the submission's, so there "
+        "is nothing of the learner's to grade.",
+}
+
 
 # ----------------------------------------------------------------------------------------------
 # softmax
