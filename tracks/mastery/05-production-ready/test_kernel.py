@@ -6,7 +6,8 @@ the pytest tests. They check an operator the way PyTorch's users will use it:
 - cases: forward and backward against float64 PyTorch (protocol Backward), on edge cases: one
   element per row, zero rows, non-power-of-two rows, strided and transposed inputs, a broadcast
   upstream gradient, fp16, bf16, a large eps, rows far from zero;
-- validation: every bad input raises a ValueError or TypeError whose message says what to do;
+- validation: every bad input raises a ValueError or TypeError whose message says what to do
+  (layer_norm_gelu's are cases of CASES, labelled "refuses ...");
 - torch.library: the schema, torch.library.opcheck (schema, autograd registration, fake tensors;
   the AOT-dispatch check needs a GPU, see test_opcheck_aot_dispatch), meta tensors, gradcheck;
 - torch.compile(fullgraph=True) on a small model built from both operators: no graph break;
@@ -29,8 +30,76 @@ from hypothesis import strategies as st
 from torch.autograd.gradcheck import GradcheckError
 
 from grader import device
-from grader.cases import Backward, Case, Spec
+from grader.cases import Backward, Case, Spec, refusal
 from grader.checks import autograd_reference, check_case, expect_error, explained
+
+# The public tests that are not graded cases, and why the grader does not run them. Two reasons
+# recur: bias_gelu_residual and attention are given complete in the learner's file (the worked
+# example, and mastery/03's kernels as an operator), so grading them would give points for code the
+# learner did not write; and the grader's child only calls an API function on tensors of the device
+# under test and hands back what it returns or raises, so what needs the test's own process
+# (torch.library, torch.compile, Hypothesis, meta tensors) stays here.
+PYTEST_ONLY = {
+    "test_bias_gelu_residual_matches_reference": "bias_gelu_residual is the worked example, complete in the file "
+                                                 "the learner gets, so its cases (BIAS_GELU_RESIDUAL_CASES) would "
+                                                 "grade code the learner did not write; they run here to show it works",
+    "test_validation_names_the_device": "it needs a tensor on another device than the kernels' (a CPU tensor on a "
+                                        "GPU, a meta tensor under the interpreter), and the grader's child receives "
+                                        "every tensor on the device under test",
+    "test_bias_gelu_residual_rejects_bad_inputs": "bias_gelu_residual's validation is part of the worked example, "
+                                                  "complete in the learner's file, so as graded refusals it would "
+                                                  "earn points for code the learner did not write",
+    "test_operator_is_registered_with_its_schema": "it reads each operator's schema from torch.ops in the test's own "
+                                                   "process; a graded case judges only what an API function returns "
+                                                   "or raises, and the child hands back tensors, not the registry",
+    "test_opcheck": "torch.library.opcheck runs the operator on fake tensors and through autograd's and the "
+                    "dispatcher's own checks in the test's process, while the grader's child can only call an API "
+                    "function on real tensors and hand back its results",
+    "test_opcheck_aot_dispatch": "it needs a CUDA GPU and traces the operator with AOTAutograd through opcheck in the "
+                                 "test's own process, which no protocol of the grader's child can do",
+    "test_meta_tensors_get_their_shape_from_the_fake": "it calls layer_norm_gelu on meta tensors to reach the fake, "
+                                                       "and the grader's child receives every tensor on the device "
+                                                       "under test, never a meta tensor",
+    "test_gradcheck_in_float64": "torch.autograd.gradcheck compares each backward with finite differences of its own "
+                                 "forward on many perturbed inputs; layer_norm_gelu's float64 inputs of the same "
+                                 "shapes are graded by its 'float64' case at a tolerance float32 arithmetic fails, "
+                                 "and bias_gelu_residual and attention are given code",
+    "test_residual_gradient_is_the_upstream_gradient": "it checks bias_gelu_residual, the worked example complete in "
+                                                       "the learner's file, which the grade leaves out so that it "
+                                                       "counts only what the learner writes",
+    "test_no_graph_is_recorded_without_grad": "it calls layer_norm_gelu under torch.no_grad() on inputs that require "
+                                              "grad and reads requires_grad on the result; the grader's child hands "
+                                              "back plain tensors, so no case can see whether a graph was recorded",
+    "test_attention_matches_sdpa": "attention is mastery/03's FlashAttention given complete in this file as an "
+                                   "operator (no TODO), so its results would grade code the learner did not write; "
+                                   "mastery/03 grades those kernels",
+    "test_attention_rejects_bad_inputs": "attention's validation is given complete in the learner's file with the "
+                                         "rest of the operator, so as graded refusals it would earn points for code "
+                                         "the learner did not write",
+    "test_attention_compiles_without_graph_break": "it compiles a function calling attention with torch.compile and "
+                                                   "inspects Dynamo's graph in the test's own process, which no "
+                                                   "grader protocol can do; attention is given code besides",
+    "test_compiles_without_graph_break": "it runs torch.compile(fullgraph=True) on a model built from both operators "
+                                         "and inspects Dynamo's captured graph in the test's own process; a graded "
+                                         "case calls one API function and judges only its outputs",
+    "test_compiles_with_inductor": "it needs a CUDA GPU and compiles a model built from both operators with Inductor "
+                                   "in the test's own process against eager, which no grader protocol can do",
+    "test_input_space_reaches_every_edge": "it draws 300 examples from the learner's Hypothesis strategy (TODO 8) in "
+                                           "the test's own process; a strategy is not a tensor the grader's child "
+                                           "could hand back, so no protocol can judge it",
+    "test_property_layer_norm_gelu_matches_pytorch": "Hypothesis draws its inputs from the learner's strategy in the "
+                                                     "test's own process, which the grader's child cannot do; every "
+                                                     "edge case it must reach (EDGES) is already a fixed case of CASES",
+    "test_property_shifting_a_row_changes_nothing": "Hypothesis draws the rows and their shifts in the test's own "
+                                                    "process, which the grader's child cannot do; rows near 1000 are "
+                                                    "graded by the 'rows far from 0' case against float64 PyTorch",
+    "test_property_bias_gelu_residual_matches_pytorch": "it tests bias_gelu_residual, the worked example whose fixed "
+                                                        "cases are not graded either, with Hypothesis drawing inputs "
+                                                        "in the test's own process, which the grader's child cannot do",
+    "test_property_attention_matches_sdpa": "attention is given code, graded as mastery/03's kernels, and "
+                                            "Hypothesis draws its shapes in the test's own process, which the "
+                                            "grader's child cannot do",
+}
 
 # What a learner's kernel.py may use besides the course-wide allowlist: the torch.library functions
 # that register an operator, its fake and its autograd formula, and wrap its kernel launches.
@@ -235,6 +304,34 @@ CASES = [
          label="large, transposed x and dy", cuda_only=True),
     Case({"shape": (2048, 2048), "affine": "none"}, torch.bfloat16, spec=LAYER_NORM_GELU_X_ONLY,
          label="no weight, no bias, large", cuda_only=True),
+    # tolerances tight enough that float32 arithmetic fails (1e-7 off), loose enough for the
+    # reference's float64 (at most 3e-12 off, under the interpreter and on an H200)
+    Case({"shape": (3, 5)}, torch.float64, label="float64", tolerances={torch.float64: (1e-10, 1e-9)},
+         hint="float64 inputs, as torch.autograd.gradcheck gives: the kernels must compute in float64 "
+              "(compute_type) and return y and the gradients in float64; float32 arithmetic is off by about 1e-7."),
+]
+
+# Refusals: layer_norm_gelu() checks its inputs before launching a kernel (TODO 1 and 2), with a
+# message that says what is wrong (graded like the results).
+BAD = (ValueError, TypeError)
+CASES += [
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8, dtype=torch.int32),), {}), BAD, r"dtype",
+            why="name the dtype it got and the ones it supports", label="refuses an integer x"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), rand.randn(8, dtype=torch.float16)), {}), BAD, r"dtype",
+            why="say that weight has another dtype than x", label="refuses a weight of another dtype"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), rand.randn(7)), {}), BAD, r"shape \(8,\)",
+            why="give the shape weight must have, (8,) here", label="refuses a weight of another length"),
+    refusal(SPEC, lambda rand: ((rand.randn(4, 8), None, rand.randn(9)), {}), BAD, r"shape \(8,\)",
+            why="give the shape bias must have, (8,) here", label="refuses a bias of another length"),
+    refusal(SPEC, lambda rand: ((rand.randn(),), {}), BAD, r"dimension",
+            why="say that a 0-d x has no last dimension to normalise", label="refuses a 0-d x"),
+    refusal(SPEC, lambda rand: ((rand.randn(3, 0),), {}), BAD, r"at least one element",
+            why="say that a row must hold at least one element", label="refuses rows of no element"),
+    *(refusal(SPEC, lambda rand, eps=eps: ((rand.randn(4, 8),), {"eps": eps}), BAD, r"eps",
+              why="name eps and say it must be a finite number >= 0", label=f"refuses eps {name}")
+      for name, eps in (("negative", -1e-5), ("nan", float("nan")), ("inf", float("inf")))),
+    refusal(SPEC, lambda rand: ((rand.randn(2, 65537),), {}), BAD, r"at most",
+            why="say how long a row may be at most", label="refuses rows longer than one block"),
 ]
 
 
@@ -291,24 +388,8 @@ def _operator(kernel, name):
 
 
 # ----------------------------------------------------------------------------------------------
-# Validation: every bad input raises an error that says what to do
+# Validation: every bad input raises an error that says what to do (layer_norm_gelu's in CASES)
 # ----------------------------------------------------------------------------------------------
-
-def test_layer_norm_gelu_rejects_bad_inputs(kernel):
-    layer_norm_gelu = kernel.api("layer_norm_gelu")
-    x = _x(4, 8)
-    with explained(kernel, "layer_norm_gelu()"):
-        expect_error(layer_norm_gelu, x.int(), match="dtype")
-        expect_error(layer_norm_gelu, x, _x(8, dtype=torch.float16), match="dtype")
-        expect_error(layer_norm_gelu, x, _x(7), match=r"shape \(8,\)")
-        expect_error(layer_norm_gelu, x, None, _x(9), match=r"shape \(8,\)")
-        expect_error(layer_norm_gelu, _x(), match="dimension")
-        expect_error(layer_norm_gelu, _x(3, 0), match="at least one element")
-        expect_error(layer_norm_gelu, x, eps=-1e-5, match="eps")
-        expect_error(layer_norm_gelu, x, eps=float("nan"), match="eps")
-        expect_error(layer_norm_gelu, x, eps=float("inf"), match="eps")  # every output would be the bias
-        expect_error(layer_norm_gelu, _x(2, 65537), match="at most")
-
 
 def test_validation_names_the_device(kernel):
     """A tensor on another device than the kernels': on a GPU, through the operator (a CPU tensor);
