@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 
 from grader.core import syntax
+from grader.core.protocols import Raises
 
 # PyTorch operators that do not compute anything from the inputs' values: allocating, filling,
 # viewing, reshaping, copying and converting tensors, reading metadata. Any other operator run
@@ -369,8 +370,10 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         return "tampered", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
                          "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
                          "grader, PyTorch or Triton; compute in your Triton kernel.")
-    if getattr(spec, "fallback", False):
-        return None  # the case asks for PyTorch's result (a fallback): nothing to launch
+    if getattr(spec, "fallback", False) or isinstance(getattr(spec, "protocol", None), Raises):
+        # A fallback's result is PyTorch's by design; a refusal returns nothing, and formatting its
+        # message (a tensor shown in it) may run PyTorch kernels that compute no result.
+        return None
     moves_data = bool(getattr(spec, "kernel_writes_outputs", False))
     kernels = report.get("kernels")
     if own_kernels is not None and isinstance(kernels, list):

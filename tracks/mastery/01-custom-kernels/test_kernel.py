@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from grader import device
 from grader.cases import Backward, Case, Spec, refusal
-from grader.checks import autograd_reference, check_case, expect_error
+from grader.checks import autograd_reference, check_case
 
 PYTEST_ONLY = {
     "test_gradcheck_in_float64":
@@ -30,9 +30,6 @@ PYTEST_ONLY = {
     "test_backward_through_a_sum":
         "the README names this test; the same upstream gradient, one value expanded to the output's shape "
         "(every stride 0), is graded by the Backward cases of CASES labelled 'one value expanded'.",
-    "test_poly_act_rejects_a_tensor_coefficient":
-        "(pending: on a GPU the reference's refusal formats the tensor into its message, which runs PyTorch "
-        "kernels that the grader's trace reports as PyTorch compute)",
 }
 
 # Each public function wraps a torch.autograd.Function: the grader's static check must let
@@ -395,6 +392,9 @@ CASES += [
       for coeffs, label in (((1.0, 2.0, 3.0, 4.0, 5.0), "refuses 5 coefficients"), ((), "refuses no coefficients"))),
     refusal(POLY_ACT, lambda rand: ((rand.randn(8), (1.0, float("nan"))), {}), (ValueError, TypeError), r"finite",
             why="say that each coefficient must be finite", label="refuses a NaN coefficient"),
+    refusal(POLY_ACT, lambda rand: ((rand.randn(8), (1.0, torch.ones((), device=rand.device))), {}),
+            (ValueError, TypeError), r"float", why="say that the coefficients must be Python numbers (floats)",
+            label="refuses a tensor coefficient"),
     refusal(GLU, lambda rand: ((rand.randn(4, 5),), {}), (ValueError, TypeError), r"odd",
             why="say that the dimension it splits has an odd size, so it has no two equal halves",
             label="refuses an odd split"),
@@ -475,8 +475,3 @@ def test_backward_through_a_sum(kernel):
                     "The upstream gradient of .sum() is a single value expanded to the output's shape: "
                     "its strides are all 0, so a kernel that reads it as packed memory reads past its "
                     "one element. Make the upstream gradient contiguous before the launch.")
-
-
-def test_poly_act_rejects_a_tensor_coefficient(kernel):
-    x = torch.randn(8, device=device.torch_device())
-    expect_error(kernel.api("poly_act"), x, (1.0, torch.ones((), device=x.device)), match="float")
