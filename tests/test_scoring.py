@@ -50,3 +50,33 @@ def test_graded_parts_leave_out_performance_that_was_not_graded():
     cheat = {**cpu, "integrity": {"violation": "torch", "message": "computed with PyTorch"}}
     assert sum(graded_parts(cheat, "mastery").values()) == 10
     assert sum(graded_parts(None, "mastery").values()) == 10
+
+
+def test_cases_the_starting_kernel_passes_show_no_work_and_breaking_one_costs_a_case():
+    from grader.grade.scoring import work_share
+    rows = [{"name": n, "passed": p} for n, p in [("a", True), ("b", True), ("c", False), ("d", False)]]
+    assert work_share(rows, {"a", "b"}) == (0.0, 2, 0)  # the untouched file: nothing earned
+    rows[2]["passed"] = rows[3]["passed"] = True
+    assert work_share(rows, {"a", "b"}) == (1.0, 2, 2)  # finished
+    rows[0]["passed"] = False
+    assert work_share(rows, {"a", "b"}) == (0.5, 2, 2)  # one fixed case cancelled by one broken
+    assert work_share(rows, None)[0] == 0.75 and work_share(rows, {"a", "b", "c", "d"})[0] == 0.75
+
+
+def test_feedback_counts_only_the_cases_the_starting_kernel_fails():
+    from grader.grade.record import part_report, with_given
+
+    def record(passes):
+        return {"module": "debugging/02-error-handling", "cases_sha256": "c", "submission_sha256": "f" * 64,
+                "device": "cpu", "graded_at": "now",
+                "cases": [{"name": n, "visibility": "public", "passed": p, "message": "" if p else "wrong"}
+                          for n, p in passes.items()]}
+
+    starting = record({"a": True, "b": True, "c": False, "d": False})
+    untouched = with_given(record({"a": True, "b": True, "c": False, "d": False}), starting)
+    text, points = part_report(untouched, "public", 4)
+    assert points == 0 and "pass in the starting kernel too" in text
+    assert part_report(with_given(record({"a": True, "b": True, "c": True, "d": True}), starting), "public", 4)[1] == 4
+    other_cases = {**starting, "cases_sha256": "other"}  # a starting record of other cases says nothing
+    assert part_report(with_given(record({"a": True, "b": True, "c": False, "d": False}), other_cases),
+                       "public", 4)[1] == 2

@@ -26,10 +26,20 @@ import textwrap
 import warnings
 from pathlib import Path
 
+from grader.core.catalog import find_module
 from grader.core.diagnosis import gist
 from grader.grade import scoring
 from grader.grade.course import DEFAULT_COURSE_DIR, RESULTS_ENV, results_dir
-from grader.grade.scoring import PARTS, case_share, graded_parts, part_points, performance_share, withheld
+from grader.grade.scoring import (
+    PARTS,
+    case_share,
+    graded_parts,
+    part_points,
+    performance_share,
+    withheld,
+    work_share,
+)
+from grader.grade.store import starting_record
 
 _TODO_HINT = re.compile(r"\n(?=\d+ TODO\(s\) still open in kernel\.py)")
 
@@ -48,6 +58,8 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
     try:
         with _silenced():
             record = find_record(module_id, Path(folder or os.getcwd()))
+            record = with_given(record, starting_record(results_location(Path(folder or os.getcwd())),
+                                                        find_module(module_id)))
             text, points = part_report(record, part, out_of)
             text = _wrapped(text)
     except _Explained as error:
@@ -61,6 +73,14 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
     # machine may send them as two outputs, which the feedback would show apart.
     sys.stdout.write(text + "\n")
     return points
+
+
+def with_given(record: dict, starting: dict | None) -> dict:
+    """``record`` with the names of the cases that the module's starting kernel passes
+    (``starting``: its record from the same run, same cases), which scoring counts as no work."""
+    if not starting or starting.get("cases_sha256") != record.get("cases_sha256") or starting.get("load_error"):
+        return record
+    return {**record, "given": sorted(row["name"] for row in starting["cases"] if row["passed"])}
 
 
 def _wrapped(text: str, width: int = 100) -> str:
@@ -113,7 +133,6 @@ def results_location(folder: Path) -> Path:
 
 def find_record(module_id: str, folder: Path) -> dict:
     """The run phase's record of ``folder/kernel.py``; graded now (sandboxed) if there is none."""
-    from grader.core.catalog import find_module
     from grader.grade import runphase
     from grader.sandbox.isolation import SandboxError
 
@@ -144,7 +163,6 @@ def performance_credit(record: dict) -> tuple[float | None, float, float]:
     """(the share of the performance points, or None when performance was not graded; the
     threshold of full credit; the floor of no credit), as speeds relative to the reference."""
     from grader.core import cases
-    from grader.core.catalog import find_module
 
     performance = record.get("performance") or {}
     spec = cases.public(find_module(record["module"]))[0]
@@ -162,13 +180,19 @@ def performance_status(record: dict) -> str:
 def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, float]:
     rows = [row for row in record["cases"] if row["visibility"] == visibility]
     passed, total = case_share(rows, visibility)
-    points = part_points(passed / total, out_of) if total else 0.0
+    share, counted, earned = work_share(rows, set(record.get("given") or ()))
+    points = part_points(share, out_of) if total else 0.0
     title = "Public cases" if visibility == "public" else "Hidden cases"
     if not rows:
         where = "this checkout has none (they are only in the instructor's)" if visibility == "hidden" \
             else "the module has none on this device"
         return f"{title}: {points:g} of {out_of:g} points: {where}.", points
     lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
+    if counted < len(rows):
+        broken = counted and (earned - round(share * counted))
+        lines.append(f"  {len(rows) - counted} of them pass in the starting kernel too, so the points count the "
+                     f"other {counted}, of which {earned} pass" + (f"; {broken} case(s) the starting kernel passes "
+                     "now fail, and each takes one back" if broken else "") + ".")
     if visibility == "public":
         lines.append(f"(kernel.py {record['submission_sha256'][:12]}, graded on {record['device']}, "
                      f"{record['graded_at']})")
@@ -201,7 +225,6 @@ def _no_gpu(performance: dict) -> bool:
 def graded_total(record: dict) -> tuple[float, int]:
     """(the points of the parts that were graded, what they are out of): the grade as the
     learner should read it when performance was left out."""
-    from grader.core.catalog import find_module
 
     parts = graded_parts(record, find_module(record["module"]).track)
     if withheld(record):
@@ -216,7 +239,6 @@ def graded_total(record: dict) -> tuple[float, int]:
 def _left_out_text(record: dict, out_of: float) -> str:
     """Why the performance points are not in this grade, what the grade is out of instead, and
     what nbgrader's own score at the top of the page counts."""
-    from grader.core.catalog import find_module
 
     performance = record.get("performance") or {}
     why = "speed is graded on a CUDA GPU only" if _no_gpu(performance) else \
@@ -255,7 +277,6 @@ def starting_kernel_note(record: dict) -> str:
     if not record.get("starting_kernel"):
         return ""
     from grader.core import cases
-    from grader.core.catalog import find_module
 
     module = find_module(record["module"])
     check = f"`make check M={module.id}`"

@@ -32,6 +32,7 @@ from grader.grade.store import (
     read_source,
     remove_stale_temporaries,
     sha256,
+    starting_source,
     update_index,
 )
 from grader.sandbox.isolation import Sandbox, UnsafeSandbox
@@ -151,6 +152,7 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
             sources[key] = source
         jobs[key].submissions.append(submission)
     outcomes += jobs.values()
+    _add_starting_kernels(jobs, sources, found)
 
     results_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(results_dir)
@@ -174,6 +176,21 @@ def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None
         update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
     used = {gpu: usage.since(used_before.get(gpu, leases.Usage())) for gpu, usage in leases.usage().items()}
     return RunSummary(outcomes, results_dir, protections, used)
+
+
+STARTING = "(starting kernel)"  # the student name of the starting kernels' gradings, in no output
+
+
+def _add_starting_kernels(jobs: dict, sources: dict, found: list[Submission]) -> None:
+    """A grading of each module's starting kernel beside the class's (reused once made): the cases
+    it passes show no work, and scoring counts them so (``scoring.work_share``). Not in the run's
+    outcomes, so no table, index or gradebook lists it."""
+    for module in {submission.module.id: submission.module for submission in found}.values():
+        source = starting_source(module)
+        key = (module.id, sha256(source)) if source is not None else None
+        if key is not None and key not in jobs:
+            jobs[key] = Outcome([Submission(STARTING, module, module.learner_dir / "kernel.py")])
+            sources[key] = source
 
 
 def exit_if_workers_linger(code: int) -> None:

@@ -69,3 +69,23 @@ def graded_parts(record: dict | None, track: str) -> dict[str, int]:
     if record is None or withheld(record) or (record.get("performance") or {}).get("graded"):
         return dict(parts)
     return {part: out_of for part, out_of in parts.items() if part != "performance"}
+
+
+def work_share(rows: list[dict], given: set[str] | None = None) -> tuple[float, int, int]:
+    """(share of the part's points, cases that count, of those passed) for a record's case rows
+    of one visibility. ``given``: the names of the cases the module's starting kernel passes (it
+    does in the debugging track, where only some cases meet a planted bug, and wherever input
+    validation is given code). Those show no work, so the share counts the other cases, and a
+    given case that now fails takes one back: an untouched file scores 0, a finished one 1.
+    Where the starting kernel passes every case (the optimization track's correct but slow
+    kernels) or is unknown, every case counts."""
+    given = given or set()
+    work = [row for row in rows if row["name"] not in given]
+    if not rows:
+        return 0.0, 0, 0
+    if not work or len(work) == len(rows):
+        passed = sum(bool(row["passed"]) for row in rows)
+        return passed / len(rows), len(rows), passed
+    earned = sum(bool(row["passed"]) for row in work)
+    broken = sum(not row["passed"] for row in rows if row["name"] in given)
+    return max(0, earned - broken) / len(work), len(work), earned

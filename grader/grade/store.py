@@ -66,6 +66,25 @@ def cases_hash(module: Module) -> str:
     return sha256(json.dumps(parts, sort_keys=True).encode())[:16]
 
 
+def starting_source(module: Module) -> bytes | None:
+    """The module's starting kernel.py as learners receive it (generated from the reference), or
+    None where this checkout has no reference to generate it from."""
+    from grader.core.markers import stub_for
+
+    if not (module.solution_dir / "kernel.py").is_file():
+        return None
+    return stub_for(module).encode()
+
+
+def starting_record(results_dir: Path, module: Module) -> dict | None:
+    """The record of the module's starting kernel in ``results_dir`` (the run phase grades it
+    beside the class), or None: which cases pass with no work done."""
+    source = starting_source(module)
+    if source is None:
+        return None
+    return read_record(record_path(results_dir, module, sha256(source), cases_hash(module)))
+
+
 def record_path(results_dir: Path, module: Module, submission_sha: str, cases_sha: str) -> Path:
     return Path(results_dir) / "records" / module.track / module.slug / f"{submission_sha}-{cases_sha}.json"
 
