@@ -280,7 +280,8 @@ def _rows(found: dict, visibility: str | None = None) -> list[dict]:
 
 def test_updated_copies_in_the_lists_lose_every_optimizer_case(graded):
     found = graded("inplace-copies")
-    optimizers = [row for row in _rows(found, "public") if row["name"].startswith(("adamw:", "sgd:"))]
+    optimizers = [row for row in _rows(found, "public")
+                  if row["name"].startswith(("adamw:", "sgd:")) and ": refuses " not in row["name"]]
     assert len(optimizers) > 10
     for row in optimizers:
         assert not row["passed"] and "put another tensor in the place of params[0]" in row["message"], row
@@ -302,7 +303,7 @@ def test_a_dropout_that_ignores_the_seed_loses_exactly_the_seed_cases(graded):
 
 def test_a_log_sum_exp_in_lower_precision_fails_where_it_is_not_float32(graded):
     found = graded("low-precision-lse")
-    public = _rows(found, "public")
+    public = [row for row in _rows(found, "public") if ": refuses " not in row["name"]]  # a refusal has no dtype
     for row in public:
         assert row["passed"] == row["name"].endswith("fp32"), row
     assert any("lse has dtype torch.float16, expected torch.float32" in row["message"] for row in public)
