@@ -204,7 +204,8 @@ def refusal(spec: Spec, inputs: Callable[[Rand], Inputs], errors: tuple[type[Exc
     case); ``why`` says what the message must tell its reader, ``label`` what is wrong with the
     inputs ("refuses integer tensors"). Graded like any case, from the module's CASES."""
     refused = replace(spec, make_inputs=lambda case, rand: inputs(rand), reference=_refused, mutates=(),
-                      protocol=Raises(tuple(e.__name__ for e in errors), needles, why), judge=None)
+                      protocol=Raises(tuple(e.__name__ for e in errors), needles, why), judge=None,
+                      bench_cases=(), torch_baseline=None)  # nothing to time or compare with PyTorch
     return Case({}, label=label, spec=refused)
 
 

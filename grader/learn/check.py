@@ -314,10 +314,14 @@ def _print_traffic(module: Module, impl: str | Path, out) -> None:
 _LAUNCHER = ", which the launcher around your TODOs may already handle"
 
 
+_REFUSAL = re.compile(r"^\w+\[(\w+: )?refuses ")
+
+
 def _breakdown(counted: list[tuple[str, str, str]]) -> str:
     """Say which passing tests are output cases and which check the launcher's input handling,
     so that an untouched stub's few passes (its validation is already written) do not mislead."""
-    cases_run = [r for r in counted if r[0].startswith(f"{_CASE_TEST}[")]
+    # Refusal cases ("<api>: refuses ...") check the input handling, like the other tests.
+    cases_run = [r for r in counted if r[0].startswith(f"{_CASE_TEST}[") and not _REFUSAL.search(r[0])]
     bars = [r for r in counted if r[0].startswith(f"{_TRAFFIC_TEST}[")]
     others = [r for r in counted if r not in cases_run and r not in bars]
     if not cases_run or not others:
