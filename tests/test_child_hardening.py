@@ -300,7 +300,8 @@ def test_a_transpose_moved_by_pytorch_gets_no_points(hardened):
     record = _record(hardened, "transpose-by-view", TILING)
     assert record["integrity"]["violation"] == "moved" and record["totals"]["score"] == 0.0
     rows = [row for row in record["cases"] if row["visibility"] == "public"]
-    transposes = [row for row in rows if not row["name"].startswith("matmul: ")]
+    # Its input checks are the reference's: the refusals pass, and count nothing (the stub passes them too).
+    transposes = [row for row in rows if not row["name"].startswith("matmul: ") and ": refuses " not in row["name"]]
     assert transposes and not any(row["passed"] for row in transposes)
     for row in transposes:
         assert row["message"].startswith("transpose() returned values that no Triton kernel of yours stored "

@@ -7,9 +7,8 @@ instead). transpose() is the module's main function; cases with spec=MATMUL call
 
 import torch
 
-from grader import device
-from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
-from grader.checks import check_case, expect_error, matmul_refusals
+from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
+from grader.checks import check_case, matmul_refusals
 from grader.traffic import TrafficBar, check_bar
 
 PYTEST_ONLY = {
@@ -17,12 +16,6 @@ PYTEST_ONLY = {
         "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
         "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
         "points; the speed it predicts is graded on a GPU instead."),
-    "test_transpose_rejects_a_vector": (
-        "(pending: as a graded case, this refusal would pass for the grader's example submission that "
-        "moves the transpose with PyTorch, whose end-to-end test expects every transpose case to fail)"),
-    "test_transpose_rejects_integers": (
-        "(pending: as a graded case, this refusal would pass for the grader's example submission that "
-        "moves the transpose with PyTorch, whose end-to-end test expects every transpose case to fail)"),
 }
 
 
@@ -93,7 +86,14 @@ CASES = [
 ]
 
 # Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
-CASES += matmul_refusals(MATMUL)
+CASES += [
+    refusal(SPEC, lambda rand: ((rand.randn(5),), {}), (ValueError, TypeError), r"dimensions",
+            why="say that transpose() takes a matrix (2 dimensions)", label="refuses a vector"),
+    refusal(SPEC, lambda rand: ((torch.ones(3, 4, dtype=torch.int32, device=rand.device),), {}),
+            (ValueError, TypeError), r"dtype", why="name x's dtype and say that the kernel does not support it",
+            label="refuses integers"),
+    *matmul_refusals(MATMUL),
+]
 
 TRAFFIC = [
     TrafficBar(Case({"shape": (96, 160)}), coalesced=("load", "store"), todo="load the tile",
@@ -113,12 +113,3 @@ def test_matches_reference(kernel, case):
 
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
-
-
-def test_transpose_rejects_a_vector(kernel):
-    expect_error(kernel.api("transpose"), torch.ones(5, device=device.torch_device()), match="dimensions")
-
-
-def test_transpose_rejects_integers(kernel):
-    expect_error(kernel.api("transpose"), torch.ones(3, 4, dtype=torch.int32, device=device.torch_device()),
-                 match="dtype")
