@@ -75,6 +75,10 @@ CASES = [
     Case({"mnk": (1100, 300, 16)}, label="more rows of tiles than a group", hint=GROUPS),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"mnk": (2048 + 3, 3000, 512 + 5)}, torch.float16, label="large, odd", cuda_only=True),
+    # Rows of a, b and c on 16-byte boundaries: on a Hopper GPU the persistent TMA kernel runs, with
+    # partial tiles at every edge and a partial last k-step; the case above (K = 517) must not take it.
+    Case({"mnk": (1024 + 7, 2048 + 40, 512 + 8)}, torch.float16, label="large, TMA-aligned rows", cuda_only=True),
+    Case({"mnk": (512, 768, 256)}, torch.bfloat16, label="TMA-aligned, whole tiles, bf16", cuda_only=True),
 ]
 
 # Refusals: bad inputs must raise a clear error before any kernel runs (graded like the results).
