@@ -57,9 +57,9 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
     """Print the report of one part of a module's grade and return its points (0 on failure)."""
     try:
         with _silenced():
-            record = find_record(module_id, Path(folder or os.getcwd()))
-            record = with_given(record, starting_record(results_location(Path(folder or os.getcwd())),
-                                                        find_module(module_id)))
+            here = Path(folder or os.getcwd())
+            record = with_given(find_record(module_id, here),
+                                starting_record(results_location(here), find_module(module_id)))
             text, points = part_report(record, part, out_of)
             text = _wrapped(text)
     except _Explained as error:
@@ -189,8 +189,9 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
         return f"{title}: {points:g} of {out_of:g} points: {where}.", points
     lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
     if counted < len(rows):
-        broken = counted and (earned - round(share * counted))
-        lines.append(f"  {len(rows) - counted} of them pass in the starting kernel too, so the points count the "
+        given = set(record.get("given") or ())
+        broken = sum(not row["passed"] for row in rows if row["name"] in given)
+        lines.append(f"  {len(rows) - counted} of them already pass in the starting kernel, so the points count the "
                      f"other {counted}, of which {earned} pass" + (f"; {broken} case(s) the starting kernel passes "
                      "now fail, and each takes one back" if broken else "") + ".")
     if visibility == "public":
