@@ -151,8 +151,10 @@ def todos_behind(source: str, todos: list[Todo], api: str) -> list[Todo]:
     A file that does not parse, or has no ``api``, gets them all back."""
     import ast
 
+    from grader.core import syntax
+
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)  # called from the grader's threads: one parse at a time
     except (SyntaxError, ValueError):
         return todos
     spans, uses = {}, {}

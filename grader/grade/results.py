@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import datetime
 
-from grader.core import crashes, device
+from grader.core import crashes, device, syntax
 from grader.core.cases import spec_for
 from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
@@ -111,7 +111,7 @@ def _definitions(source: str) -> dict[str, tuple[int, int]] | None:
     """{name: (first line, last line)} of the file's top-level functions and classes, decorators
     included; None when the file does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)  # the grader's threads parse one at a time (Python 3.11)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return {node.name: (min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno or node.lineno)
@@ -142,7 +142,7 @@ def normalised_ast(source: str) -> str | None:
     are not in the tree, nor are line numbers): equal for two files that differ only in those.
     None when the file does not parse. Parsing never runs the file."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)  # the grader's threads parse one at a time (Python 3.11)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
                 first = node.body[0]
