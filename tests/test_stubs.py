@@ -1,7 +1,7 @@
 import pytest
 
 from grader.authoring.mistakes import Mistake
-from grader.core.markers import MarkerError, generate_stub, open_todos, planted_bugs
+from grader.core.markers import MarkerError, generate_stub, is_marker, open_todos, parts, planted_bugs, todo_named
 
 SOLUTION = '''\
 def f(x):
@@ -43,6 +43,84 @@ def test_solution_itself_has_no_open_todos():
 ])
 def test_malformed_markers_are_reported(broken):
     with pytest.raises(MarkerError):
+        generate_stub(broken)
+
+
+PARTED = '''\
+import torch
+
+# PART 1: the backward passes
+def f(x):
+    # TODO: double x
+    y = 2 * x
+    # STUB: y = ...
+    # END TODO
+    # TODO: return it
+    return y
+    # END TODO
+
+# PART 2: the optimizer step
+def g(x):
+    # TODO: halve x
+    return x / 2
+    # END TODO
+'''
+
+
+def test_parts_number_their_todos_afresh_and_keep_their_marker_lines():
+    stub = generate_stub(PARTED)
+    assert stub == ('import torch\n'
+                    '\n'
+                    '# PART 1: the backward passes\n'
+                    'def f(x):\n'
+                    '    # TODO 1.1: double x\n'
+                    '    y = ...\n'
+                    '    # TODO 1.2: return it\n'
+                    '\n'
+                    '# PART 2: the optimizer step\n'
+                    'def g(x):\n'
+                    '    # TODO 2.1: halve x\n')
+    todos = open_todos(stub)
+    assert [(t.part, t.number, t.label, t.line) for t in todos] == [(1, 1, "1.1", 5), (1, 2, "1.2", 7),
+                                                                  (2, 1, "2.1", 11)]
+    assert str(todos[2]) == "TODO 2.1 (line 11): halve x"
+    assert str(open_todos(generate_stub(SOLUTION))[1]) == "TODO 2 (line 6): return it"  # no parts: as before
+    assert [(p.number, p.title, p.first_line, p.last_line) for p in parts(stub)] == [
+        (1, "the backward passes", 3, 8), (2, "the optimizer step", 9, 11)]
+    assert [(p.first_line, p.last_line) for p in parts(PARTED)] == [(3, 12), (13, 17)]  # the solution's lines
+    assert parts(SOLUTION) == [] and is_marker("# PART 2: the optimizer step") and not is_marker("# PARTS")
+    with pytest.raises(MarkerError, match="PART 3 where PART 2 was expected"):
+        parts(stub.replace("# PART 2:", "# PART 3:"))
+
+
+def test_a_learners_file_keeps_each_todos_part_when_others_are_deleted():
+    source = "# PART 2: b\n    # TODO 2.3: the third of part two\n# TODO 7: no part\n"
+    assert [(t.part, t.number, t.label) for t in open_todos(source)] == [(2, 3, "2.3"), (None, 7, "7")]
+
+
+def test_the_todo_a_failure_names_is_found_by_its_label():
+    """`make check` suggests the TODO a failure names ("See TODO 2.1 (line 11)"), else the first."""
+    todos = open_todos(generate_stub(PARTED))
+    named = f"transpose() touches 32 sectors per load. See {todos[2]}."
+    assert todo_named(todos, ["wrong values", named]) == todos[2]
+    assert todo_named(todos, ["2 TODO(s) still open:\n  - TODO 1.2 (line 7): return it"]) == todos[0]
+    assert todo_named(todos, ["See TODO 3.1 (line 9): gone"]) == todos[0]  # deleted since: the first
+    assert todo_named([], [named]) is None
+    plain = open_todos(generate_stub(SOLUTION))
+    assert todo_named(plain, [f"See {plain[1]}"]) == plain[1]
+
+
+@pytest.mark.parametrize("broken, why", [
+    (PARTED.replace("# PART 2:", "# PART 3:"), "PART 3 where PART 2 was expected"),  # a part skipped
+    (PARTED.replace("# PART 1:", "# PART 2:").replace("# PART 2: the opt", "# PART 1: the opt"),
+     "PART 2 where PART 1 was expected"),  # out of order
+    (PARTED.replace("    # TODO: return it\n", "    # TODO: return it\n# PART 2: early\n"),
+     "inside the TODO region"),  # a part begins inside a region
+    (PARTED.replace("# PART 2: the optimizer step", "    # PART 2: the optimizer step"), "beginning of the line"),
+    ("# TODO: a\nx = 1\n# END TODO\n" + PARTED, "TODO before PART 1"),
+])
+def test_parts_out_of_order_or_inside_a_region_are_refused(broken, why):
+    with pytest.raises(MarkerError, match=why):
         generate_stub(broken)
 
 

@@ -22,6 +22,12 @@ region also says what the public tests report when that bug alone is planted::
 
 The course's suite plants each bug on its own into the reference and checks that the public
 tests fail with a message matching SYMPTOM (a regular expression): the symptom, not the fix.
+
+A file that holds several exercises, each for one sitting, divides itself into parts with a
+top-level line ``# PART <n>: <title>`` before each (parts 1, 2, 3, ... in order; code before
+part 1 is shared by all). The line is kept as it is in the stub, and the TODOs are numbered
+afresh in each part, with the part in front: ``# TODO 2.3:`` is the third TODO of part 2. In a
+file without parts they read ``# TODO 3:`` as before.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ _HINT = re.compile(r"^\s*# HINT: (?P<text>.+?)\s*$")
 _STUB = re.compile(r"^\s*# STUB:(?: (?P<code>.*))?$")
 _SYMPTOM = re.compile(r"^\s*# SYMPTOM: (?P<text>.+?)\s*$")
 _CLOSE = re.compile(r"^\s*# END (?P<kind>TODO|BUG)\s*$")
-# What a generated stub contains for an open TODO; the learner deletes it when done.
-_LEARNER_TODO = re.compile(r"^\s*# TODO (?P<number>\d+): (?P<text>.+?)\s*$")
+_PART = re.compile(r"^(?P<indent>\s*)# PART (?P<number>\d+): (?P<title>.+?)\s*$")
+# What a generated stub contains for an open TODO; the learner deletes it when done. The part
+# is there only in a file with parts: ``# TODO 2.3:``, else ``# TODO 3:``.
+_LEARNER_TODO = re.compile(r"^\s*# TODO (?:(?P<part>\d+)\.)?(?P<number>\d+): (?P<text>.+?)\s*$")
 
 
 class MarkerError(ValueError):
@@ -46,44 +54,97 @@ class MarkerError(ValueError):
 
 @dataclass(frozen=True)
 class Todo:
-    number: int
+    number: int  # counted from 1 within its part (within the file when it has no parts)
     line: int  # 1-based line in the learner's file
     text: str
+    part: int | None = None  # the part it belongs to, in a file with parts
+
+    @property
+    def label(self) -> str:
+        """What the stub calls it: "2.3" (part 2, its third TODO), or "3" in a file without parts."""
+        return str(self.number) if self.part is None else f"{self.part}.{self.number}"
 
     def __str__(self) -> str:
-        return f"TODO {self.number} (line {self.line}): {self.text}"
+        return f"TODO {self.label} (line {self.line}): {self.text}"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One ``# PART <number>: <title>`` of a file, and the lines it spans (1-based, inclusive:
+    from its marker to the line before the next part's marker, or to the end of the file)."""
+    number: int
+    title: str
+    first_line: int
+    last_line: int
 
 
 def is_marker(line: str) -> bool:
-    """True for the marker lines of a solution (TODO/BUG openers, HINT, STUB, END)."""
-    return any(pattern.match(line) for pattern in (_OPEN, _HINT, _STUB, _SYMPTOM, _CLOSE))
+    """True for the marker lines of a solution (TODO/BUG openers, HINT, STUB, END, PART)."""
+    return any(pattern.match(line) for pattern in (_OPEN, _HINT, _STUB, _SYMPTOM, _CLOSE, _PART))
+
+
+def _next_part(marker: re.Match, previous: int, origin: str, line: int) -> int:
+    """The number of the part that ``marker`` (a PART line at ``line``) opens after part
+    ``previous`` (0 before the first), or MarkerError when it is indented or out of order."""
+    if marker["indent"]:
+        raise MarkerError(f"{origin}:{line}: a PART marker must start at the beginning of the line "
+                          "(a part is a stretch of the file, not of a function)")
+    if int(marker["number"]) != previous + 1:
+        raise MarkerError(f"{origin}:{line}: PART {marker['number']} where PART {previous + 1} was expected: "
+                          "number the parts 1, 2, 3, ... in the order of the file")
+    return previous + 1
+
+
+def parts(source: str, origin: str = "source") -> list[Part]:
+    """The parts of a solution or of its stub (the PART lines are the same in both), in order;
+    empty for a file without parts. Raises MarkerError for an indented PART line or parts that
+    do not count 1, 2, 3, ... in order."""
+    found: list[tuple[int, str, int]] = []
+    lines = source.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if marker := _PART.match(line):
+            found.append((_next_part(marker, len(found), origin, number), marker["title"], number))
+    ends = [first - 1 for _, _, first in found[1:]] + [len(lines)]
+    return [Part(part, title, first, last) for (part, title, first), last in zip(found, ends)]
 
 
 def generate_stub(solution_source: str, origin: str = "solution") -> str:
     """Return the learner's file for a solution source."""
     out: list[str] = []
     region = None  # (kind, indent, text, hints, stub_lines, opened_at)
+    lines = solution_source.splitlines()
+    has_parts = any(_PART.match(line) for line in lines)
+    part = None  # the part of the lines read so far, in a file with parts
     todo_count = 0
-    for number, line in enumerate(solution_source.splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if region is None:
             opened = _OPEN.match(line)
             if opened:
+                if has_parts and opened["kind"] == "TODO" and part is None:
+                    raise MarkerError(f"{origin}:{number}: a TODO before PART 1; in a file with parts every "
+                                      "TODO belongs to one (the code before PART 1 is shared and complete)")
                 region = (opened["kind"], opened["indent"], opened["text"], [], [], number)
             elif _CLOSE.match(line) or _HINT.match(line) or _STUB.match(line) or _SYMPTOM.match(line):
                 raise MarkerError(f"{origin}:{number}: marker outside a TODO/BUG region")
             else:
+                if marker := _PART.match(line):
+                    part, todo_count = _next_part(marker, part or 0, origin, number), 0
                 out.append(line)
             continue
         kind, indent, text, hints, stub_lines, opened_at = region
         if _OPEN.match(line):
             raise MarkerError(f"{origin}:{number}: region opened at line {opened_at} is not closed")
+        if _PART.match(line):
+            raise MarkerError(f"{origin}:{number}: PART marker inside the {kind} region opened at line "
+                              f"{opened_at}; close the region first")
         closed = _CLOSE.match(line)
         if closed:
             if closed["kind"] != kind:
                 raise MarkerError(f"{origin}:{number}: END {closed['kind']} closes a {kind} region")
             if kind == "TODO":
                 todo_count += 1
-                out.append(f"{indent}# TODO {todo_count}: {text}")
+                label = todo_count if part is None else f"{part}.{todo_count}"
+                out.append(f"{indent}# TODO {label}: {text}")
                 out.extend(f"{indent}#   Hint: {hint}" for hint in hints)
             out.extend(indent + code if code else "" for code in stub_lines)
             region = None
@@ -138,10 +199,20 @@ def planted_bugs(solution_source: str, origin: str = "solution") -> list[Planted
 
 
 def open_todos(source: str) -> list[Todo]:
-    """The ``# TODO n:`` markers still present in a learner's file."""
-    return [Todo(int(m["number"]), lineno, m["text"])
+    """The ``# TODO n:`` (or ``# TODO p.n:``) markers still present in a learner's file."""
+    return [Todo(int(m["number"]), lineno, m["text"], int(m["part"]) if m["part"] else None)
             for lineno, line in enumerate(source.splitlines(), start=1)
             if (m := _LEARNER_TODO.match(line))]
+
+
+def todo_named(todos: list[Todo], messages: list[str]) -> Todo | None:
+    """The open TODO that the first of ``messages`` to name one ("See TODO 2.3 (line 812)", as
+    a failure writes ``str(todo)``) names; else the first open TODO; None when none is open."""
+    for message in messages:
+        if named := re.search(r"See TODO (\d+(?:\.\d+)?) \(line", message):
+            found = next((todo for todo in todos if todo.label == named[1]), None)
+            return found or (todos[0] if todos else None)
+    return todos[0] if todos else None
 
 
 def todos_behind(source: str, todos: list[Todo], api: str) -> list[Todo]:

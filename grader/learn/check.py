@@ -24,7 +24,7 @@ from grader.core.catalog import REPO_ROOT, Module, find_module
 from grader.core.checks import across, short_error
 from grader.core.diagnosis import gist
 from grader.core.loading import kernel_path, missing_kernel, todo_summary
-from grader.core.markers import open_todos
+from grader.core.markers import open_todos, todo_named
 from grader.learn import progress
 from grader.sandbox.policy import check_source, explain, policy_for
 
@@ -173,11 +173,9 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
         print(_next_steps(module), file=out)
     elif todos:
         # A failing test that names the TODO behind it (the traffic bars do) beats file order.
-        named = [int(m.group(1)) for _, outcome, message in results if outcome == "failed"
-                 for m in [re.search(r"See TODO (\d+) \(line", message)] if m]
-        first = next((todo for todo in todos if named and todo.number == named[0]), todos[0])
+        first = todo_named(todos, [message for _, outcome, message in results if outcome == "failed"])
         print(f"Next: complete {first}, then run the check again. (Done with it already? Delete its "
-              f"`# TODO {first.number}` line: the check reads the markers left as the work left.)", file=out)
+              f"`# TODO {first.label}` line: the check reads the markers left as the work left.)", file=out)
     elif passed == len(counted) and counted and not refused:
         print("Next: every public test passes on this CPU, but a GPU would not compile or launch the kernel "
               "above; fix what the compile check names (the interpreter is more lenient than the compiler).",
