@@ -1,7 +1,8 @@
 """pytest glue for the modules' public tests (``tracks/*/*/test_kernel.py``).
 
 - ``--impl`` chooses the kernel.py under test: ``learner`` (default), ``solutions``, or a folder;
-  ``--function`` keeps only the tests of one function of the module (``make check K=...``);
+  ``--function`` keeps only the tests of one function of the module, or of one of its parts
+  (``make check K=...``);
 - a test that takes ``case`` runs once per entry of its module's ``CASES`` that suits the device;
 - a test that takes ``bar`` runs once per entry of its module's ``TRAFFIC`` (memory-traffic bars),
   under the interpreter only: on a GPU the speed itself is measured instead;
@@ -60,15 +61,19 @@ def pytest_collection_modifyitems(config, items):
 
 
 def tests_function(item, function: str) -> bool:
-    """Whether test ``item`` tests ``function`` of its module: a case (or traffic bar) whose Spec
-    calls it, or another test whose name names it."""
+    """Whether test ``item`` tests ``function`` of its module (or, for a module of several parts,
+    any function of the part named ``function``): a case (or traffic bar) whose Spec calls it, or
+    another test whose name names it."""
     callspec = getattr(item, "callspec", None)
-    module_spec = getattr(getattr(item, "module", None), "SPEC", None)
+    module = getattr(item, "module", None)
+    module_spec = getattr(module, "SPEC", None)
+    part = next((part for part in getattr(module, "PARTS", ()) if part.name == function), None)
+    functions = set(part.functions) if part is not None else {function}
     for name in ("case", "bar"):
         if callspec is not None and name in callspec.params and module_spec is not None:
             value = callspec.params[name]
-            return spec_for(value if name == "case" else value.case, module_spec).api == function
-    return function in item.name
+            return spec_for(value if name == "case" else value.case, module_spec).api in functions
+    return any(named in item.name for named in functions)
 
 
 _clock: test_order.UnitClock | None = None

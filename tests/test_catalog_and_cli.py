@@ -203,6 +203,33 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
     assert not (tmp_path / "progress.json").exists()
 
 
+def test_check_of_one_part_runs_only_that_part_s_tests():
+    """make check M=mastery/04 K=optimizer: the cases of adamw, sgd and unscale_grads and the tests
+    that name them, nothing of the backward passes or the scan."""
+    from io import StringIO
+
+    from grader.learn import check
+
+    module = find_module("mastery/04-training-kernels")
+    parts = {part.name: part for part in check.cases.parts(module)}
+    assert list(parts) == ["backward", "optimizer", "scan"]
+    assert sum(part.weight for part in parts.values()) == pytest.approx(1.0)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--impl=solutions",
+                                "--function", "optimizer", str(module.learner_dir / "test_kernel.py")],
+                               capture_output=True, text=True, cwd=REPO_ROOT, check=False).stdout
+    names = [line for line in collected.splitlines() if "::" in line]
+    assert any("adamw" in n for n in names) and any("sgd" in n for n in names) and \
+        any("unscale_grads" in n for n in names)
+    assert not any(word in n for n in names for word in ("rms_norm", "layer_norm", "selective_scan", "dropout"))
+    spec, public = check.cases.public(module)
+    assert sum("test_matches_reference[" in n for n in names) == \
+        sum(check.cases.spec_for(c, spec).api in parts["optimizer"].functions for c in public)
+
+    out = StringIO()
+    assert not check.check(module, "learner", out, function="optimiser")
+    assert "its parts are backward, optimizer, scan" in out.getvalue()
+
+
 def test_sanitize_passes_everything_after_it_to_the_sanitizer(tmp_path):
     """`python -m grader sanitize --tool initcheck script.py -v`: options of the tool and the
     script's own arguments both reach grader.learn.sanitizer."""

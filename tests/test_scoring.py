@@ -80,3 +80,42 @@ def test_feedback_counts_only_the_cases_the_starting_kernel_fails():
     other_cases = {**starting, "cases_sha256": "other"}  # a starting record of other cases says nothing
     assert part_report(with_given(record({"a": True, "b": True, "c": False, "d": False}), other_cases),
                        "public", 4)[1] == 2
+
+
+def test_the_parts_of_a_module_count_as_their_points_whatever_their_number_of_cases():
+    from grader.grade.scoring import parts_share, work_share
+    # Part "scan" has 2 cases, "norms" 8: a finished scan is its weight's share, not 2 cases in 10.
+    rows = [{"name": f"n{i}", "passed": False, "part": "norms"} for i in range(8)] + \
+        [{"name": f"s{i}", "passed": True, "part": "scan"} for i in range(2)]
+    weights = {"norms": 0.7, "scan": 0.3}
+    assert parts_share(rows, set(), weights) == (pytest.approx(0.3), 10, 2)
+    assert work_share(rows, set())[0] == pytest.approx(0.2), "unweighted, the scan's work would count 2 in 10"
+    assert parts_share(rows, set(), None) == work_share(rows, set()), "a module of one part is unchanged"
+    # A part with no rows here (no hidden case of it in this checkout) drops out of the weights.
+    assert parts_share(rows[8:], set(), weights)[0] == pytest.approx(1.0)
+    # Cases the starting kernel passes show no work within their part too.
+    rows[-1]["passed"] = False
+    assert parts_share(rows, {"s0"}, weights)[0] == pytest.approx(0.0)
+    assert parts_share(rows, set(), weights)[0] == pytest.approx(0.15)
+
+
+def test_a_module_of_several_parts_reports_each_part_s_cases_and_speed():
+    from grader.grade import record
+
+    parts = [{"name": "norms", "title": "the norms", "weight": 0.5},
+             {"name": "scan", "title": "the scan", "weight": 0.5}]
+    rows = [{"name": "n", "visibility": "public", "passed": True, "message": "", "part": "norms"},
+            {"name": "s1", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
+            {"name": "s2", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
+            {"name": "s3", "visibility": "public", "passed": True, "message": "", "part": "scan"}]
+    performance = {"graded": True, "credit": 0.5, "ratio": 0.7,
+                   "parts": {"norms": {"reason": "1.02 x the reference's speed"},
+                             "scan": {"reason": "not timed: the kernel must pass every case of the scan part first"}}}
+    rec = {"module": "mastery/04-training-kernels", "cases": rows, "parts": parts, "given": [],
+           "submission_sha256": "0" * 64, "device": "cpu", "graded_at": "now", "integrity": None,
+           "performance": performance}
+    text, points = record.part_report(rec, "public", 4)
+    assert points == pytest.approx(4 * (0.5 * 1 + 0.5 * 1 / 3), abs=0.01), "each part half, not 2 cases in 4"
+    assert "part 1, the norms (50%): 1 of 1 pass; part 2, the scan (50%): 1 of 3 pass" in text
+    text, points = record.part_report(rec, "performance", 2)
+    assert points == 1.0 and "part 1, the norms (50%): 1.02 x" in text and "every case of the scan part" in text

@@ -36,7 +36,7 @@ def _timed_problem(monkeypatch, module_id: str, outputs_of) -> str:
     args, kwargs = build_inputs(spec, case, 0, on=torch.device("cpu"))
     monkeypatch.setattr(timing, "fetch_timed", lambda child, refs: {0: list(outputs_of(refs[0], case))})
     grading = SimpleNamespace(plan=SimpleNamespace(spec=spec))
-    return timing._timed_outputs_problem(grading, None, timing.TimingPlan(case, [(args, kwargs)], reps=1))
+    return timing._timed_outputs_problem(_target(grading), None, timing.TimingPlan(case, [(args, kwargs)], reps=1))
 
 
 def test_the_timed_outputs_are_judged_with_the_inputs_of_their_call(monkeypatch):
@@ -76,20 +76,27 @@ def _grading():
                            profile=Profile(), let_in=let_in.append, went_on=let_in)
 
 
+def _target(grading):
+    """What a timing of ``grading``'s whole module is of."""
+    from grader.grade import timing
+
+    return timing._Target(grading, grading.plan.spec, "")
+
+
 def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends():
     from grader.grade import timing
 
     failed = _ScriptedChild({"event": "warmed_up", "error": "RuntimeError: boom"})
     grading = _grading()
-    assert timing._warm_up(grading, failed) is None, "a failing first call fails again when timed, saying why"
+    assert timing._warm_up(_target(grading), failed) is None, "a failing first call fails again when timed, saying why"
     assert failed.orders[0]["warm_up"] and "boom" in grading.log[0]
 
     hung = _ScriptedChild()
-    entry = timing._warm_up(_grading(), hung)
+    entry = timing._warm_up(_target(_grading()), hung)
     assert hung.killed and entry["credit"] == 0.0 and "within 6 s" in entry["reason"]
     assert "make bench" in entry["reason"]
 
-    ended = timing._warm_up(_grading(), _ScriptedChild({"event": "finished"}))
+    ended = timing._warm_up(_target(_grading()), _ScriptedChild({"event": "finished"}))
     assert ended["credit"] == 0.0 and "ended early" in ended["reason"]
 
 
@@ -115,7 +122,7 @@ def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_i
     child = _ScriptedChild({"event": "timing_start", "received_at": 10.0},
                            {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0},
                            {"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}})
-    window = timing._timed_window(_grading(), child, 100, retune=True, save=True, windows=1)
+    window = timing._timed_window(_target(_grading()), child, 100, retune=True, save=True, windows=1)
     assert (window.ms, window.event_ms) == (500.0, [480.0])
     assert window.traces == [{"counts": {"k": 100}, "times_us": {"k": 5.0}}]
     assert child.orders[0]["timing"] == 100 and child.orders[0]["save"] and child.orders[0]["retune"]
@@ -140,11 +147,11 @@ def test_the_grade_takes_the_fastest_of_several_windows_each_with_its_own_trace(
                    {"event": "timing_end", "received_at": end, "event_ms": 190.0 + index},
                    {"event": "timing_kernels", "counts": {"k": 100 + index}, "times_us": {"k": 5.0}}]
     child = _ScriptedChild(*events)
-    window = timing._timed_window(_grading(), child, 100, windows=3)
+    window = timing._timed_window(_target(_grading()), child, 100, windows=3)
     assert child.orders[0]["windows"] == 3
     assert window.best == 1 and round(window.ms, 6) == 200.0 and window.event_ms[window.best] == 191.0
     assert [trace["counts"]["k"] for trace in window.traces] == [100, 101, 102]
-    short = timing._timed_window(_grading(), _ScriptedChild(*events[:3]), 100, windows=3)
+    short = timing._timed_window(_target(_grading()), _ScriptedChild(*events[:3]), 100, windows=3)
     assert short["credit"] == 0.0, "a child that stops after one window is not graded on it"
 
 
@@ -231,7 +238,7 @@ def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs
     plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=50, reference_ms=4.0)
     inputs = timing.TimingInputs(plan.case, plan.input_sets, ((), {}))
     window = timing.Timed([250.0], [240.0], [traced])
-    return timing._checked(grading, _ScriptedChild(), plan, window, dict(AUDIT), inputs)
+    return timing._checked(_target(grading), _ScriptedChild(), plan, window, dict(AUDIT), inputs)
 
 
 def test_the_speed_counts_only_when_the_timed_calls_did_the_judged_work(monkeypatch):
@@ -258,7 +265,7 @@ def test_the_audit_call_gets_inputs_only_when_it_is_made():
     import torch
 
     inputs = timing.TimingInputs(None, [], ((torch.ones(4),), {}))
-    event = timing._audit_call(_grading(), child, inputs)
+    event = timing._audit_call(_target(_grading()), child, inputs)
     assert event["kernel_counts"] == {"add_kernel": 1}
     assert given == [f"trial-{timing.AUDIT_TRIAL}.in"] and child.orders[0]["trial"] == timing.AUDIT_TRIAL
 
@@ -280,3 +287,42 @@ def test_a_timed_child_may_write_files_as_large_as_a_benchmark_call_needs():
     big = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(1 << 20))  # its storage's size counts
     inputs = timing.TimingInputs(None, [((big,), {})], ((big, big[:10]), {}))
     assert timing.saved_file_bytes(inputs) >= 4 * (1 << 20) + 2 * (1 << 20)
+
+
+def test_a_module_of_several_parts_gets_each_part_timed_and_their_credit_weighted():
+    from grader.core.cases import Part
+    from grader.grade import timing
+
+    spec = Spec(api="f", make_inputs=None, reference=None)
+    parts = (Part("a", "part a", ("f",), spec, weight=0.4), Part("b", "part b", ("g",), spec, weight=0.6))
+    fast = {"graded": True, "credit": 1.0, "ratio": 1.0, "reason": "1.00 x"}
+    slow = {"graded": True, "credit": 0.0, "ratio": 0.25, "reason": "0.25 x"}
+    entry = timing.combined(parts, {"a": fast, "b": slow})
+    assert entry["graded"] and entry["credit"] == pytest.approx(0.4) and entry["ratio"] == pytest.approx(0.5)
+    assert entry["parts"] == {"a": fast, "b": slow} and "a: 1.00 x" in entry["reason"]
+    # One part not graded (not traced, say): the module's performance is left out, not failed.
+    left = timing.combined(parts, {"a": fast, "b": {"graded": False, "reason": "not graded: no trace"}})
+    assert not left["graded"] and "no trace" in left["reason"]
+    # A part's integrity finding is the module's.
+    cheat = {**slow, "integrity": {"violation": "timed_foreign", "message": "cuBLAS"}}
+    assert timing.combined(parts, {"a": fast, "b": cheat})["integrity"]["violation"] == "timed_foreign"
+
+
+def test_a_part_is_timed_once_its_own_cases_pass_whatever_the_others_do():
+    from types import SimpleNamespace
+
+    from grader.core.cases import Part
+    from grader.grade import timing
+
+    spec = Spec(api="f", make_inputs=None, reference=None)
+    parts = (Part("a", "part a", ("f",), spec), Part("b", "part b", ("g",), spec))
+    trials = [SimpleNamespace(id=i) for i in range(4)]
+    owner = {0: parts[0], 1: parts[0], 2: parts[1], 3: parts[1]}
+    verdicts = {0: SimpleNamespace(passed=True), 1: SimpleNamespace(passed=True), 2: SimpleNamespace(passed=False)}
+    grading = SimpleNamespace(plan=SimpleNamespace(trials=trials, parts=parts), verdicts=verdicts,
+                              part_of=owner.__getitem__)
+    assert timing._every_case_passed(grading, parts[0])
+    assert not timing._every_case_passed(grading, parts[1]), "a failed case of the part"
+    assert not timing._every_case_passed(grading, None), "the whole module: every case"
+    verdicts[2] = SimpleNamespace(passed=True)
+    assert not timing._every_case_passed(grading, parts[1]), "a case of the part without a verdict"

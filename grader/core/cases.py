@@ -275,6 +275,34 @@ def public_spec(module_id: str, name: str) -> Spec:
     raise LookupError(f"{module_id}'s public tests have no Spec for {name}()")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One exercise of a module that holds several (``PARTS`` in its test_kernel.py): the
+    functions it covers, the Spec whose first benchmark case times it, and its share of the
+    module's points. Each part is graded on its own cases and timed on its own function, so that
+    a part's work shows in its own points whatever the others' number of cases."""
+    name: str  # what ``make check K=`` and the feedback call it: "optimizer"
+    title: str  # "the optimizer step"
+    functions: tuple[str, ...]
+    timed: Spec
+    weight: float = 1.0
+
+
+def parts(module: Module) -> tuple[Part, ...]:
+    """The module's parts: its ``PARTS``, else one part of every function, timed on ``SPEC``."""
+    tests = _public_tests(module)
+    declared = tuple(getattr(tests, "PARTS", ()))
+    if declared:
+        return declared
+    apis = tuple(dict.fromkeys(spec.api for spec in specs_of(tests.SPEC, list(tests.CASES))))
+    return (Part("", "", apis, tests.SPEC),)
+
+
+def part_of(module_parts: tuple[Part, ...], api: str) -> Part:
+    """The part whose functions include ``api`` (the first part when none names it)."""
+    return next((part for part in module_parts if api in part.functions), module_parts[0])
+
+
 def traffic_bars(module: Module) -> list:
     """The memory-traffic bars (``grader.core.traffic.TrafficBar``) of the module's public tests."""
     return list(getattr(_public_tests(module), "TRAFFIC", ()))

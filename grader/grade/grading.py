@@ -74,6 +74,7 @@ class Plan:
     spec: Spec
     cases: list[tuple[Case, str]]  # (case, "public"/"hidden")
     trials: list[Trial]
+    parts: tuple[cases.Part, ...] = ()  # the module's exercises, each timed on its own (``cases.parts``)
 
 
 def plan(module: Module, secret: int) -> Plan:
@@ -86,7 +87,7 @@ def plan(module: Module, secret: int) -> Plan:
         trials.append(Trial(len(trials), index, secret))
         if index == 0:  # right after the first case, before any hidden case has been seen
             trials.append(Trial(len(trials), index, secret + 1, repeat=True))
-    return Plan(spec, planned, trials)
+    return Plan(spec, planned, trials, cases.parts(module))
 
 
 
@@ -171,6 +172,10 @@ class Grading:
     def spec_of(self, trial_id: int) -> Spec:
         case_index = self.plan.trials[trial_id].case_index
         return spec_for(self.plan.cases[case_index][0], self.plan.spec)
+
+    def part_of(self, trial_id: int) -> cases.Part:
+        """The module's part that trial ``trial_id`` belongs to (by the function it calls)."""
+        return cases.part_of(self.plan.parts, self.api_of(trial_id))
 
     def call_of(self, trial_id: int) -> dict:
         """How the child calls the API for trial ``trial_id`` (``grader.core.protocols``)."""
@@ -293,19 +298,20 @@ class Grading:
             ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
 
     def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None,
-                    file_bytes: int | None = None):
+                    file_bytes: int | None = None, api: str | None = None):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``).
         On a GPU it may allocate what the grading has reserved per child (``reserving``).
         ``source``: another file to run instead (the reference solution, timed the way the
         submission is), with a Triton cache of its own. ``file_bytes``: a larger file-size limit
-        than the run's (a timed child saves benchmark-sized calls).
+        than the run's (a timed child saves benchmark-sized calls). ``api``: the function a timed
+        child times (default: the module's main one; a module's part times its own).
 
         On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
         imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing
         does not wait for a child that is only starting."""
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
-        request = {"module": self.module.id, "api": self.api, "apis": [spec.api for spec in specs],
+        request = {"module": self.module.id, "api": api or self.api, "apis": [spec.api for spec in specs],
                    "kernel": "kernel.py", "gpu_memory_fraction": self._memory_fraction(),
                    "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs))),
                    # A timed child's compiling happens before it has the GPU alone; the others'
@@ -358,7 +364,7 @@ def grade_one(module: Module, source: bytes, sandbox: Sandbox, secret: int, opti
         try:
             grading.run()
             if device.is_cuda():
-                grading.performance = timing.measure(grading, secret)
+                grading.performance = timing.measure_parts(grading, secret)
         finally:
             if grading.shared is not None:
                 sandbox.remove_shared(grading.shared)

@@ -35,9 +35,9 @@ from grader.grade.scoring import (
     case_share,
     graded_parts,
     part_points,
+    parts_share,
     performance_share,
     withheld,
-    work_share,
 )
 from grader.grade.store import starting_record
 
@@ -180,7 +180,8 @@ def performance_status(record: dict) -> str:
 def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, float]:
     rows = [row for row in record["cases"] if row["visibility"] == visibility]
     passed, total = case_share(rows, visibility)
-    share, counted, earned = work_share(rows, set(record.get("given") or ()))
+    weights = {part["name"]: part["weight"] for part in record.get("parts") or ()}
+    share, counted, earned = parts_share(rows, set(record.get("given") or ()), weights)
     points = part_points(share, out_of) if total else 0.0
     title = "Public cases" if visibility == "public" else "Hidden cases"
     if not rows:
@@ -188,6 +189,9 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
             else "the module has none on this device"
         return f"{title}: {points:g} of {out_of:g} points: {where}.", points
     lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
+    if weights:
+        lines.append("  Each part counts as its share of the module's points, whatever its number of cases: " +
+                     "; ".join(_part_line(record, part, rows) for part in record["parts"]) + ".")
     if counted < len(rows):
         given = set(record.get("given") or ())
         broken = sum(not row["passed"] for row in rows if row["name"] in given)
@@ -213,6 +217,19 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
     if visibility == "public" and record.get("note"):  # a crash that no case caused alone
         lines.append(record["note"])
     return "\n".join(lines + hints[:1]), points
+
+
+def _part_label(record: dict, part: dict) -> str:
+    """"part 2, the optimizer step (30%)": one part of a module of several, with its share."""
+    number = [p["name"] for p in record["parts"]].index(part["name"]) + 1
+    weight = part["weight"] / sum(p["weight"] for p in record["parts"])
+    return f"part {number}, {part['title']} ({weight:.0%})"
+
+
+def _part_line(record: dict, part: dict, rows: list[dict]) -> str:
+    """"part 2, the optimizer step (30%): 11 of 12 pass" for one part of a module of several."""
+    mine = [row for row in rows if row.get("part") == part["name"]]
+    return f"{_part_label(record, part)}: {sum(bool(row['passed']) for row in mine)} of {len(mine)} pass"
 
 
 def _no_gpu(performance: dict) -> bool:
@@ -262,6 +279,12 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
     if credit is None:
         return f"Performance: NOT GRADED ({reason or 'not graded'}). {_left_out_text(record, out_of)}", 0.0
     points = part_points(credit, out_of)
+    if performance.get("parts"):  # a module of several parts: each timed on its own function
+        text = f"Performance: {points:g} of {out_of:g} points, each part timed on its own function:"
+        for part in record.get("parts") or ():
+            entry = performance["parts"].get(part["name"]) or {}
+            text += f"\n  {_part_label(record, part)}: {entry.get('reason') or 'not timed'}"
+        return text, points
     if not reason and "ratio" in performance:
         reason = f"{float(performance['ratio']):.2f} x the reference's speed"
     text = (f"Performance: {points:g} of {out_of:g} points: {reason or 'timed against the reference'}.\n"

@@ -7,7 +7,7 @@ import ast
 import datetime
 
 from grader.core import crashes, device, syntax
-from grader.core.cases import spec_for
+from grader.core.cases import part_of, spec_for
 from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
 from grader.core.markers import MarkerError, open_todos, stub_for, todos_behind
@@ -24,6 +24,7 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
 
     def behind(case) -> list:  # the open TODOs that can change what the case's function computes
         return todos_behind(source, todos, spec_for(case, grading.plan.spec).api) if todos else []
+    parts = tuple(getattr(grading.plan, "parts", ()))
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
     hidden_number = 0
     for index, (case, visibility) in enumerate(grading.plan.cases):
@@ -55,6 +56,8 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
                      "kind": "" if verdict.passed else verdict.kind,
                      "message": "" if verdict.passed else message, "seconds": round(verdict.seconds, 3)})
+        if len(parts) > 1:  # the module's exercise the case belongs to (grader.grade.scoring weighs them)
+            rows[-1]["part"] = part_of(parts, spec_for(case, grading.plan.spec).api).name
     passed = counts["public"][0] + counts["hidden"][0]
     total = counts["public"][1] + counts["hidden"][1]
     integrity = next(({"violation": row["kind"], "message": INTEGRITY[row["kind"]]}
@@ -89,6 +92,8 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         "todos": [str(t) for t in todos],
         "starting_kernel": is_starting_kernel(source, grading.module),
         "cases": rows,
+        "parts": [{"name": part.name, "title": part.title, "weight": part.weight} for part in parts]
+        if len(parts) > 1 else [],
         "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
                    "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
                    "passed": passed, "total": total,

@@ -5,7 +5,10 @@ share of its hidden cases that pass, and performance, graded on a GPU once every
 by a linear credit curve of the speed against the reference (``credit``). An integrity finding (a
 way around the exercise: computing with PyTorch, faking the timed work, a file the policy gate
 refused) withholds every part (``withheld``). A part that was not graded (performance without a
-GPU) is said to be left out, never counted as failed.
+GPU) is said to be left out, never counted as failed. A module made of several exercises
+(``grader.core.cases.Part``, mastery/04) weighs each exercise's share of cases by its points
+(``parts_share``) and times each on its own function, its performance credit the weighted
+mean of theirs (``grader.grade.timing.combined``).
 
 The run phase writes records (``grader.grade.results``); the record phase turns them into points
 with these functions (``grader.grade.record``); the tables and the notebooks' text name them.
@@ -89,3 +92,22 @@ def work_share(rows: list[dict], given: set[str] | None = None) -> tuple[float, 
     earned = sum(bool(row["passed"]) for row in work)
     broken = sum(not row["passed"] for row in rows if row["name"] in given)
     return max(0, earned - broken) / len(work), len(work), earned
+
+
+def parts_share(rows: list[dict], given: set[str] | None = None,
+                weights: dict[str, float] | None = None) -> tuple[float, int, int]:
+    """``work_share`` for a module of several parts (``weights``: each part's share of the
+    module's points, by name; each row names its ``part``): every part's share weighted as its
+    points, so that a part's work counts the same whatever its number of cases. Parts without
+    rows here drop out of the weights. Without weights, ``work_share`` itself."""
+    if not weights:
+        return work_share(rows, given)
+    by_part: dict[str, list[dict]] = {}
+    for row in rows:
+        by_part.setdefault(row.get("part", ""), []).append(row)
+    total = sum(weights.get(part, 0.0) for part in by_part)
+    if total <= 0:
+        return work_share(rows, given)
+    shares = {part: work_share(part_rows, given) for part, part_rows in by_part.items()}
+    share = sum(weights.get(part, 0.0) * found[0] for part, found in shares.items()) / total
+    return share, sum(found[1] for found in shares.values()), sum(found[2] for found in shares.values())

@@ -23,7 +23,6 @@ import torch
 
 from grader.core import device
 from grader.core.cases import Case, Spec
-from grader.core.catalog import Module
 from grader.core.checks import build_inputs, compare, reference_outputs
 from grader.core.loading import kernel_path
 from grader.core.protocols import order_of, tensors_in
@@ -119,9 +118,42 @@ def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: fl
 # ----------------------------------------------------------------------------------------------
 
 
-def measure(grading, secret: int) -> dict:
-    """The performance entry of ``grading``'s record: its kernel timed in a fresh child against
-    the reference (CUDA only, after every case has passed).
+def measure_parts(grading, secret: int) -> dict:
+    """The performance entry of ``grading``'s record: ``measure`` for a module of one part; for a
+    module of several (``cases.Part``), each part timed on its own function and the entries
+    combined (``combined``)."""
+    parts = grading.plan.parts
+    if len(parts) <= 1:
+        return measure(grading, secret)
+    return combined(parts, {part.name: measure(grading, secret, part) for part in parts})
+
+
+def combined(parts, entries: dict) -> dict:
+    """One performance entry for a module of several parts, each part's entry kept under
+    ``parts``: its credit the parts' credits weighted as their points, its ratio their geometric
+    mean. Graded only when every part was (what was left out is not counted as failed); an
+    integrity finding of any part is the module's."""
+    weights = {part.name: part.weight for part in parts}
+    entry = {"parts": entries, "weights": weights}
+    found = next((e["integrity"] for e in entries.values() if e.get("integrity")), None)
+    if found:
+        entry["integrity"] = found
+    ungraded = [name for name, part_entry in entries.items() if not part_entry.get("graded")]
+    if ungraded:
+        first = entries[ungraded[0]]
+        return {**entry, "graded": False, "reason": first.get("reason") or "not graded"}
+    total = sum(weights.values())
+    credit_share = sum(weights[name] * float(e.get("credit") or 0.0) for name, e in entries.items()) / total
+    ratios = [float(e.get("ratio") or 0.0) for e in entries.values()]
+    ratio = 0.0 if min(ratios) <= 0 else math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    reason = "; ".join(f"{name}: {e.get('reason') or 'timed'}" for name, e in entries.items())
+    return {**entry, "graded": True, "credit": round(credit_share, 4), "ratio": round(ratio, 4), "reason": reason}
+
+
+def measure(grading, secret: int, part=None) -> dict:
+    """The performance entry of ``grading``'s record (or of one of its module's parts, ``part``):
+    its kernel timed in a fresh child against the reference (CUDA only, after every case of the
+    part has passed).
 
     The child starts and imports the submission while sharing the GPU like a correctness child,
     then is frozen (``Child.pause``) until the GPU is this grading's alone: its start-up costs
@@ -129,21 +161,42 @@ def measure(grading, secret: int) -> dict:
     solution is timed the same way, in a child of its own, once per run and GPU: in the grader's
     process it would run beside the threads of other gradings (judging, building inputs) and
     share their interpreter lock, and its time would depend on how busy they were."""
-    if grading.load_error is not None or len(grading.verdicts) < len(grading.plan.trials) or \
-            not all(v.passed for v in grading.verdicts.values()):
-        return _failed("not timed: the kernel must pass every case first")
-    if not grading.plan.spec.bench_cases:
+    target = _Target(grading, part.timed if part is not None else grading.plan.spec, part.name if part else "")
+    if grading.load_error is not None or not _every_case_passed(grading, part):
+        where = f"of the {part.name} part " if part is not None else ""
+        return _failed(f"not timed: the kernel must pass every case {where}first")
+    if not target.spec.bench_cases:
         return NOT_TIMED
     waiting = time.monotonic()
     with grading.lease.shared():
         grading.profile.add("waiting", time.monotonic() - waiting)
         with grading.profile.step("timing start"):
-            inputs = _inputs_for(grading.module, grading.plan.spec, secret, grading.on)
+            inputs = _inputs_for(target, secret, grading.on)
     # The GPU memory of both timed children (the reference's only while this GPU still needs its
     # time), reserved before the lease is waited for (grader.grade.gpu_memory).
-    children = 2 if _plan_wanted(grading.module, grading.on) else 1
+    children = 2 if _plan_wanted(target) else 1
     with grading.reserving(_timed_cap(grading, inputs), children):
-        return _measure(grading, inputs)
+        return _measure(target, inputs)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What one timing is of: a grading, the Spec whose first benchmark case it times (the
+    module's, or a part's), and the part's name ("" for the whole module), which keys the timing
+    inputs and the reference's time."""
+    grading: object
+    spec: Spec
+    part: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.grading.module.id, self.part, str(self.grading.on))
+
+
+def _every_case_passed(grading, part) -> bool:
+    """Whether every case (of ``part``, when given) has a verdict and passed."""
+    trials = [t for t in grading.plan.trials if part is None or grading.part_of(t.id).name == part.name]
+    return all(t.id in grading.verdicts and grading.verdicts[t.id].passed for t in trials)
 
 
 def _timed_cap(grading, inputs: TimingInputs) -> int:
@@ -157,18 +210,19 @@ def _bytes_of(*values) -> int:
     return sum(t.untyped_storage().nbytes() for t in tensors_in(values))
 
 
-def _measure(grading, inputs: TimingInputs) -> dict:
+def _measure(target: _Target, inputs: TimingInputs) -> dict:
+    grading = target.grading
     child = reference = None
     try:
         waiting = time.monotonic()
         with grading.lease.shared():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("timing start"):
-                child = _started(grading, inputs)
+                child = _started(target, inputs)
                 if isinstance(child, dict):
                     return child
-                if _plan_wanted(grading.module, grading.on):
-                    reference = _reference_child(grading, inputs)
+                if _plan_wanted(target):
+                    reference = _reference_child(target, inputs)
             child.pause()
             if reference is not None:
                 reference.pause()
@@ -176,17 +230,17 @@ def _measure(grading, inputs: TimingInputs) -> dict:
         with grading.lease.exclusive():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("reference timing"):
-                plan = _plan_for(grading, inputs, reference)
+                plan = _plan_for(target, inputs, reference)
             if plan is None:
                 return NOT_TIMED
             child.resume()
             with grading.profile.step("learner timing"):
-                window = _timed_window(grading, child, plan.reps, retune=True, save=True)
+                window = _timed_window(target, child, plan.reps, retune=True, save=True)
                 # The saved outputs and the audit call, with the GPU still alone: the audit's GPU
                 # time is compared with the timed calls', and nothing of this child may still run
                 # on the GPU once another grading has it.
                 failure = window if isinstance(window, dict) else _saved(grading, child)
-                audit = failure or _audit_call(grading, child, inputs)
+                audit = failure or _audit_call(target, child, inputs)
             child.pause()
         if failure is not None:
             return failure
@@ -198,7 +252,7 @@ def _measure(grading, inputs: TimingInputs) -> dict:
         with grading.lease.shared():
             grading.profile.add("waiting", time.monotonic() - waiting)
             with grading.profile.step("timed check"):
-                return _checked(grading, child, plan, window, audit, inputs)
+                return _checked(target, child, plan, window, audit, inputs)
     finally:
         for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
             if process is not None and not isinstance(process, dict):
@@ -207,13 +261,14 @@ def _measure(grading, inputs: TimingInputs) -> dict:
                 process.close()
 
 
-def _started(grading, inputs: TimingInputs, source: bytes | None = None):
+def _started(target: _Target, inputs: TimingInputs, source: bytes | None = None):
     """A timed child of ``source`` (default: the submission), its file imported and the timing
     inputs on the GPU; else the record's performance entry saying why not."""
-    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs))
+    grading = target.grading
+    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs), api=target.spec.api)
     grading.child_started()
     grading.sandbox.wait_sandbox(child)
-    failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(grading, child)
+    failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(target, child)
     if failure is not None:
         grading.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
         grading.lease.forget(child)
@@ -229,17 +284,18 @@ def saved_file_bytes(inputs: TimingInputs) -> int:
     return 4 * _bytes_of(inputs.audit) + 2 * _bytes_of(inputs.input_sets) + (64 << 20)
 
 
-def _reference_child(grading, inputs: TimingInputs):
+def _reference_child(target: _Target, inputs: TimingInputs):
     """The reference solution in a timed child, ready like the submission's; None without a
     reference solution in this checkout. A reference that cannot be timed is the course's fault:
     an error of the grader, not a student's zero."""
     try:
-        source = kernel_path(grading.module, "solutions").read_bytes()
+        source = kernel_path(target.grading.module, "solutions").read_bytes()
     except OSError:
         return None
-    child = _started(grading, inputs, source)
+    child = _started(target, inputs, source)
     if isinstance(child, dict):
-        raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {child['reason']}")
+        raise RuntimeError(f"the reference solution of {target.grading.module.id} could not be timed: "
+                           f"{child['reason']}")
     return child
 
 
@@ -292,11 +348,11 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
             return _failed("the kernel was not timed (it did not load, or ended early)")
 
 
-def _warm_up(grading, child) -> dict | None:
+def _warm_up(target: _Target, child) -> dict | None:
     """Have the timed child call the kernel once on the timing inputs while it still shares the
     GPU: its compiling (and a first, untrusted tuning) then costs no exclusive time. What the call
     returns is not judged; a call that fails fails again when timed, which says why."""
-    spec = grading.plan.spec
+    grading, spec = target.grading, target.spec
     failure = _order(child, {"warm_up": True, "call": order_of(spec.protocol, spec.mutates)})
     if failure is not None:
         return failure
@@ -359,11 +415,11 @@ def _saved(grading, child) -> dict | None:
     return failure
 
 
-def _audit_call(grading, child, inputs: TimingInputs) -> dict:
+def _audit_call(target: _Target, child, inputs: TimingInputs) -> dict:
     """One more call, on inputs the child receives only now, made like a graded case (watched,
     traced, its inputs checked afterwards): the child's report of it, else the performance entry
     saying why there is none."""
-    spec = grading.plan.spec
+    grading, spec = target.grading, target.spec
     args, kwargs = inputs.audit
     try:
         child.give(input_name(AUDIT_TRIAL), lambda handle: wire.write({"args": list(args), "kwargs": kwargs}, handle))
@@ -379,11 +435,11 @@ def _audit_call(grading, child, inputs: TimingInputs) -> dict:
     return failure if failure is not None else event
 
 
-def _checked(grading, child, plan: TimingPlan, window: Timed, audit: dict, inputs: TimingInputs) -> dict:
+def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dict, inputs: TimingInputs) -> dict:
     """The performance entry of the timed windows: the audit call judged like a case, every
     window's calls held to its kernel trace, every input set's last outputs checked; only then
     does the time count."""
-    spec = grading.plan.spec
+    grading, spec = target.grading, target.spec
     args, kwargs = inputs.audit
     with JUDGING.judging():
         judged = judge(spec, plan.case, args, kwargs, audit,
@@ -404,7 +460,7 @@ def _checked(grading, child, plan: TimingPlan, window: Timed, audit: dict, input
                 "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
                 "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels)}
     with JUDGING.judging():
-        problem = _timed_outputs_problem(grading, child, plan)
+        problem = _timed_outputs_problem(target, child, plan)
     entry = verdict(spec, plan, window.ms, window.event_ms[window.best], not problem, problem)
     entry["own_kernels_us"] = own_gpu_us(plan.reps, window.traces[window.best], audit, grading.own_kernels)
     entry["windows_ms"] = [round(ms / plan.reps, 4) for ms in window.window_ms]
@@ -440,13 +496,14 @@ class Timed:
 WINDOWS = 3  # timed windows per timing, each of about TARGET_WINDOW_SECONDS
 
 
-def _timed_window(grading, child, reps: int, retune: bool = False, save: bool = False, windows: int = WINDOWS):
+def _timed_window(target: _Target, child, reps: int, retune: bool = False, save: bool = False,
+                  windows: int = WINDOWS):
     """Order ``reps`` timed calls in each of ``windows`` windows and wait until they end, each
     with its kernel trace: a ``Timed``; else the record's performance entry saying why not.
     ``retune``: the child's first timing with the GPU alone, whose autotuners must forget what the
     warm-up chose beside other processes. ``save``: the child saves the last window's last outputs
     afterwards, for ``_checked``."""
-    spec = grading.plan.spec
+    grading, spec = target.grading, target.spec
     failure = _order(child, {"timing": reps, "windows": windows, "call": order_of(spec.protocol, spec.mutates),
                              "retune": retune, "save": save})
     if failure is not None:
@@ -478,10 +535,10 @@ def _timed_window(grading, child, reps: int, retune: bool = False, save: bool = 
     return timed
 
 
-def _timed_outputs_problem(grading, child, plan: TimingPlan) -> str:
+def _timed_outputs_problem(target: _Target, child, plan: TimingPlan) -> str:
     """Why the outputs of the timed calls are unacceptable ("" when they are right): the last
     call on each input set, every one checked against the reference."""
-    spec = grading.plan.spec
+    spec = target.spec
     references = {index: reference_outputs(spec, *plan.input_sets[index]) for index in last_sets(plan)}
     try:
         saved = fetch_timed(child, references)
@@ -524,9 +581,9 @@ _timing_plans: dict = {}
 _timing_plans_lock = threading.Lock()
 
 
-def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> TimingInputs:
-    """The module's timing inputs for this run and GPU, built once."""
-    key = (module.id, str(on))
+def _inputs_for(target: _Target, secret: int, on: torch.device) -> TimingInputs:
+    """The timing inputs of ``timed`` (a module, or one of its parts) for this run and GPU, built once."""
+    key, spec = target.key, target.spec
     with _timing_plans_lock:
         if key not in _timing_inputs:
             case = spec.bench_cases[0]
@@ -536,18 +593,18 @@ def _inputs_for(module: Module, spec: Spec, secret: int, on: torch.device) -> Ti
         return _timing_inputs[key]
 
 
-def _plan_wanted(module: Module, on: torch.device) -> bool:
-    """Whether the reference still has to be timed for ``module`` on this GPU in this run."""
+def _plan_wanted(target: _Target) -> bool:
+    """Whether the reference still has to be timed for ``timed`` on this GPU in this run."""
     with _timing_plans_lock:
-        return (module.id, str(on)) not in _timing_plans
+        return target.key not in _timing_plans
 
 
-def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
+def _plan_for(target: _Target, inputs: TimingInputs, reference) -> TimingPlan | None:
     """The reference's time on ``inputs``, measured once per run and GPU (with the GPU alone) in
     its timed child ``reference`` (None: measured already, or no reference solution here). Two
     gradings of one module may both have started a reference child; the first to get the GPU
     times it."""
-    key = (grading.module.id, str(grading.on))
+    grading, key = target.grading, target.key
     with _timing_plans_lock:
         if key in _timing_plans:
             return _timing_plans[key]
@@ -555,9 +612,9 @@ def _plan_for(grading, inputs: TimingInputs, reference) -> TimingPlan | None:
         plan = None
     else:
         reference.resume()
-        probe = _timed_window(grading, reference, 3, retune=True, windows=1)
+        probe = _timed_window(target, reference, 3, retune=True, windows=1)
         reps = 0 if isinstance(probe, dict) else reps_for(probe.ms / 3)
-        window = probe if isinstance(probe, dict) else _timed_window(grading, reference, reps)
+        window = probe if isinstance(probe, dict) else _timed_window(target, reference, reps)
         if isinstance(window, dict):
             raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {window['reason']}")
         plan = TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=window.ms / reps)

@@ -201,13 +201,18 @@ def _heading(module: Module, impl: str | Path, what: str, out) -> Path | None:
 
 
 def _check_function(module: Module, impl: str | Path, function: str, out) -> bool:
-    """``check`` narrowed to one function's tests: what a learner runs while working on one part."""
+    """``check`` narrowed to one function's tests, or to one part's (a module of several
+    exercises): what a learner runs while working on one of them."""
     known = functions_of(module)
-    if function not in known:
+    parts = {part.name: part for part in cases.parts(module) if part.name}
+    if function not in known and function not in parts:
+        named = f"; its parts are {', '.join(parts)}" if parts else ""
         print(f"{module.id} has no function {function!r} with tests of its own; its functions are "
-              f"{', '.join(known)}. Run the check with one of them as K, or without K for all.", file=out)
+              f"{', '.join(known)}{named}. Run the check with one of them as K, or without K for all.", file=out)
         return False
-    path = _heading(module, impl, f"{function}() in ", out)
+    what = f"part {list(parts).index(function) + 1} ({parts[function].title})" if function in parts \
+        else f"{function}()"
+    path = _heading(module, impl, f"{what} in ", out)
     if path is None:
         return False
     if not device.is_cuda():
@@ -215,7 +220,7 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
     results = run_public_tests(module, impl, function)
     counted = [r for r in results if r[1] != "skipped"]
     passed = sum(outcome == "passed" for _, outcome, _ in counted)
-    print(f"Public tests of {function}(): {passed} of {len(counted)} pass", file=out)
+    print(f"Public tests of {what}: {passed} of {len(counted)} pass", file=out)
     shown_details: list[str] = []
     for name, outcome, message in results:
         print(f"  {({'passed': 'PASS', 'failed': 'FAIL', 'skipped': 'skip'})[outcome]} {name}", file=out)
@@ -223,7 +228,8 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
             shown_details.append(gist(message))
             print(textwrap.indent(message.strip(), "      "), file=out)
     done = bool(counted) and passed == len(counted)
-    others = [name for name in known if name != function]
+    mine = set(parts[function].functions) if function in parts else {function}
+    others = [name for name in known if name not in mine]
     print(f"\n{'All of them pass' if done else 'Not yet'}: run the check without K for the whole module"
           f"{' (' + ', '.join(others) + ')' if others else ''}, its speed and its progress.", file=out)
     return done

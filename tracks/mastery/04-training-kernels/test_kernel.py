@@ -24,7 +24,7 @@ from torch.optim.adamw import adamw as functional_adamw
 from torch.optim.sgd import sgd as functional_sgd
 
 from grader import device
-from grader.cases import Backward, Calls, Case, Spec, Steps, refusal
+from grader.cases import Backward, Calls, Case, Part, Spec, Steps, refusal
 from grader.checks import autograd_reference, check_case, explained
 
 # The public tests that are not graded cases, and why the grader does not run them.
@@ -1273,6 +1273,18 @@ SCAN_CASES = [
 ]
 
 CASES = CASES + OPTIMIZER_CASES + UNSCALE_CASES + SCAN_CASES
+
+# Three exercises, each graded on its own cases and timed on its own function, with its share of
+# the module's points: the backward passes (timed: RMSNorm forward + backward against the copy
+# bandwidth's reference), the optimizer step (AdamW over many tensors), the selective scan
+# (forward + backward). `make check K=optimizer` runs one part's tests.
+PARTS = (
+    Part("backward", "the backward passes",
+         ("rms_norm", "layer_norm", "swiglu", "silu_and_mul", "relu", "dropout", "dropout_with_mask"),
+         timed=SPEC, weight=0.4),
+    Part("optimizer", "the optimizer step", ("adamw", "sgd", "unscale_grads"), timed=ADAMW, weight=0.3),
+    Part("scan", "the selective scan", ("selective_scan",), timed=SCAN, weight=0.3),
+)
 
 # ------------------------------------------------------------------------------------------------
 # float64: the inputs torch.autograd.gradcheck gives (the shapes of the gradchecks below)
