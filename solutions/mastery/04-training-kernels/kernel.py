@@ -1,11 +1,9 @@
-"""Training kernels: the backward passes of normalization, gated activations, ReLU and dropout,
-each wrapped in a torch.autograd.Function so that loss.backward() runs Triton kernels both ways.
+"""Training kernels: what a training step runs besides its matrix products, in three parts, each an
+exercise for one sitting (the README has a section for each).
 
-A forward kernel computes y from x. Training also needs, for every input, the gradient of the loss
-with respect to it, given dy (the gradient with respect to y). Each op below decides what the
-forward saves for that (the statistics of a row, the inputs, the output, or only a seed) and
-recomputes the rest, because in a memory-bound op every extra tensor written and read back costs
-as much as the work itself:
+Part 1, the backward passes: the backward kernels of normalization, gated activations, ReLU and
+dropout, each joined to its forward in a torch.autograd.Function so that loss.backward() runs
+Triton kernels both ways.
 
     rms_norm(x, weight, eps)          y = x * rstd * weight                  saves rstd per row
     layer_norm(x, weight, bias, eps)  y = (x - mean) * rstd * weight + bias  saves mean and rstd
@@ -15,14 +13,18 @@ as much as the work itself:
     dropout(x, p, seed)               y = keep * x / (1 - p)                 saves the seed only
     dropout_with_mask(x, p, seed)     the same, returns (y, mask)            saves the mask
 
-The norms' weight gradient is a sum over all rows. Rather than write an M x N tensor of products
-and sum it, each backward program handles a block of rows, keeps a running partial sum of its
-rows in registers, and writes one partial row; a second, tiny kernel adds the partial rows up.
+Part 2, the optimizer step: adamw and sgd update lists of tensors in place as torch.optim.AdamW
+and torch.optim.SGD do, one launch per parameter dtype; unscale_grads does what
+torch.amp.GradScaler.unscale_ does before the step. training_loop.py, beside this file, trains a
+small model with them in mixed precision.
+
+Part 3, the selective scan: Mamba's selective_scan, forward, and backward as a reverse scan.
 
 All kernels compute in float32 (float64 for float64 inputs, so that torch.autograd.gradcheck can
 compare them with finite differences) and store in the tensor's own dtype.
 
-Check your work:  make check M=mastery/04-training-kernels
+Check your work:  make check M=mastery/04-training-kernels              (every part)
+                  make check M=mastery/04-training-kernels K=optimizer  (one part: backward, optimizer or scan)
     or, in this folder with the course's environment active:  python kernel.py
 """
 
@@ -33,6 +35,24 @@ import triton
 import triton.language as tl
 
 from grader.validation import check_tensors
+
+# The Triton dtype of each torch dtype: parts 2 and 3 pass it to their kernels as a tl.constexpr.
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+              torch.float64: tl.float64}
+
+
+# =================================================================================================
+# PART 1: the backward passes
+#
+# Each op decides what its forward saves for the backward (the statistics of a row, the inputs, the
+# output, or only a seed) and recomputes the rest: in a memory-bound op every extra tensor written
+# and read back costs as much as the work itself. The norms' weight gradient is a sum over all
+# rows: rather than write an M x N tensor of products and sum it, each backward program handles a
+# block of rows, keeps a running partial sum of its rows in registers, and writes one partial row;
+# a second, tiny kernel adds the partial rows up.
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=backward
+# =================================================================================================
 
 # A norm program keeps a whole row in registers (the backward: x, dy, weight and the partial sums
 # of its rows). Up to 65536 columns compile and run; past about 8192 the compiler spills some of
@@ -709,8 +729,7 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 
 
 # =================================================================================================
-# Optimizers, gradient unscaling, the selective scan, and the training loop's matmul
-# =================================================================================================
+# PART 2: the optimizer step
 #
 # adamw(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1, beta2, eps, weight_decay)
 # sgd(params, grads, momentum_buffers, *, lr, momentum, dampening, nesterov, weight_decay, step)
@@ -719,9 +738,10 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 # unscale_grads(grads, inv_scale) -> found_inf
 #     what torch.amp.GradScaler.unscale_ does: multiply every gradient by inv_scale in place and
 #     report (1.0) whether any of them holds inf or NaN.
-# selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False) -> out
-#     Mamba's selective state-space scan, forward and backward (a torch.autograd.Function).
 # LoopLinear: a Triton matmul with its backward, for the training loop of training_loop.py.
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=optimizer
+# =================================================================================================
 
 # -------------------------------------------------------------------------------------------------
 # One launch over a list of tensors
@@ -745,8 +765,6 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 MULTI_TENSOR_BLOCK = 2048  # elements per iteration of a program's loop
 MULTI_TENSOR_CHUNK = 16384  # elements per program: a multiple of the block
 MULTI_TENSOR_WARPS = 8
-_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
-              torch.float64: tl.float64}
 _multi_tensor_tables: dict = {}
 
 
@@ -1141,6 +1159,74 @@ def unscale_grads(grads, inv_scale):
 
 
 # -------------------------------------------------------------------------------------------------
+# The matrix product of the training loop (given code, nothing to do)
+#
+# training_loop.py trains a small model with this module's kernels: bf16 compute, fp32 master
+# weights, unscale_grads and adamw. Its two linear layers use this plain tiled matmul and its
+# backward (the matmul itself is the subject of missing-elements/02-matrix-mul).
+# -------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def loop_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       stride_cm, stride_cn, DOT_IN_FP32: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        ks = k_start + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        if DOT_IN_FP32:  # Triton's interpreter gets bf16 tl.dot wrong: upcast there
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def loop_matmul(a, b):
+    """a @ b for 2-D tensors of one dtype (any strides), float32 accumulation, a's dtype out."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if a.is_cuda:
+        block_m, block_n, block_k = 64, 64, 32
+    else:  # the interpreter pays per operation, not per element: few, large blocks
+        block_m, block_n, block_k = (min(max(triton.next_power_of_2(s), 16), 128) for s in (M, N, K))
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    loop_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                             c.stride(0), c.stride(1), DOT_IN_FP32=not a.is_cuda,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    return c
+
+
+class LoopLinear(torch.autograd.Function):
+    """y = x @ w, and its backward: dx = dy @ w^T, dw = x^T @ dy (transposes are free: strides)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return loop_matmul(x, w)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        return loop_matmul(dy, w.t()), loop_matmul(x.t(), dy)
+
+
+# =================================================================================================
+# PART 3: the selective scan
+#
+# selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False) -> out
+#     Mamba's selective state-space scan, forward and backward (a torch.autograd.Function).
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=scan
+# =================================================================================================
+
+# -------------------------------------------------------------------------------------------------
 # The selective scan (Mamba)
 #
 # For each batch b and channel d, a state h of dstate values runs along the sequence, t = 0..L-1:
@@ -1449,65 +1535,6 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     """
     _selective_scan_check(u, delta, A, B, C, D, z, delta_bias)
     return SelectiveScan.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
-
-
-# -------------------------------------------------------------------------------------------------
-# The matrix product of the training loop (given code, nothing to do)
-#
-# training_loop.py trains a small model with this module's kernels: bf16 compute, fp32 master
-# weights, unscale_grads and adamw. Its two linear layers use this plain tiled matmul and its
-# backward (the matmul itself is the subject of missing-elements/02-matrix-mul).
-# -------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def loop_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                       stride_cm, stride_cn, DOT_IN_FP32: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        ks = k_start + tl.arange(0, BLOCK_K)
-        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
-                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
-                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
-        if DOT_IN_FP32:  # Triton's interpreter gets bf16 tl.dot wrong: upcast there
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-def loop_matmul(a, b):
-    """a @ b for 2-D tensors of one dtype (any strides), float32 accumulation, a's dtype out."""
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if a.is_cuda:
-        block_m, block_n, block_k = 64, 64, 32
-    else:  # the interpreter pays per operation, not per element: few, large blocks
-        block_m, block_n, block_k = (min(max(triton.next_power_of_2(s), 16), 128) for s in (M, N, K))
-    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-    loop_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                             c.stride(0), c.stride(1), DOT_IN_FP32=not a.is_cuda,
-                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
-    return c
-
-
-class LoopLinear(torch.autograd.Function):
-    """y = x @ w, and its backward: dx = dy @ w^T, dw = x^T @ dy (transposes are free: strides)."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return loop_matmul(x, w)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        return loop_matmul(dy, w.t()), loop_matmul(x.t(), dy)
 
 
 if __name__ == "__main__":

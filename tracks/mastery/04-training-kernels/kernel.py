@@ -1,11 +1,9 @@
-"""Training kernels: the backward passes of normalization, gated activations, ReLU and dropout,
-each wrapped in a torch.autograd.Function so that loss.backward() runs Triton kernels both ways.
+"""Training kernels: what a training step runs besides its matrix products, in three parts, each an
+exercise for one sitting (the README has a section for each).
 
-A forward kernel computes y from x. Training also needs, for every input, the gradient of the loss
-with respect to it, given dy (the gradient with respect to y). Each op below decides what the
-forward saves for that (the statistics of a row, the inputs, the output, or only a seed) and
-recomputes the rest, because in a memory-bound op every extra tensor written and read back costs
-as much as the work itself:
+Part 1, the backward passes: the backward kernels of normalization, gated activations, ReLU and
+dropout, each joined to its forward in a torch.autograd.Function so that loss.backward() runs
+Triton kernels both ways.
 
     rms_norm(x, weight, eps)          y = x * rstd * weight                  saves rstd per row
     layer_norm(x, weight, bias, eps)  y = (x - mean) * rstd * weight + bias  saves mean and rstd
@@ -15,14 +13,18 @@ as much as the work itself:
     dropout(x, p, seed)               y = keep * x / (1 - p)                 saves the seed only
     dropout_with_mask(x, p, seed)     the same, returns (y, mask)            saves the mask
 
-The norms' weight gradient is a sum over all rows. Rather than write an M x N tensor of products
-and sum it, each backward program handles a block of rows, keeps a running partial sum of its
-rows in registers, and writes one partial row; a second, tiny kernel adds the partial rows up.
+Part 2, the optimizer step: adamw and sgd update lists of tensors in place as torch.optim.AdamW
+and torch.optim.SGD do, one launch per parameter dtype; unscale_grads does what
+torch.amp.GradScaler.unscale_ does before the step. training_loop.py, beside this file, trains a
+small model with them in mixed precision.
+
+Part 3, the selective scan: Mamba's selective_scan, forward, and backward as a reverse scan.
 
 All kernels compute in float32 (float64 for float64 inputs, so that torch.autograd.gradcheck can
 compare them with finite differences) and store in the tensor's own dtype.
 
-Check your work:  make check M=mastery/04-training-kernels
+Check your work:  make check M=mastery/04-training-kernels              (every part)
+                  make check M=mastery/04-training-kernels K=optimizer  (one part: backward, optimizer or scan)
     or, in this folder with the course's environment active:  python kernel.py
 """
 
@@ -33,6 +35,24 @@ import triton
 import triton.language as tl
 
 from grader.validation import check_tensors
+
+# The Triton dtype of each torch dtype: parts 2 and 3 pass it to their kernels as a tl.constexpr.
+_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+              torch.float64: tl.float64}
+
+
+# =================================================================================================
+# PART 1: the backward passes
+#
+# Each op decides what its forward saves for the backward (the statistics of a row, the inputs, the
+# output, or only a seed) and recomputes the rest: in a memory-bound op every extra tensor written
+# and read back costs as much as the work itself. The norms' weight gradient is a sum over all
+# rows: rather than write an M x N tensor of products and sum it, each backward program handles a
+# block of rows, keeps a running partial sum of its rows in registers, and writes one partial row;
+# a second, tiny kernel adds the partial rows up.
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=backward
+# =================================================================================================
 
 # A norm program keeps a whole row in registers (the backward: x, dy, weight and the partial sums
 # of its rows). Up to 65536 columns compile and run; past about 8192 the compiler spills some of
@@ -175,18 +195,18 @@ def rms_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, rstd_ptr, dx_ptr, partia
         x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(COMPUTE_DTYPE)
         dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(COMPUTE_DTYPE)
         rstd = tl.load(rstd_ptr + row)
-        # TODO 1: recompute the normalized row and the gradient that reaches it
+        # TODO 1.1: recompute the normalized row and the gradient that reaches it
         #   Hint: the forward saved rstd, so x_hat = x * rstd costs one multiply: no second reduction.
         #   Hint: y = x_hat * weight, so the gradient with respect to x_hat is weight * dy.
         x_hat = ...
         grad_x_hat = ...
-        # TODO 2: compute dx for this row and store it in dx's dtype
+        # TODO 1.2: compute dx for this row and store it in dx's dtype
         #   Hint: rstd depends on every element of the row, so dx is not just grad_x_hat * rstd: the
         #   Hint: chain rule through mean(x^2) gives dx = rstd * (grad_x_hat - x_hat * mean(grad_x_hat * x_hat)).
         #   Hint: the mean is over the n_cols real columns: the masked lanes hold zeros, so tl.sum / n_cols.
-        # TODO 3: add this row's contribution to the weight gradient
+        # TODO 1.3: add this row's contribution to the weight gradient
         #   Hint: dweight = sum over rows of dy * x_hat; this program adds up its own rows only.
-    # TODO 4: write this program's partial sum as row `program` of partial_dw
+    # TODO 1.4: write this program's partial sum as row `program` of partial_dw
     #   Hint: partial_dw_ptr is a contiguous (programs, n_cols) tensor; mask the padding lanes.
 
 
@@ -215,7 +235,7 @@ class RMSNormFunction(torch.autograd.Function):
         dy_rows = as_rows(dy)
         dx = torch.empty((n_rows, n_cols), dtype=x_rows.dtype, device=x_rows.device)
         programs, rows_per_program = backward_programs(n_rows, n_cols, x_rows.device)
-        # TODO 5: allocate the partial sums of dweight: one row per program, in the compute dtype
+        # TODO 1.5: allocate the partial sums of dweight: one row per program, in the compute dtype
         #   Hint: the rstd saved by the forward already has the compute dtype (float32, or float64).
         partial_dw = ...
         if n_rows:
@@ -224,7 +244,7 @@ class RMSNormFunction(torch.autograd.Function):
                 dy_rows, x_rows, weight, rstd, dx, partial_dw,
                 dy_rows.stride(0), x_rows.stride(0), dx.stride(0), n_rows, n_cols, rows_per_program,
                 BLOCK_N=block_n, COMPUTE_DTYPE=compute_dtype(x_rows), num_warps=num_warps)
-        # TODO 6: add up the partial rows into dweight, in weight's dtype
+        # TODO 1.6: add up the partial rows into dweight, in weight's dtype
         #   Hint: sum_partials runs the second, tiny kernel over the (programs, n_cols) partial sums.
         dweight = ...
         return dx.view(ctx.x_shape), dweight, None
@@ -287,15 +307,15 @@ def layer_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, mean_ptr, rstd_ptr, dx
         dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(COMPUTE_DTYPE)
         mean = tl.load(mean_ptr + row)
         rstd = tl.load(rstd_ptr + row)
-        # TODO 7: recompute x_hat (zero in the masked lanes) and the gradient that reaches it
+        # TODO 1.7: recompute x_hat (zero in the masked lanes) and the gradient that reaches it
         #   Hint: x_hat = (x - mean) * rstd from the saved statistics; the padding lanes would hold
         #   Hint: -mean * rstd, so put them back to 0 with tl.where before any sum.
         x_hat = ...
         grad_x_hat = ...
-        # TODO 8: compute dx for this row and store it in dx's dtype
+        # TODO 1.8: compute dx for this row and store it in dx's dtype
         #   Hint: as in RMSNorm, plus one term: the mean was subtracted, so the mean of grad_x_hat
         #   Hint: is subtracted too: dx = rstd * (grad_x_hat - mean(grad_x_hat) - x_hat * mean(grad_x_hat * x_hat)).
-        # TODO 9: add this row's contributions to the weight and bias gradients
+        # TODO 1.9: add this row's contributions to the weight and bias gradients
         #   Hint: dweight sums dy * x_hat over the rows, dbias sums dy.
     partial_row_ptr = partial_ptr + program * 2 * n_cols
     tl.store(partial_row_ptr + cols, partial_dw, mask=mask)
@@ -359,7 +379,7 @@ def silu_mul(gate, up):
 @triton.jit
 def silu_mul_backward(gate, up, dy):
     """(dgate, dup) for y = silu(gate) * up, recomputing sigmoid(gate) from the saved gate."""
-    # TODO 10: compute the gradients with respect to gate and up
+    # TODO 1.10: compute the gradients with respect to gate and up
     #   Hint: nothing of the forward was saved but gate and up: recompute sigmoid(gate) = 1 / (1 + exp(-gate)).
     #   Hint: dup = dy * silu(gate); d silu(g) / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g))), times dy * up.
     dgate = ...
@@ -561,7 +581,7 @@ def dropout_keep(seed, block_start, p, BLOCK: tl.constexpr):
     # One Philox call yields four independent uniform numbers: one call per four elements costs a
     # quarter of tl.rand's arithmetic, which would otherwise make dropout compute-bound on a GPU.
     counters = block_start // 4 + tl.arange(0, BLOCK // 4)
-    # TODO 11: draw one uniform number per element and keep the element with probability 1 - p
+    # TODO 1.11: draw one uniform number per element and keep the element with probability 1 - p
     #   Hint: tl.rand4x(seed, counters) returns four blocks r0..r3 of uniform numbers in [0, 1), the
     #   Hint: same for the same (seed, counter). Element 4c + s takes number s of counter c: nest two
     #   Hint: tl.join calls (r0 with r1, r2 with r3, then the two pairs) and reshape to (BLOCK,).
@@ -619,7 +639,7 @@ class DropoutFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        # TODO 12: compute dx from dy with the very mask the forward drew, without having saved it
+        # TODO 1.12: compute dx from dy with the very mask the forward drew, without having saved it
         #   Hint: y = keep * x * scale is linear in x, so dx = keep * dy * scale: the same kernel, on dy.
         #   Hint: the same seed and the same element indices (dy contiguous, like x was) give the same mask.
         dx = ...
@@ -673,8 +693,7 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 
 
 # =================================================================================================
-# Optimizers, gradient unscaling, the selective scan, and the training loop's matmul
-# =================================================================================================
+# PART 2: the optimizer step
 #
 # adamw(params, grads, exp_avgs, exp_avg_sqs, *, step, lr, beta1, beta2, eps, weight_decay)
 # sgd(params, grads, momentum_buffers, *, lr, momentum, dampening, nesterov, weight_decay, step)
@@ -683,9 +702,10 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 # unscale_grads(grads, inv_scale) -> found_inf
 #     what torch.amp.GradScaler.unscale_ does: multiply every gradient by inv_scale in place and
 #     report (1.0) whether any of them holds inf or NaN.
-# selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False) -> out
-#     Mamba's selective state-space scan, forward and backward (a torch.autograd.Function).
 # LoopLinear: a Triton matmul with its backward, for the training loop of training_loop.py.
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=optimizer
+# =================================================================================================
 
 # -------------------------------------------------------------------------------------------------
 # One launch over a list of tensors
@@ -709,8 +729,6 @@ def dropout_with_mask(x: torch.Tensor, p: float = 0.5, seed: int = 0):
 MULTI_TENSOR_BLOCK = 2048  # elements per iteration of a program's loop
 MULTI_TENSOR_CHUNK = 16384  # elements per program: a multiple of the block
 MULTI_TENSOR_WARPS = 8
-_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
-              torch.float64: tl.float64}
 _multi_tensor_tables: dict = {}
 
 
@@ -840,14 +858,14 @@ def adamw_block(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, offsets, limit
     exp_avg = tl.load(exp_avg_ptr + offsets, mask=mask, other=0.0)
     exp_avg_sq = tl.load(exp_avg_sq_ptr + offsets, mask=mask, other=0.0)
 
-    # TODO 13: apply the decoupled weight decay to the parameter
+    # TODO 2.1: apply the decoupled weight decay to the parameter
     #   Hint: AdamW shrinks the parameter itself by a fraction lr * weight_decay; the gradient and the moments never see weight_decay (that would be Adam with an L2 penalty).
     param = ...
-    # TODO 14: update the two moments, exp_avg (of the gradient) and exp_avg_sq (of its square)
+    # TODO 2.2: update the two moments, exp_avg (of the gradient) and exp_avg_sq (of its square)
     #   Hint: each is a running average: keep beta of the old value and add (1 - beta) of the new one.
     exp_avg = ...
     exp_avg_sq = ...
-    # TODO 15: take the step: the bias-corrected exp_avg over the bias-corrected root of exp_avg_sq
+    # TODO 2.3: take the step: the bias-corrected exp_avg over the bias-corrected root of exp_avg_sq
     #   Hint: the launcher passes step_size = lr / bias_correction1 and bias_correction2_sqrt.
     #   Hint: torch.optim.AdamW adds eps after the square root and the correction, not inside.
     denom = ...
@@ -908,7 +926,7 @@ def adamw(params, grads, exp_avgs, exp_avg_sqs, *, step, lr=1e-3, beta1=0.9, bet
     if not (beta1 < 1 and beta2 < 1):
         raise ValueError(f"adamw(): beta1 and beta2 must be in [0, 1), got {beta1} and {beta2}.")
 
-    # TODO 16: compute the two bias corrections of this step
+    # TODO 2.4: compute the two bias corrections of this step
     #   Hint: m and v start at 0; after `step` updates their weights sum to 1 - beta ** step, not 1.
     bias_correction1 = ...
     bias_correction2 = ...
@@ -944,12 +962,12 @@ def sgd_block(param_ptr, grad_ptr, buffer_ptr, offsets, limit, lr, momentum, dam
     grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
     grad = grad + weight_decay * param
     if HAS_MOMENTUM:
-        # TODO 17: update the momentum buffer
+        # TODO 2.5: update the momentum buffer
         #   Hint: at the first step PyTorch sets the buffer to the gradient itself, whatever it held and without dampening.
         #   Hint: FIRST_STEP is a tl.constexpr, so a plain `if FIRST_STEP:` picks the code at compile time.
         buffer = ...
         tl.store(buffer_ptr + offsets, buffer, mask=mask)
-        # TODO 18: the direction of the step, with Nesterov momentum or without
+        # TODO 2.6: the direction of the step, with Nesterov momentum or without
         #   Hint: without Nesterov the step follows the buffer; Nesterov looks ahead: the gradient plus momentum times the buffer.
         grad = ...
     param = param - lr * grad
@@ -1023,7 +1041,7 @@ def unscale_grads_block(grad_ptr, offsets, limit, inv_scale, GRAD_DTYPE: tl.cons
     """Unscale the elements at ``offsets`` below ``limit``; returns 1 if any was inf or NaN, else 0."""
     mask = offsets < limit
     grad = tl.load(grad_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    # TODO 19: flag the elements that are inf or NaN, and tell whether this block had any
+    # TODO 2.7: flag the elements that are inf or NaN, and tell whether this block had any
     #   Hint: NaN is not equal to itself, and no comparison with NaN is True: |grad| < inf is False for inf and for NaN.
     #   Hint: tl.max of an int32 block of 0s and 1s is 1 when any element is 1; the masked lanes hold 0.0, which is finite.
     not_finite = ...
@@ -1078,6 +1096,74 @@ def unscale_grads(grads, inv_scale):
             CHUNK=MULTI_TENSOR_CHUNK, BLOCK=MULTI_TENSOR_BLOCK, num_warps=MULTI_TENSOR_WARPS)
     return found_inf
 
+
+# -------------------------------------------------------------------------------------------------
+# The matrix product of the training loop (given code, nothing to do)
+#
+# training_loop.py trains a small model with this module's kernels: bf16 compute, fp32 master
+# weights, unscale_grads and adamw. Its two linear layers use this plain tiled matmul and its
+# backward (the matmul itself is the subject of missing-elements/02-matrix-mul).
+# -------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def loop_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                       stride_cm, stride_cn, DOT_IN_FP32: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k_start in range(0, K, BLOCK_K):
+        ks = k_start + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        if DOT_IN_FP32:  # Triton's interpreter gets bf16 tl.dot wrong: upcast there
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def loop_matmul(a, b):
+    """a @ b for 2-D tensors of one dtype (any strides), float32 accumulation, a's dtype out."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if a.is_cuda:
+        block_m, block_n, block_k = 64, 64, 32
+    else:  # the interpreter pays per operation, not per element: few, large blocks
+        block_m, block_n, block_k = (min(max(triton.next_power_of_2(s), 16), 128) for s in (M, N, K))
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    loop_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                             c.stride(0), c.stride(1), DOT_IN_FP32=not a.is_cuda,
+                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    return c
+
+
+class LoopLinear(torch.autograd.Function):
+    """y = x @ w, and its backward: dx = dy @ w^T, dw = x^T @ dy (transposes are free: strides)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return loop_matmul(x, w)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        return loop_matmul(dy, w.t()), loop_matmul(x.t(), dy)
+
+
+# =================================================================================================
+# PART 3: the selective scan
+#
+# selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False) -> out
+#     Mamba's selective state-space scan, forward and backward (a torch.autograd.Function).
+#
+# Check this part alone:  make check M=mastery/04-training-kernels K=scan
+# =================================================================================================
 
 # -------------------------------------------------------------------------------------------------
 # The selective scan (Mamba)
@@ -1158,7 +1244,7 @@ def selective_scan_fwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_pt
                                       DELTA_SOFTPLUS, COMPUTE)
             B = tl.load(B_ptr + bc_row + t, mask=n_mask, other=0.0).to(COMPUTE)
             C = tl.load(C_ptr + bc_row + t, mask=n_mask, other=0.0).to(COMPUTE)
-            # TODO 20: advance the states by one step, then read y out of them
+            # TODO 3.1: advance the states by one step, then read y out of them
             #   Hint: dt, u and y hold one value per channel (BLOCK_D,); B and C one per state (BLOCK_N,); A and h are (BLOCK_D, BLOCK_N): broadcast with [:, None] and [None, :].
             #   Hint: the new state decays the old one by exp(dt * A) and adds dt * u * B; y sums h * C over the state axis (axis=1).
             h = ...
@@ -1237,7 +1323,7 @@ def selective_scan_bwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_pt
                 dz = dout * y_skip * z_sigmoid * (1.0 + z * (1.0 - z_sigmoid))
                 tl.store(dz_ptr + row + t, dz.to(dz_ptr.dtype.element_ty), mask=d_mask)
                 dy = dout * z * z_sigmoid
-            # TODO 21: one step of the reverse scan: dh becomes dloss/dh_t, then the gradients of this step's inputs, then dh moves to the step before
+            # TODO 3.2: one step of the reverse scan: dh becomes dloss/dh_t, then the gradients of this step's inputs, then dh moves to the step before
             #   Hint: y_t = sum(h_t * C_t) adds dy * C to dh, and gives C the gradient sum over channels of dy * h_t (axis=0).
             #   Hint: h_t = decay * h_prev + (dt * u) * B with decay = exp(dt * A): the gradient of dt * A is dh * h_prev * decay; it reaches A (times dt) and dt (times A, summed over the states).
             #   Hint: the input term gives dt and u the factor sum(dh * B) (times u, and times dt), and B the sum over channels of dh * dt * u.
@@ -1375,65 +1461,6 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     """
     _selective_scan_check(u, delta, A, B, C, D, z, delta_bias)
     return SelectiveScan.apply(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus))
-
-
-# -------------------------------------------------------------------------------------------------
-# The matrix product of the training loop (given code, nothing to do)
-#
-# training_loop.py trains a small model with this module's kernels: bf16 compute, fp32 master
-# weights, unscale_grads and adamw. Its two linear layers use this plain tiled matmul and its
-# backward (the matmul itself is the subject of missing-elements/02-matrix-mul).
-# -------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def loop_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                       stride_cm, stride_cn, DOT_IN_FP32: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k_start in range(0, K, BLOCK_K):
-        ks = k_start + tl.arange(0, BLOCK_K)
-        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
-                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
-                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
-        if DOT_IN_FP32:  # Triton's interpreter gets bf16 tl.dot wrong: upcast there
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-def loop_matmul(a, b):
-    """a @ b for 2-D tensors of one dtype (any strides), float32 accumulation, a's dtype out."""
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if a.is_cuda:
-        block_m, block_n, block_k = 64, 64, 32
-    else:  # the interpreter pays per operation, not per element: few, large blocks
-        block_m, block_n, block_k = (min(max(triton.next_power_of_2(s), 16), 128) for s in (M, N, K))
-    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-    loop_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                             c.stride(0), c.stride(1), DOT_IN_FP32=not a.is_cuda,
-                             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
-    return c
-
-
-class LoopLinear(torch.autograd.Function):
-    """y = x @ w, and its backward: dx = dy @ w^T, dw = x^T @ dy (transposes are free: strides)."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return loop_matmul(x, w)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        return loop_matmul(dy, w.t()), loop_matmul(x.t(), dy)
 
 
 if __name__ == "__main__":
