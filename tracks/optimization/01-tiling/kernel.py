@@ -39,6 +39,8 @@ def transpose_kernel(
     # TODO 1: find the rows and the columns of x that this program's tile covers
     #   Hint: make the grid 2-D: axis 0 counts tiles down the rows of x, axis 1 across its columns.
     #   Hint: along each axis it is module 01's offsets again: the tile's start plus tl.arange.
+    #   Hint: make them tl.int64: an offset row * stride_xm passes 2**31 once x has that many
+    #   Hint: elements, and int32 arithmetic would wrap around to an address before x.
     # The starting kernel: a 1-D block of y's elements, in y's memory order. Consecutive
     # lanes write neighbours in y, but read x one row apart: a sector per lane.
     offsets = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -90,8 +92,9 @@ def matmul_kernel(
 ):
     # Program (pid_m, pid_n) computes the BLOCK_M x BLOCK_N tile of c at that place; with
     # BLOCK_M = BLOCK_N = 1 (the starting launcher) the tile is a single element.
-    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # 64-bit rows and columns: offs_m * stride_am passes 2**31 once a has that many elements.
+    offs_m = (tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    offs_n = (tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn

@@ -5,6 +5,7 @@ the memory-traffic bars, which the interpreter checks on a CPU (on a GPU the spe
 instead). transpose() is the module's main function; cases with spec=MATMUL call matmul().
 """
 
+import pytest
 import torch
 
 from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
@@ -12,6 +13,9 @@ from grader.checks import check_case, matmul_refusals
 from grader.traffic import TrafficBar, check_bar
 
 PYTEST_ONLY = {
+    "test_offsets_past_two_to_the_31": (
+        "Inputs of more than 2**31 elements take about 13 GB of GPU memory, more than the grader gives one "
+        "correctness process beside the others; make check runs it on a GPU with the memory free."),
     "test_memory_traffic": (
         "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
         "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
@@ -113,3 +117,35 @@ def test_matches_reference(kernel, case):
 
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
+
+
+BEYOND_INT32 = 46341  # 46341 ** 2 elements: just past 2 ** 31
+
+
+@pytest.mark.cuda
+def test_offsets_past_two_to_the_31(kernel):
+    """A transpose and a matmul whose input holds more than 2**31 elements: an offset row * stride
+    computed in int32 wraps around to an address before the tensor (an illegal access, or wrong
+    values). Make the row and column offsets tl.int64."""
+    from grader import device
+
+    if not device.is_cuda():
+        pytest.skip("needs a CUDA GPU: the interpreter would take hours over 2**31 elements")
+    free, _ = torch.cuda.mem_get_info()
+    if free < 14 * 2 ** 30:
+        pytest.skip(f"needs about 14 GB of free GPU memory ({free / 2 ** 30:.1f} GB free)")
+    x = torch.randn(BEYOND_INT32, BEYOND_INT32, dtype=torch.float16, device="cuda")
+    y = kernel.transpose(x)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x.t()), "transpose() of a 46341 x 46341 float16 matrix (past 2**31 elements) is " \
+        "wrong: are the offsets int32? Make rows and cols tl.int64 before multiplying by the strides."
+    del x, y
+    a = torch.randn(65600, 32768, dtype=torch.float16, device="cuda") * 32768 ** -0.25
+    b = torch.randn(32768, 16, dtype=torch.float16, device="cuda") * 32768 ** -0.25
+    c = kernel.matmul(a, b)
+    torch.cuda.synchronize()
+    expected = (a @ b).float()
+    assert torch.allclose(c.float(), expected, atol=5e-2, rtol=5e-2), \
+        "matmul() of a 65600 x 32768 a (past 2**31 elements) is wrong: are offs_m * stride_am computed in " \
+        "int32? Make the row and column offsets tl.int64."
+
