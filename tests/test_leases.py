@@ -130,16 +130,25 @@ def test_the_lease_counts_its_timings_and_how_long_they_waited_for_the_calls_in_
     timer.join(HANG_GUARD)
     assert (lease.usage.timings, lease.usage.alone_seconds, lease.usage.draining_seconds) == (2, 3.0, 5.0)
     assert lease.usage.since(leases.Usage(1, 1.0, 0.0)) == leases.Usage(1, 2.0, 5.0)
+    later, earlier = leases.Usage(3, 4.0, 5.0, 1.5, 2), leases.Usage(1, 1.0, 2.0, 0.5, 1)
+    assert later.since(earlier) == leases.Usage(2, 3.0, 3.0, 1.0, 1)
 
 
 def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
     from grader.grade import leases, runphase
 
-    summary = runphase.RunSummary([], tmp_path, {}, {0: leases.Usage(2, 3.0, 5.0), 1: leases.Usage()})
+    summary = runphase.RunSummary([], tmp_path, {}, {0: leases.Usage(2, 3.0, 5.0, 1.2), 1: leases.Usage(),
+                                                     2: leases.Usage(4, 70.0, 0.0, 61.0, 2)})
     lines = summary.profile_table().splitlines()
     assert [line for line in lines if line.startswith("GPU")] == [
-        "GPU 0: 2 timings had it alone for 3.0 s in all; they waited 5.0 s for the calls in progress to end "
-        "(children whose call had ended frozen meanwhile)."]
+        "GPU 0: 2 timings had it alone for 3.0 s in all, of which 1.2 s waiting for the driver to report no kernel "
+        "running; they waited 5.0 s for the calls in progress to end (children whose call had ended frozen "
+        "meanwhile).",
+        "GPU 2: 4 timings had it alone for 70.0 s in all, of which 61.0 s waiting for the driver to report no kernel "
+        "running; they waited 0.0 s for the calls in progress to end (children whose call had ended frozen "
+        "meanwhile). 2 of the timings began on a GPU still busy after 30 s of waiting (their records say so): "
+        "something that freezing the grader's children does not stop was running there, such as another program "
+        "(see nvidia-smi). Stop it, then grade those submissions again (--regrade)."]
     peak = float(lines[-1].split("peaked at ")[1].split(" GiB")[0])
     assert 0 < peak < 64, "the grader's own peak memory, in GiB"
 
@@ -251,3 +260,68 @@ def test_a_started_child_is_told_to_go_on_once_no_timing_has_the_gpu():
     assert steps == ["paused", "timing ends", "resumed", {"go": True}]
     on_cpu = SimpleNamespace(on=torch.device("cpu"), lease=lease)
     assert Grading.let_in(on_cpu, child) == 0.0 and steps[-1] == {"go": True} and len(steps) == 4
+
+
+def _driver(monkeypatch, *percents):
+    """Fake driver readings for the leases (``percents`` in turn, then the last one forever), no
+    settling, and a registry of leases of the test's own; returns the GPU index of each reading."""
+    from grader.grade import leases
+
+    monkeypatch.setattr(leases, "_leases", {})
+    left, readings = list(percents), []
+
+    def read(index):
+        readings.append(index)
+        assert len(readings) < 1000, "the lease never stopped reading"
+        return left.pop(0) if len(left) > 1 else left[0]
+    monkeypatch.setattr(leases, "read_busy", read)
+    monkeypatch.setattr(leases, "settle_seconds", lambda index: 0.0)
+    return readings
+
+
+def test_a_timing_waits_for_the_driver_to_report_the_gpu_idle_once_the_others_are_frozen(monkeypatch):
+    from grader.grade import leases
+
+    events = []
+    readings = _driver(monkeypatch, 60, 30, 0)
+    original = leases.read_busy
+    monkeypatch.setattr(leases, "read_busy", lambda index: events.append("read") or original(index))
+    lease = leases.GpuLease(3)
+    with lease.shared():
+        lease.leave("child", lambda: events.append("paused"), lambda: events.append("resumed"))
+        with lease.exclusive() as idle:
+            events.append("timing")
+    assert readings == [3, 3, 3], "the lease's own GPU, until it read 0"
+    assert events == ["paused", "read", "read", "read", "timing", "resumed"], "frozen first, then read"
+    assert idle.idle is True and idle.last_percent == 0 and 0 < idle.waited_s < HANG_GUARD
+    assert lease.usage.idle_wait_seconds == idle.waited_s and lease.usage.busy_starts == 0
+
+
+def test_a_timing_that_begins_on_a_gpu_still_busy_is_counted(monkeypatch):
+    from grader.grade import leases
+
+    _driver(monkeypatch, 100, 85)
+    monkeypatch.setattr(leases, "IDLE_LIMIT_SECONDS", 0.05)
+    lease = leases.GpuLease(0)
+    with lease.exclusive() as idle:
+        assert lease._exclusive, "the timing goes ahead, marked"
+    assert idle.idle is False and idle.last_percent == 85 and idle.waited_s >= 0.05
+    assert (lease.usage.timings, lease.usage.busy_starts) == (1, 1)
+    assert lease.usage.idle_wait_seconds == idle.waited_s
+    before = leases.Usage(**vars(lease.usage))
+    _driver(monkeypatch, 0)
+    with lease.exclusive() as idle:
+        pass
+    assert idle.idle is True and lease.usage.since(before).busy_starts == 0 and lease.usage.busy_starts == 1
+
+
+def test_a_lease_without_a_gpu_never_asks_the_driver(monkeypatch):
+    from grader.grade import leases
+
+    readings = _driver(monkeypatch, 50)
+    assert leases.for_gpu(None).index is None and leases.for_gpu(5).index == 5
+    lease = leases.GpuLease(None)
+    with lease.exclusive() as idle:
+        pass
+    assert idle == leases.gpu_idle.Idle(None, 0.0, None) and readings == []
+    assert (lease.usage.timings, lease.usage.idle_wait_seconds, lease.usage.busy_starts) == (1, 0.0, 0)

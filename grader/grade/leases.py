@@ -11,7 +11,9 @@ the calls in progress. A call that stops to compile (CPU work) lets go of the GP
 has the GPU. A child holds its lease for as long as it can run, so
 that no process of another grading runs, idle or busy, while a kernel is timed: the only other
 children that may exist then are timed children waiting their turn, frozen
-(``grader.grade.timing``).
+(``grader.grade.timing``). A frozen child's kernels already queued on the GPU run on, whatever it
+claimed, so once the others are frozen a timing also waits for the driver to report the GPU idle
+(``grader.grade.gpu_idle``).
 """
 
 from __future__ import annotations
@@ -21,18 +23,34 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from grader.grade import gpu_idle
+
+# The longest a timing waits for the driver to report no kernel running. Past it the timing starts
+# anyway, on a GPU still busy (counted in ``Usage``, and in the record by ``grader.grade.timing``):
+# something that no freezing stops (another program on the GPU, a child's endless kernel) is at work.
+IDLE_LIMIT_SECONDS = 30.0
+
+# The driver's answers about a GPU, by index (tests swap them for fakes).
+read_busy = gpu_idle.busy_percent
+settle_seconds = gpu_idle.settle_seconds
+
 
 @dataclass
 class Usage:
-    """How a GPU's lease was held (``--profile``): the timings that had it alone, and how long
-    waiting timings stalled the children sharing it until the calls in progress ended."""
+    """How a GPU's lease was held (``--profile``): the timings that had it alone, how long waiting
+    timings stalled the children sharing it until the calls in progress ended, how much of the
+    time alone went to waiting for the driver to report the GPU idle, and how many timings began
+    on a GPU still busy after ``IDLE_LIMIT_SECONDS``."""
     timings: int = 0
     alone_seconds: float = 0.0
     draining_seconds: float = 0.0
+    idle_wait_seconds: float = 0.0
+    busy_starts: int = 0
 
     def since(self, earlier: Usage) -> Usage:
         return Usage(self.timings - earlier.timings, self.alone_seconds - earlier.alone_seconds,
-                     self.draining_seconds - earlier.draining_seconds)
+                     self.draining_seconds - earlier.draining_seconds,
+                     self.idle_wait_seconds - earlier.idle_wait_seconds, self.busy_starts - earlier.busy_starts)
 
 
 @dataclass
@@ -45,7 +63,8 @@ class _Left:
 
 
 class GpuLease:
-    def __init__(self):
+    def __init__(self, index: int | None = None):
+        self.index = index  # the GPU, in torch's numbering; None: no GPU
         self._lock = threading.Condition()
         self._sharing = 0  # children holding the lease together
         self._exclusive = False
@@ -130,6 +149,9 @@ class GpuLease:
 
     @contextmanager
     def exclusive(self):
+        """Have the GPU alone: wait for the calls in progress, freeze the children that left it,
+        then wait (at most ``IDLE_LIMIT_SECONDS``) for the driver to report no kernel running.
+        Yields that wait's ``gpu_idle.Idle`` (idle None: no GPU, or NVML cannot say)."""
         with self._lock:
             self._waiting += 1
             if self._sharing and not self._exclusive and self._draining_since is None:
@@ -142,14 +164,22 @@ class GpuLease:
             if self._draining_since is not None:
                 self.usage.draining_seconds += started - self._draining_since
                 self._draining_since = None
+        idle = gpu_idle.Idle(None, 0.0, None)
         try:
-            yield
+            # Outside the lock: what takes it meanwhile (a rejoin, a forget) must not wait for the driver.
+            if self.index is not None:
+                idle = gpu_idle.wait_until_idle(self.index, IDLE_LIMIT_SECONDS, read=read_busy,
+                                                settle_s=settle_seconds(self.index))
+            yield idle
         finally:
             with self._lock:
                 self._exclusive = False
                 self._resume_off()
                 self.usage.timings += 1
                 self.usage.alone_seconds += time.monotonic() - started
+                self.usage.idle_wait_seconds += idle.waited_s
+                if idle.idle is False:
+                    self.usage.busy_starts += 1
                 self._lock.notify_all()
 
 
@@ -171,4 +201,6 @@ def usage() -> dict[int | None, Usage]:
 def for_gpu(index: int | None) -> GpuLease:
     """The lease of GPU ``index`` in this process (None: no GPU, where leases change nothing)."""
     with _leases_lock:
-        return _leases.setdefault(index, GpuLease())
+        if index not in _leases:
+            _leases[index] = GpuLease(index)
+        return _leases[index]

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.grade.leases import IDLE_LIMIT_SECONDS
+
 # In the order a grading meets them.
 STEPS = (
     ("waiting", "waiting for a worker slot (a GPU, or CPU cores)"),
@@ -98,9 +100,16 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
 
 def lease_line(gpu, usage) -> str:
     """One GPU's exclusive use during a run (``grader.grade.leases.Usage``), in words."""
-    return (f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all; "
-            f"they waited {usage.draining_seconds:.1f} s for the calls in progress to end (children whose "
-            f"call had ended frozen meanwhile).")
+    line = (f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all, of which "
+            f"{usage.idle_wait_seconds:.1f} s waiting for the driver to report no kernel running; they waited "
+            f"{usage.draining_seconds:.1f} s for the calls in progress to end (children whose call had ended "
+            f"frozen meanwhile).")
+    if usage.busy_starts:
+        line += (f" {usage.busy_starts} of the timings began on a GPU still busy after {IDLE_LIMIT_SECONDS:.0f} s "
+                 f"of waiting (their records say so): something that freezing the grader's children does not stop "
+                 f"was running there, such as another program (see nvidia-smi). Stop it, then grade those "
+                 f"submissions again (--regrade).")
+    return line
 
 
 def memory_line() -> str:
