@@ -26,13 +26,13 @@ from grader.core.catalog import REPO_ROOT, find_module
 from grader.grade import cluster, runphase
 from grader.grade.grading import Options
 from grader.grade.runphase import Outcome
-from grader.grade.store import RECORD_VERSION, Submission, cases_hash, read_source, sha256
+from grader.grade.store import Submission, cases_hash, read_source, sha256
 from grader.sandbox.isolation import GiB, Limits
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
               pytest.mark.heavy,
               pytest.mark.skipif(device.is_cuda(), reason="the CPU suite's cluster has no GPU; "
-                                 "docs/instructors.md has the GPU cluster's measurements")]
+                                 "docs/measurements.md has the GPU cluster's measurements")]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 LIMITS = Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
@@ -184,18 +184,29 @@ def test_the_driver_refuses_a_record_that_is_not_for_the_file_it_sent(address, e
     assert len(list((results / "records").rglob("*.json"))) == 1
 
 
+def _record(**fields) -> dict:
+    """A record of the grader's format with no case, for answers of a worker."""
+    from grader.grade.record_format import Count, Record, Totals
+
+    return Record(**{"module": "", "submission_sha256": "", "cases_sha256": "", "device": "cpu", "graded_at": "",
+                      "summary": "", "load_error": None, "todos": [], "starting_kernel": False, "cases": [],
+                      "parts": [], "totals": Totals(Count(0, 0), Count(0, 0), 0, 0, 0.0), "integrity": None,
+                      "refusal": None, "performance": {}, "note": "", "cpu_seconds": {}, "protections": {},
+                      "evidence": "", "child_processes": 0, **fields}).to_json()
+
+
 @pytest.mark.parametrize("spoil, words", [
     (lambda answer: answer.pop("record"), "shape"),
     (lambda answer: answer.update(children="3"), "shape"),
     (lambda answer: answer["record"].update(module="missing-elements/02-matrix-mul"), "module"),
     (lambda answer: answer["record"].update(cases_sha256="x"), "cases_sha256"),
-    (lambda answer: answer["record"].pop("cases"), "no totals or cases"),
+    (lambda answer: answer["record"].pop("cases"), "cases is missing"),
+    (lambda answer: answer["record"]["totals"].update(passed="3"), "totals.passed has the wrong type"),
 ])
 def test_accept_checks_every_part_of_an_answer(spoil, words):
     source = b"print('hello')\n"
-    answer = {"record": {"record_version": RECORD_VERSION, "module": VECTOR_ADD.id,
-                         "submission_sha256": sha256(source), "cases_sha256": cases_hash(VECTOR_ADD),
-                         "totals": {}, "cases": []},
+    answer = {"record": _record(module=VECTOR_ADD.id, submission_sha256=sha256(source),
+                                cases_sha256=cases_hash(VECTOR_ADD)),
               "log": "", "children": 2, "profile": {"cases": 1.5, 3: "x"}, "total": 2.0}
     graded = cluster.accept(json.loads(json.dumps(answer)), VECTOR_ADD, source)
     assert graded.children == 2 and graded.profile.seconds == {"cases": 1.5} and graded.profile.total == 2.0

@@ -326,3 +326,35 @@ def test_a_part_is_timed_once_its_own_cases_pass_whatever_the_others_do():
     assert not timing._every_case_passed(grading, None), "the whole module: every case"
     verdicts[2] = SimpleNamespace(passed=True)
     assert not timing._every_case_passed(grading, parts[1]), "a case of the part without a verdict"
+
+
+def test_a_timing_that_began_on_a_busy_gpu_counts_but_says_so(monkeypatch):
+    """The lease's wait for an idle GPU ran out: the timing still counts (a submission must not
+    buy its way out of the speed bar by keeping the GPU busy), and the entry tells why it may be
+    slow; a GPU that went idle leaves no note."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from grader.grade import gpu_idle, timing
+
+    def lease(idle):
+        @contextmanager
+        def exclusive():
+            yield gpu_idle.Idle(idle, 30.0, 97 if idle is False else 0)
+        return SimpleNamespace(exclusive=exclusive)
+
+    def measured(idle):
+        grading = SimpleNamespace(lease=lease(idle), profile=SimpleNamespace(add=lambda *a: None))
+        target = timing._Target(grading, Spec(api="f", make_inputs=None, reference=None), "")
+
+        def timed(target, inputs, busy):
+            with target.grading.lease.exclusive() as alone:
+                if alone.idle is False:
+                    busy.append(alone)
+            return {"graded": True, "credit": 0.5, "ratio": 0.6}
+        monkeypatch.setattr(timing, "_timed", timed)
+        return timing._measure(target, None)
+
+    busy = measured(False)
+    assert busy["credit"] == 0.5 and busy["gpu_busy_at_start"] == 97 and "97% busy" in busy["warning"]
+    assert "warning" not in measured(True) and "warning" not in measured(None)

@@ -30,7 +30,8 @@ from grader.core import device
 from grader.core.catalog import find_module
 from grader.grade.grading import Graded, Options, grade_one, make_sandbox
 from grader.grade.profile import Profile
-from grader.grade.store import RECORD_VERSION, cases_hash, keep, sha256
+from grader.grade.record_format import RECORD_VERSION, problems
+from grader.grade.store import cases_hash, keep, sha256
 from grader.sandbox.isolation import UnsafeSandbox
 
 FALLBACK_NOTE = ("Ray is not installed in this Python environment, so this run grades on this machine "
@@ -179,8 +180,9 @@ def accept(result, module, source: bytes) -> Graded:
         if record.get(name) != value:
             raise ValueError(f"its record's {name} is {record.get(name)!r}, not {value!r} (does the node have "
                              "another checkout of the course, or another device mode?)")
-    if not isinstance(record.get("totals"), dict) or not isinstance(record.get("cases"), list):
-        raise ValueError("its record has no totals or cases")
+    found = problems(record)
+    if found:
+        raise ValueError(f"its record is not of the grader's format: {'; '.join(found[:3])}")
     profile = Profile()
     for step, seconds in (result.get("profile") or {}).items():
         if isinstance(step, str) and type(seconds) in (int, float):

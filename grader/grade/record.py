@@ -284,6 +284,8 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
         for part in record.get("parts") or ():
             entry = performance["parts"].get(part["name"]) or {}
             text += f"\n  {_part_label(record, part)}: {entry.get('reason') or 'not timed'}"
+        if performance.get("warning"):
+            text += f"\n  Note: {performance['warning']}."
         return text, points
     if not reason and "ratio" in performance:
         reason = f"{float(performance['ratio']):.2f} x the reference's speed"

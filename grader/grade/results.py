@@ -12,7 +12,7 @@ from grader.core.evidence import EVIDENCE
 from grader.core.loading import todo_summary
 from grader.core.markers import MarkerError, open_todos, stub_for, todos_behind
 from grader.grade.judging import INTEGRITY, Verdict, hidden_message
-from grader.grade.store import RECORD_VERSION
+from grader.grade.record_format import CaseRow, Count, Integrity, PartInfo, Record, Totals
 
 
 def build(grading, submission_sha: str, cases_sha: str) -> dict:
@@ -53,15 +53,14 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
                 message += f"\n{case_hint}"
         counts[visibility][0] += verdict.passed
         counts[visibility][1] += 1
-        rows.append({"name": name, "visibility": visibility, "passed": verdict.passed,
-                     "kind": "" if verdict.passed else verdict.kind,
-                     "message": "" if verdict.passed else message, "seconds": round(verdict.seconds, 3)})
-        if len(parts) > 1:  # the module's exercise the case belongs to (grader.grade.scoring weighs them)
-            rows[-1]["part"] = part_of(parts, spec_for(case, grading.plan.spec).api).name
+        # A module of several exercises names each case's (grader.grade.scoring weighs them).
+        part = part_of(parts, spec_for(case, grading.plan.spec).api).name if len(parts) > 1 else None
+        rows.append(CaseRow(name, visibility, verdict.passed, "" if verdict.passed else verdict.kind,
+                            "" if verdict.passed else message, round(verdict.seconds, 3), part))
     passed = counts["public"][0] + counts["hidden"][0]
     total = counts["public"][1] + counts["hidden"][1]
-    integrity = next(({"violation": row["kind"], "message": INTEGRITY[row["kind"]]}
-                      for row in rows if row["kind"] in INTEGRITY), None)
+    integrity = next(({"violation": row.kind, "message": INTEGRITY[row.kind]}
+                      for row in rows if row.kind in INTEGRITY), None)
     if integrity is None and (grading.performance or {}).get("integrity"):
         integrity = grading.performance["integrity"]  # the timed calls went around the exercise
     if grading.refusal is not None:  # the reasons themselves, for feedback and the tables
@@ -80,36 +79,33 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
     note = crash_note(grading)
     if note and integrity is None and grading.load_error is None:
         summary += f"\n{note}"
-    return {
-        "record_version": RECORD_VERSION,
-        "module": grading.module.id,
-        "submission_sha256": submission_sha,
-        "cases_sha256": cases_sha,
-        "device": device.describe(),
-        "graded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "summary": summary,
-        "load_error": grading.load_error,
-        "todos": [str(t) for t in todos],
-        "starting_kernel": is_starting_kernel(source, grading.module),
-        "cases": rows,
-        "parts": [{"name": part.name, "title": part.title, "weight": part.weight} for part in parts]
-        if len(parts) > 1 else [],
-        "totals": {"public": {"passed": counts["public"][0], "total": counts["public"][1]},
-                   "hidden": {"passed": counts["hidden"][0], "total": counts["hidden"][1]},
-                   "passed": passed, "total": total,
-                   "score": round(passed / total, 4) if total and integrity is None else 0.0},
-        "integrity": integrity,
-        "refusal": grading.refusal,
-        "performance": grading.performance if integrity is None or not grading.performance.get("graded")
-        or grading.performance.get("integrity") else
-        {**grading.performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]},
-        "note": note,
-        "cpu_seconds": {"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},
-        "protections": grading.protections,
-        "evidence": EVIDENCE["interpreter"] if not device.is_cuda() else
+    performance = grading.performance
+    if integrity is not None and performance.get("graded") and not performance.get("integrity"):
+        performance = {**performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]}
+    return Record(
+        module=grading.module.id,
+        submission_sha256=submission_sha,
+        cases_sha256=cases_sha,
+        device=device.describe(),
+        graded_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        summary=summary,
+        load_error=grading.load_error,
+        todos=[str(t) for t in todos],
+        starting_kernel=is_starting_kernel(source, grading.module),
+        cases=rows,
+        parts=[PartInfo(part.name, part.title, part.weight) for part in parts] if len(parts) > 1 else [],
+        totals=Totals(Count(*counts["public"]), Count(*counts["hidden"]), passed, total,
+                      round(passed / total, 4) if total and integrity is None else 0.0),
+        integrity=Integrity(**integrity) if integrity is not None else None,
+        refusal=grading.refusal,
+        performance=performance,
+        note=note,
+        cpu_seconds={"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},
+        protections=grading.protections,
+        evidence=EVIDENCE["interpreter"] if not device.is_cuda() else
         EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
-        "child_processes": grading.children,
-    }
+        child_processes=grading.children,
+    ).to_json()
 
 
 def _definitions(source: str) -> dict[str, tuple[int, int]] | None:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from grader.core import device
 from grader.core.catalog import Module
+from grader.grade.record_format import RECORD_VERSION, problems
 
-RECORD_VERSION = 6  # 6: case rows name their part, and a module of several parts is timed per part
 MAX_SOURCE_BYTES = 1 << 20
 SECRET_FILE = "secret"
 SECRET_BITS = 48
@@ -90,12 +90,13 @@ def record_path(results_dir: Path, module: Module, submission_sha: str, cases_sh
 
 
 def read_record(path: Path) -> dict | None:
-    """A complete record from an earlier run, or None."""
+    """A complete record of this format from an earlier run (``record_format.problems`` finds
+    none), or None: the file is then graded again."""
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("record_version") == RECORD_VERSION else None
+    return record if not problems(record) else None
 
 
 def write_atomically(path: Path, text: str) -> None:
