@@ -2,6 +2,8 @@
 untouched stub fails with the TODO message, and the reference passes every hidden case.
 (The public cases run the reference through tracks/*/test_kernel.py with --impl=solutions.)"""
 
+import re
+
 import pytest
 
 from grader.core import cases, device
@@ -35,6 +37,20 @@ def test_stub_has_the_promised_todos(module):
         inside = [t for t in todos if part is None or part.first_line <= t.line <= part.last_line]
         expected += [(part and part.number, n) for n in range(1, len(inside) + 1)]
     assert [(t.part, t.number) for t in todos] == expected
+
+
+@pytest.mark.parametrize("module", MODULES, ids=IDS)
+def test_the_stubs_parts_are_the_graded_parts(module):
+    """The ``# PART`` markers of kernel.py and the parts its tests grade (``PARTS``) are the same,
+    in the same order, and each part of the file defines the functions graded in that part."""
+    stub = stub_for(module)
+    graded = [part for part in cases.parts(module) if part.name]
+    marked = parts(stub)
+    assert [p.title for p in marked] == [p.title for p in graded]
+    defined = {m[1]: stub[:m.start()].count("\n") + 1 for m in re.finditer(r"(?m)^def (\w+)\(", stub)}
+    for part, lines in zip(graded, marked):
+        outside = [api for api in part.functions if not lines.first_line <= defined.get(api, 0) <= lines.last_line]
+        assert not outside, f"{module.id}: {outside} belong to part {lines.number} but are not defined in it"
 
 
 STARTS_CORRECT = [m for m in MODULES if m.track == "optimization"]  # correct but slow

@@ -1,5 +1,6 @@
 """Hidden grading cases for 04-training-kernels: shapes, layouts, seeds and probabilities the public
-tests do not show."""
+tests do not show, for every function of each of its three parts (CASES: Part 1, the backward
+passes; TRAINING_STATE_CASES: Part 2, the optimizer step, and Part 3, the selective scan)."""
 
 import torch
 
@@ -13,6 +14,7 @@ RELU = public_spec(MODULE, "relu")
 DROPOUT = public_spec(MODULE, "DROPOUT")
 DROPOUT_WITH_MASK = public_spec(MODULE, "DROPOUT_WITH_MASK")
 DROPOUT_SEEDS = public_spec(MODULE, "DROPOUT_SEEDS")
+DROPOUT_WITH_MASK_SEEDS = public_spec(MODULE, "DROPOUT_WITH_MASK_SEEDS")
 
 CASES = [
     Case({"shape": (2, 1)}, torch.float16, label="N = 1"),
@@ -65,6 +67,8 @@ CASES = [
          label="large", cuda_only=True),
     Case({"shape": (25, 90), "p": 0.3, "layout": "row-strided"}, spec=DROPOUT_SEEDS,
          label="the mask: the seed's alone, strided rows"),
+    Case({"shape": (2100,), "p": 0.6}, torch.float16, spec=DROPOUT_WITH_MASK_SEEDS,
+         label="the returned mask: the seed's alone, a tail past two blocks"),
 ]
 
 ADAMW = public_spec(MODULE, "ADAMW")
@@ -83,6 +87,8 @@ TRAINING_STATE_CASES = [
          label="beta1 = 0"),
     Case({"sizes": [(64,), (3,)], "steps": 2, "grad_scale": 0.0, "weight_decay": 0.1}, spec=ADAMW,
          label="zero gradients: only the decay moves p"),
+    Case({"sizes": [(500,), (3, 3)], "steps": 4, "grad_scale": 1e-3, "eps": 1e-4}, spec=ADAMW,
+         label="small gradients next to eps"),
     Case({"sizes": [(1 << 22,), (777,), (1 << 20,)], "steps": 2, "weight_decay": 0.1}, spec=ADAMW, label="large",
          cuda_only=True),
     # The buffers see weight_decay * p, and p is rounded to fp16 after every step while the float64
@@ -94,6 +100,8 @@ TRAINING_STATE_CASES = [
          label="one step: the buffer is the gradient"),
     Case({"sizes": [(25,), (16385,)], "steps": 2, "weight_decay": 0.1}, torch.bfloat16, spec=SGD,
          label="no momentum, decay, bf16"),
+    Case({"sizes": [(17,), (2050,)], "steps": 3, "momentum": 0.5, "dampening": 0.5}, torch.float16, spec=SGD,
+         label="fp16, dampening from the second step on"),
     Case({"sizes": [(1 << 22,), (1 << 20,)], "steps": 2, "momentum": 0.9}, spec=SGD, label="large", cuda_only=True),
     Case({"sizes": [(10,), (20,), (30,)], "dtypes": ["fp32", "fp16", "bf16"],
           "specials": [(0, 3, float("nan")), (2, 29, float("inf"))]}, spec=UNSCALE, label="NaN and inf"),
@@ -102,6 +110,11 @@ TRAINING_STATE_CASES = [
     Case({"sizes": [(7,)] * 10, "dtypes": ["fp16"] * 10}, spec=UNSCALE, label="ten fp16 tensors, all finite"),
     Case({"sizes": [(5,), (6,)], "inv_scale": 2.0, "inv_scale_as": "float", "specials": [(1, 0, -float("inf"))]},
          spec=UNSCALE, label="scaling up, -inf"),
+    # found_inf is one flag for every tensor and dtype: a program, or a launch, that saw none must leave it alone
+    Case({"sizes": [(7,), (40,), (3,)], "specials": [(0, 2, float("inf"))]}, spec=UNSCALE,
+         label="inf in the first of three tensors"),
+    Case({"sizes": [(300,), (12,)], "dtypes": ["fp32", "bf16"], "specials": [(0, 5, float("nan"))]}, spec=UNSCALE,
+         label="NaN in the first of two dtypes"),
     Case({"sizes": [(1 << 24,), (3,)], "dtypes": ["bf16", "fp32"], "specials": [(0, (1 << 24) - 1, float("nan"))]},
          spec=UNSCALE, label="large", cuda_only=True),
     Case({"shape": (3, 33, 5, 7)}, spec=SCAN, label="five channel blocks"),
@@ -111,6 +124,8 @@ TRAINING_STATE_CASES = [
     Case({"shape": (1, 6, 9, 4), "with": ("delta_bias",)}, spec=SCAN_FORWARD, label="forward, delta_bias only"),
     Case({"shape": (0, 4, 5, 3)}, spec=SCAN_FORWARD, label="no batch"),
     Case({"shape": (2, 9, 10, 5), "delta": (30.0, 200.0)}, torch.float16, spec=SCAN, label="fp16, large delta"),
+    Case({"shape": (2, 10, 12, 4), "layout": "transposed"}, torch.bfloat16, spec=SCAN, label="bf16, u a transpose"),
+    Case({"shape": (1, 9, 70, 3), "softplus": False}, spec=SCAN_BASIC, label="five chunks, no softplus"),
     Case({"shape": (1, 512, 1000, 16), "bc": "fp32"}, torch.bfloat16, spec=SCAN, label="large", cuda_only=True),
 ]
 CASES = CASES + TRAINING_STATE_CASES
