@@ -287,6 +287,9 @@ def test_a_timed_child_may_write_files_as_large_as_a_benchmark_call_needs():
     big = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(1 << 20))  # its storage's size counts
     inputs = timing.TimingInputs(None, [((big,), {})], ((big, big[:10]), {}))
     assert timing.saved_file_bytes(inputs) >= 4 * (1 << 20) + 2 * (1 << 20)
+    # Its working folder holds the inputs handed to it besides: an AdamW step over 124 M float32
+    # parameters (2 GB of state per set) passed the default 4 GiB and could not be timed.
+    assert timing.working_folder_bytes(inputs) >= timing.saved_file_bytes(inputs) + 2 * (1 << 20)
 
 
 def test_a_module_of_several_parts_gets_each_part_timed_and_their_credit_weighted():
@@ -358,3 +361,33 @@ def test_a_timing_that_began_on_a_busy_gpu_counts_but_says_so(monkeypatch):
     busy = measured(False)
     assert busy["credit"] == 0.5 and busy["gpu_busy_at_start"] == 97 and "97% busy" in busy["warning"]
     assert "warning" not in measured(True) and "warning" not in measured(None)
+
+
+def test_a_timed_child_gets_the_room_its_timing_inputs_need():
+    """An AdamW step over 247 M float32 parameters hands the timed child 4 GB per input set: its
+    working folder, file size and host memory grow with the inputs (the default 16 GiB ran out
+    while it read them), and it times the part's own function."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from grader.grade import timing
+
+    asked = {}
+
+    class Started(Exception):
+        pass
+
+    def start_child(n_calls, **kwargs):
+        asked.update(kwargs)
+        raise Started
+
+    big = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(1 << 20))
+    inputs = timing.TimingInputs(None, [((big,), {})], ((big,), {}))
+    grading = SimpleNamespace(start_child=start_child)
+    target = timing._Target(grading, Spec(api="adamw", make_inputs=None, reference=None), "optimizer")
+    with pytest.raises(Started):
+        timing._started(target, inputs)
+    assert asked["api"] == "adamw" and asked["timed"]
+    assert asked["disk_bytes"] == timing.working_folder_bytes(inputs) > asked["file_bytes"]
+    assert asked["held_bytes"] == 3 * (2 << 20)

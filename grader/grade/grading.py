@@ -298,13 +298,17 @@ class Grading:
             ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
 
     def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None,
-                    file_bytes: int | None = None, api: str | None = None):
+                    file_bytes: int | None = None, api: str | None = None, disk_bytes: int | None = None,
+                    held_bytes: int = 0):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``).
         On a GPU it may allocate what the grading has reserved per child (``reserving``).
         ``source``: another file to run instead (the reference solution, timed the way the
         submission is), with a Triton cache of its own. ``file_bytes``: a larger file-size limit
-        than the run's (a timed child saves benchmark-sized calls). ``api``: the function a timed
+        than the run's (a timed child saves benchmark-sized calls), and ``disk_bytes`` a larger
+        working folder (the timing inputs handed to it and what it saves); ``held_bytes`` of host
+        memory beyond the usual limit (it reads its inputs from a file before they go to the GPU).
+        ``api``: the function a timed
         child times (default: the module's main one; a module's part times its own).
 
         On a GPU the child counts as off the GPU (``leases.GpuLease.leave``) until it has
@@ -317,7 +321,10 @@ class Grading:
                    # A timed child's compiling happens before it has the GPU alone; the others'
                    # lets timings go ahead (grader.grade.leases).
                    "gate_compiles": not timed, "gate_start": self.on.type == "cuda"}
-        limits = replace(self.limits, file_bytes=max(self.limits.file_bytes, file_bytes or 0))
+        limits = replace(self.limits, file_bytes=max(self.limits.file_bytes, file_bytes or 0),
+                         disk_bytes=max(self.limits.disk_bytes, disk_bytes or 0))
+        if held_bytes:
+            limits = replace(limits, memory_bytes=self.sandbox.memory_bytes(limits) + held_bytes)
         child = self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
                                    request, n_calls, secrets.token_hex(16), limits=limits,
                                    shared=self.shared if source is None else None)

@@ -284,7 +284,11 @@ def _started(target: _Target, inputs: TimingInputs, source: bytes | None = None)
     """A timed child of ``source`` (default: the submission), its file imported and the timing
     inputs on the GPU; else the record's performance entry saying why not."""
     grading = target.grading
-    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs), api=target.spec.api)
+    # Its file of timing inputs is read whole and parsed into tensors before they go to the GPU:
+    # for an optimizer's step over a model (4 GB of state per set) more than the usual host limit.
+    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs),
+                                disk_bytes=working_folder_bytes(inputs), api=target.spec.api,
+                                held_bytes=3 * _bytes_of(inputs.input_sets, inputs.audit))
     grading.child_started()
     grading.sandbox.wait_sandbox(child)
     failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(target, child)
@@ -301,6 +305,13 @@ def saved_file_bytes(inputs: TimingInputs) -> int:
     the call and its outputs (each at most a few times the inputs' size), and the last outputs of
     every input set."""
     return 4 * _bytes_of(inputs.audit) + 2 * _bytes_of(inputs.input_sets) + (64 << 20)
+
+
+def working_folder_bytes(inputs: TimingInputs) -> int:
+    """What a timed child's working folder must hold: the timing inputs and the audit call's
+    inputs handed to it as files, and everything it saves (``saved_file_bytes``). An optimizer's
+    step over a model's parameters passes the default 4 GiB."""
+    return saved_file_bytes(inputs) + _bytes_of(inputs.input_sets, inputs.audit)
 
 
 def _reference_child(target: _Target, inputs: TimingInputs):

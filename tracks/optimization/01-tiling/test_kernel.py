@@ -135,14 +135,14 @@ def test_offsets_past_two_to_the_31(kernel):
     if free < 14 * 2 ** 30:
         pytest.skip(f"needs about 14 GB of free GPU memory ({free / 2 ** 30:.1f} GB free)")
     x = torch.randn(BEYOND_INT32, BEYOND_INT32, dtype=torch.float16, device="cuda")
-    y = kernel.transpose(x)
+    y = kernel.api("transpose")(x)
     torch.cuda.synchronize()
     assert torch.equal(y, x.t()), "transpose() of a 46341 x 46341 float16 matrix (past 2**31 elements) is " \
         "wrong: are the offsets int32? Make rows and cols tl.int64 before multiplying by the strides."
     del x, y
     a = torch.randn(65600, 32768, dtype=torch.float16, device="cuda") * 32768 ** -0.25
     b = torch.randn(32768, 16, dtype=torch.float16, device="cuda") * 32768 ** -0.25
-    c = kernel.matmul(a, b)
+    c = kernel.api("matmul")(a, b)
     torch.cuda.synchronize()
     expected = (a @ b).float()
     assert torch.allclose(c.float(), expected, atol=5e-2, rtol=5e-2), \
