@@ -8,7 +8,7 @@ from grader.authoring import mistakes
 from grader.core import cases, device
 from grader.core.checks import across, run_case
 from grader.core.loading import load_kernel
-from grader.core.markers import modules_with_solutions, parts
+from grader.core.markers import file_parts, modules_with_solutions
 
 MODULES = modules_with_solutions()
 PLANTED = [(module, mistake) for module in MODULES for mistake in mistakes.for_module(module)]
@@ -24,7 +24,7 @@ def test_every_module_lists_its_typical_mistakes(module):
         assert mistake.apply(source) != source
 
 
-PARTED = [m for m in MODULES if parts((m.solution_dir / "kernel.py").read_text())]
+PARTED = [m for m in MODULES if file_parts((m.solution_dir / "kernel.py").read_text())]
 
 
 @pytest.mark.parametrize("module", PARTED, ids=[m.id for m in PARTED])
@@ -32,10 +32,10 @@ def test_every_part_of_a_module_lists_its_typical_mistakes(module):
     """A module of several exercises (``# PART`` markers): each part is graded on its own, so each
     lists its own mistakes, counted by the part whose lines hold the text a mistake changes."""
     source = (module.solution_dir / "kernel.py").read_text()
-    counts = {part.number: 0 for part in parts(source)}
+    counts = {part.number: 0 for part in file_parts(source)}
     for mistake in mistakes.for_module(module):
         line = source[:source.index(mistake.before)].count("\n") + 1
-        counts.update({part.number: counts[part.number] + 1 for part in parts(source)
+        counts.update({part.number: counts[part.number] + 1 for part in file_parts(source)
                        if part.first_line <= line <= part.last_line})
     few = {number: count for number, count in counts.items() if count < MIN_MISTAKES}
     assert not few, f"{module.id}: these parts list fewer than {MIN_MISTAKES} typical mistakes: {few}"

@@ -10,7 +10,7 @@ the budgets below, and the module as a whole is not."""
 import re
 
 from grader.core.catalog import MODULES
-from grader.core.markers import parts
+from grader.core.markers import file_parts
 
 README_WORDS = 4500  # about 20 minutes of reading
 STUB_LINES = 750
@@ -46,7 +46,7 @@ def readme_parts(readme: str) -> tuple[int, dict[int, int]]:
 
 def stub_parts(stub: str) -> tuple[int, dict[int, int]]:
     """(lines before PART 1, {part: its lines, from its marker to the next}); ({}) without parts."""
-    found = parts(stub)
+    found = file_parts(stub)
     shared = found[0].first_line - 1 if found else len(stub.splitlines())
     return shared, {part.number: part.last_line - part.first_line + 1 for part in found}
 

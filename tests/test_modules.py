@@ -9,7 +9,7 @@ import pytest
 from grader.core import cases, device
 from grader.core.checks import check_case, run_case
 from grader.core.loading import load_kernel
-from grader.core.markers import modules_with_solutions, open_todos, parts, stub_for, todos_behind
+from grader.core.markers import file_parts, modules_with_solutions, open_todos, stub_for, todos_behind
 
 MODULES = modules_with_solutions()
 IDS = [m.id for m in MODULES]
@@ -33,7 +33,7 @@ def test_stub_has_the_promised_todos(module):
     assert len(todos) >= max(module.missing, 1)
     # 1, 2, 3, ... through the file; in a file with parts 1.1, 1.2, ..., 2.1, ...: afresh in each part
     expected = []
-    for part in parts(stub) or [None]:
+    for part in file_parts(stub) or [None]:
         inside = [t for t in todos if part is None or part.first_line <= t.line <= part.last_line]
         expected += [(part and part.number, n) for n in range(1, len(inside) + 1)]
     assert [(t.part, t.number) for t in todos] == expected
@@ -45,7 +45,7 @@ def test_the_stubs_parts_are_the_graded_parts(module):
     in the same order, and each part of the file defines the functions graded in that part."""
     stub = stub_for(module)
     graded = [part for part in cases.parts(module) if part.name]
-    marked = parts(stub)
+    marked = file_parts(stub)
     assert [p.title for p in marked] == [p.title for p in graded]
     defined = {m[1]: stub[:m.start()].count("\n") + 1 for m in re.finditer(r"(?m)^def (\w+)\(", stub)}
     for part, lines in zip(graded, marked):

@@ -1,7 +1,7 @@
 import pytest
 
 from grader.authoring.mistakes import Mistake
-from grader.core.markers import MarkerError, generate_stub, is_marker, open_todos, parts, planted_bugs, todo_named
+from grader.core.markers import MarkerError, file_parts, generate_stub, is_marker, open_todos, planted_bugs, todo_named
 
 SOLUTION = '''\
 def f(x):
@@ -85,12 +85,12 @@ def test_parts_number_their_todos_afresh_and_keep_their_marker_lines():
                                                                   (2, 1, "2.1", 11)]
     assert str(todos[2]) == "TODO 2.1 (line 11): halve x"
     assert str(open_todos(generate_stub(SOLUTION))[1]) == "TODO 2 (line 6): return it"  # no parts: as before
-    assert [(p.number, p.title, p.first_line, p.last_line) for p in parts(stub)] == [
+    assert [(p.number, p.title, p.first_line, p.last_line) for p in file_parts(stub)] == [
         (1, "the backward passes", 3, 8), (2, "the optimizer step", 9, 11)]
-    assert [(p.first_line, p.last_line) for p in parts(PARTED)] == [(3, 12), (13, 17)]  # the solution's lines
-    assert parts(SOLUTION) == [] and is_marker("# PART 2: the optimizer step") and not is_marker("# PARTS")
+    assert [(p.first_line, p.last_line) for p in file_parts(PARTED)] == [(3, 12), (13, 17)]  # the solution's lines
+    assert file_parts(SOLUTION) == [] and is_marker("# PART 2: the optimizer step") and not is_marker("# PARTS")
     with pytest.raises(MarkerError, match="PART 3 where PART 2 was expected"):
-        parts(stub.replace("# PART 2:", "# PART 3:"))
+        file_parts(stub.replace("# PART 2:", "# PART 3:"))
 
 
 def test_a_learners_file_keeps_each_todos_part_when_others_are_deleted():

@@ -69,7 +69,7 @@ class Todo:
 
 
 @dataclass(frozen=True)
-class Part:
+class FilePart:
     """One ``# PART <number>: <title>`` of a file, and the lines it spans (1-based, inclusive:
     from its marker to the line before the next part's marker, or to the end of the file)."""
     number: int
@@ -95,7 +95,7 @@ def _next_part(marker: re.Match, previous: int, origin: str, line: int) -> int:
     return previous + 1
 
 
-def parts(source: str, origin: str = "source") -> list[Part]:
+def file_parts(source: str, origin: str = "source") -> list[FilePart]:
     """The parts of a solution or of its stub (the PART lines are the same in both), in order;
     empty for a file without parts. Raises MarkerError for an indented PART line or parts that
     do not count 1, 2, 3, ... in order."""
@@ -105,7 +105,7 @@ def parts(source: str, origin: str = "source") -> list[Part]:
         if marker := _PART.match(line):
             found.append((_next_part(marker, len(found), origin, number), marker["title"], number))
     ends = [first - 1 for _, _, first in found[1:]] + [len(lines)]
-    return [Part(part, title, first, last) for (part, title, first), last in zip(found, ends)]
+    return [FilePart(part, title, first, last) for (part, title, first), last in zip(found, ends)]
 
 
 def generate_stub(solution_source: str, origin: str = "solution") -> str:
