@@ -103,6 +103,19 @@ MISTAKES += [
     Mistake("gradients divided by inv_scale instead of multiplied",
             "(grad * inv_scale).to(GRAD_DTYPE)", "(grad / inv_scale).to(GRAD_DTYPE)",
             cause=r"scale factor is off"),
+    Mistake("SGD dampens the gradient at the first step too",
+            "        if FIRST_STEP:\n            buffer = grad\n",
+            "        if FIRST_STEP:\n            buffer = (1.0 - dampening) * grad\n",
+            cause=r"first step|buffer = grad"),
+    Mistake("found_inf written by every program, 0.0 where its chunk was finite",
+            "    tl.store(found_inf_ptr, 1.0, mask=any_bad > 0)",
+            "    tl.store(found_inf_ptr, (any_bad > 0).to(tl.float32))",
+            cause=r"never write 0\.0|any tensor"),
+    Mistake("found_inf started afresh for each dtype's launch",
+            "    for dtype, (group,) in _by_dtype(grads):\n        addresses",
+            "    for dtype, (group,) in _by_dtype(grads):\n"
+            "        found_inf = torch.zeros(1, dtype=torch.float32, device=inv_scale.device)\n        addresses",
+            cause=r"never write 0\.0|any tensor"),
 ]
 
 # Part 3, the selective scan

@@ -1028,6 +1028,8 @@ OPTIMIZER_CASES = [
          label="ten steps, Nesterov", hint=NESTEROV),
     Case({"sizes": SMALL, "steps": 3, "momentum": 0.9, "dampening": 0.5}, spec=SGD, label="dampening",
          hint=FIRST_STEP),
+    Case({"sizes": SMALL, "steps": 1, "momentum": 0.9, "dampening": 0.9}, spec=SGD,
+         label="one step with dampening: the buffer is the gradient", hint=FIRST_STEP),
     Case({"sizes": [(50,), (3, 3)], "steps": 2, "momentum": 0.5, "dampening": 0.3}, torch.bfloat16, spec=SGD,
          label="dampening, bf16", hint=FIRST_STEP),
     Case({"sizes": SMALL, "steps": 3, "momentum": 0.9, "nesterov": True}, spec=SGD, label="Nesterov",
@@ -1100,8 +1102,19 @@ UNSCALE = Spec(
 
 NAN = ("a NaN gradient: found_inf must be 1.0 for NaN too, and NaN compares unequal to everything, "
        "inf included; test for 'not finite' (|g| < inf is False for both).")
+FOUND_INF = ("found_inf must end 1.0 when any tensor, of any dtype, held inf or NaN: each program (and each "
+             "launch, one per dtype) may only set it to 1.0, never write 0.0 over what another found.")
+
 UNSCALE_CASES = [
     Case({"sizes": SMALL}, spec=UNSCALE, label="all finite"),
+    Case({"sizes": SMALL, "specials": [(0, 3, float("inf"))]}, spec=UNSCALE,
+         label="an inf in the first tensor, finite ones after it", hint=FOUND_INF),
+    Case({"sizes": [(300,), (12,)], "dtypes": ["fp32", "bf16"], "specials": [(0, 5, float("nan"))]},
+         spec=UNSCALE, label="a NaN in the first dtype's tensor, a finite dtype after it", hint=FOUND_INF),
+    Case({"sizes": [(40,), (7,), (90,)], "dtypes": ["fp16", "fp32", "bf16"], "specials": [(0, 39, float("inf"))]},
+         spec=UNSCALE, label="an inf in the first of three dtypes", hint=FOUND_INF),
+    Case({"sizes": [(5,), (64,), (8,)], "dtypes": ["bf16", "fp16", "bf16"], "specials": [(2, 7, -float("inf"))]},
+         spec=UNSCALE, label="-inf in the last tensor, of the dtype met first", hint=FOUND_INF),
     Case({"sizes": SMALL, "specials": [(1, 40, float("inf"))]}, spec=UNSCALE, label="an inf"),
     Case({"sizes": SMALL, "specials": [(3, 129, float("nan"))]}, spec=UNSCALE, label="a NaN", hint=NAN),
     Case({"sizes": [(17000,), (5,)], "dtypes": ["fp16", "fp16"], "specials": [(0, 16999, float("nan"))]},
