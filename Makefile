@@ -3,7 +3,7 @@
 # and matplotlib; grade and release add nbgrader, test and verify-* the maintainers' tools.
 # Use your own environment instead with PYTHON=/path/to/python.
 #
-#   make check [M=missing-elements/03-softmax] [K=<function>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
+#   make check [M=missing-elements/03-softmax] [K=<function>|<part>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
 #   make progress | make bench M=... | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] [STUDENT=..] [M=..] [REGRADE=1] [ROSTER=..] [DEADLINES=..] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
