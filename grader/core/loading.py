@@ -36,7 +36,7 @@ def todo_summary(todos: list[Todo], limit: int = 5, track: str = "") -> str:
                 f"wrong results of the kernels come from the bugs planted in them, which no TODO marks):\n"
                 f"{shown}{more}")
     return (f"{len(todos)} TODO(s) still open in kernel.py, which is the likely cause:\n"
-            f"{shown}{more}\nComplete them (and delete each `# TODO n` line once done).")
+            f"{shown}{more}\nComplete them (and delete each `# TODO` line once done).")
 
 
 @dataclass
