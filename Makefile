@@ -101,9 +101,11 @@ test: $(DEV_ENV)
 		echo "To test your kernels, run: make check M=<track>/<module>"; exit 2; fi
 	$(PYTHON) -m pytest --impl=solutions -n 2 --dist loadfile
 
-# The grader and the tests, held to pyproject.toml's ruff rules.
+# The grader and the tests, held to pyproject.toml's ruff rules and format (`ruff format grader tests`
+# fixes the layout).
 lint: $(DEV_ENV)
 	$(PYTHON) -m ruff check grader tests
+	$(PYTHON) -m ruff format --check grader tests
 
 # On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
 # then the tests that time the GPU, one at a time with the GPU to themselves.

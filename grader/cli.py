@@ -29,12 +29,19 @@ def _module_or_next(name: str | None):
 def cmd_check(args) -> int:
     from grader.learn import check
 
-    code = check.check_contained(_module_or_next(args.module), args.impl, memcheck=not args.no_memcheck,
-                                 function=args.function)
+    code = check.check_contained(
+        _module_or_next(args.module), args.impl, memcheck=not args.no_memcheck, function=args.function
+    )
     if code and os.environ.get("MAKELEVEL") and not check.is_inner():  # make adds its own "Error N" line after ours
         crashed = code == check.CRASHED
-        print("(make reports the exit status next: " + ("the check crashed, as said above.)" if crashed else
-                                                        "the check did not pass, as said above. Nothing crashed.)"))
+        print(
+            "(make reports the exit status next: "
+            + (
+                "the check crashed, as said above.)"
+                if crashed
+                else "the check did not pass, as said above. Nothing crashed.)"
+            )
+        )
     return code
 
 
@@ -46,8 +53,10 @@ def cmd_progress(args) -> int:
 def cmd_bench(args) -> int:
     modules = available_modules() if args.module == "all" else [_module_or_next(args.module)]
     if not device.is_cuda():
-        print(f"Benchmarks need a CUDA GPU; this machine runs kernels on {device.describe()}, whose "
-              "timings say nothing about GPU speed. Run `make bench` on a machine with an NVIDIA GPU.")
+        print(
+            f"Benchmarks need a CUDA GPU; this machine runs kernels on {device.describe()}, whose "
+            "timings say nothing about GPU speed. Run `make bench` on a machine with an NVIDIA GPU."
+        )
         return 0
     from grader.learn.speed import run_bench
 
@@ -71,8 +80,10 @@ def cmd_stubs(args) -> int:
     for path in changed:
         print(f"wrote {path.relative_to(REPO_ROOT)}")
     for path in kept:
-        print(f"NOT overwritten: {path.relative_to(REPO_ROOT)} holds edits of yours (it differs from the "
-              "committed stub). Copy your work elsewhere, then run `make stubs FORCE=1` to regenerate it.")
+        print(
+            f"NOT overwritten: {path.relative_to(REPO_ROOT)} holds edits of yours (it differs from the "
+            "committed stub). Copy your work elsewhere, then run `make stubs FORCE=1` to regenerate it."
+        )
     if not kept:
         print(f"{len(changed)} stub(s) regenerated." if changed else "All stubs are up to date.")
     return 1 if kept else 0
@@ -88,8 +99,10 @@ def cmd_sweep_secrets(args) -> int:
         print(secret_sweep.report(result), flush=True)
         failed = failed or bool(result.failures)
     if failed:
-        print("Each failure names the secret that reproduces it. A correct kernel that fails only for some "
-              "secrets usually means a tolerance too tight for what float32 rounding does on those inputs.")
+        print(
+            "Each failure names the secret that reproduces it. A correct kernel that fails only for some "
+            "secrets usually means a tolerance too tight for what float32 rounding does on those inputs."
+        )
     return 1 if failed else 0
 
 
@@ -111,14 +124,22 @@ def cmd_run(args) -> int:
     from grader.sandbox.isolation import GiB, Limits, SandboxError
 
     stop_on_signals()
-    limits = Limits(case_seconds=args.case_timeout, startup_seconds=args.startup_timeout,
-                    memory_bytes=int(args.memory_gib * GiB) if args.memory_gib else None)
-    options = runphase.Options(workers=args.workers, limits=limits, hide=tuple(args.hide),
-                               expose=tuple(args.expose), allow_unsafe=args.allow_unsafe, ray=args.ray)
+    limits = Limits(
+        case_seconds=args.case_timeout,
+        startup_seconds=args.startup_timeout,
+        memory_bytes=int(args.memory_gib * GiB) if args.memory_gib else None,
+    )
+    options = runphase.Options(
+        workers=args.workers,
+        limits=limits,
+        hide=tuple(args.hide),
+        expose=tuple(args.expose),
+        allow_unsafe=args.allow_unsafe,
+        ray=args.ray,
+    )
     modules = [find_module(name) for name in args.module] if args.module else None
     try:
-        summary = runphase.run(Path(args.submissions), Path(args.results), modules, options,
-                               progress=not args.quiet)
+        summary = runphase.run(Path(args.submissions), Path(args.results), modules, options, progress=not args.quiet)
     except SandboxError as error:
         print(f"The sandbox cannot run here: {error}")
         return 2
@@ -131,11 +152,15 @@ def cmd_run(args) -> int:
         return 130
     graded = [o for o in summary.outcomes if o.record is not None]
     reused = sum(len(o.submissions) for o in graded if o.reused)
-    print(f"{sum(len(o.submissions) for o in graded)} submission(s) graded into {summary.results_dir} "
-          f"({reused} reused, {summary.children_started} child process(es) started).")
+    print(
+        f"{sum(len(o.submissions) for o in graded)} submission(s) graded into {summary.results_dir} "
+        f"({reused} reused, {summary.children_started} child process(es) started)."
+    )
     if summary.protections:
-        print("Protections: " + "; ".join(f"{key}: {value}" for key, value in summary.protections.items()
-                                          if key != "limits"))
+        print(
+            "Protections: "
+            + "; ".join(f"{key}: {value}" for key, value in summary.protections.items() if key != "limits")
+        )
     if args.profile:
         print(summary.profile_table())
     for outcome in summary.errors:
@@ -151,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     check = commands.add_parser("check", help="run a module's public tests on your kernel.py")
     check.add_argument("module", nargs="?", help="e.g. missing-elements/03-softmax (default: your next one)")
     check.add_argument("--impl", default="learner", help="learner (default), solutions, or a folder/file")
-    check.add_argument("--no-memcheck", action="store_true",
-                       help="on a CPU, skip the memory checker (out-of-bounds, races, unwritten memory)")
+    check.add_argument(
+        "--no-memcheck",
+        action="store_true",
+        help="on a CPU, skip the memory checker (out-of-bounds, races, unwritten memory)",
+    )
     check.add_argument("--function", help="only the tests of this function of the module, e.g. rms_norm")
     check.set_defaults(run=cmd_check)
 
@@ -167,12 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     stubs_cmd = commands.add_parser("stubs", help="regenerate learner stubs from the solutions")
     stubs_cmd.add_argument("--check", action="store_true", help="only report stubs that are out of date")
     stubs_cmd.add_argument("--module", help="regenerate only this module's stub")
-    stubs_cmd.add_argument("--force", action="store_true",
-                           help="also overwrite stubs that hold hand edits (a learner's work is lost)")
+    stubs_cmd.add_argument(
+        "--force", action="store_true", help="also overwrite stubs that hold hand edits (a learner's work is lost)"
+    )
     stubs_cmd.set_defaults(run=cmd_stubs)
 
-    sweep_cmd = commands.add_parser("sweep-secrets",
-                                    help="every case of the references under many secrets (maintainers)")
+    sweep_cmd = commands.add_parser(
+        "sweep-secrets", help="every case of the references under many secrets (maintainers)"
+    )
     sweep_cmd.add_argument("--module", help="one module (default: every available one)")
     sweep_cmd.add_argument("--secrets", type=int, default=8, help="how many secrets (default 8)")
     sweep_cmd.add_argument("--seed", type=int, default=0, help="draws the secrets (default 0)")
@@ -180,32 +210,53 @@ def main(argv: list[str] | None = None) -> int:
     sweep_cmd.set_defaults(run=cmd_sweep_secrets)
 
     lab_cmd = commands.add_parser("lab", help="JupyterLab on the study notebooks")
-    lab_cmd.add_argument("jupyter_args", nargs="*",
-                         help="passed on to JupyterLab after `--`, e.g. -- --no-browser --port=8890")
+    lab_cmd.add_argument(
+        "jupyter_args", nargs="*", help="passed on to JupyterLab after `--`, e.g. -- --no-browser --port=8890"
+    )
     lab_cmd.set_defaults(run=cmd_lab)
 
     # Listed for --help; main() hands everything after `sanitize` to grader.learn.sanitizer itself.
-    commands.add_parser("sanitize", help="GPU only: run a script under compute-sanitizer, its findings in plain "
-                                         "sentences (sanitize [--tool memcheck|initcheck|racecheck|synccheck] SCRIPT)")
+    commands.add_parser(
+        "sanitize",
+        help="GPU only: run a script under compute-sanitizer, its findings in plain "
+        "sentences (sanitize [--tool memcheck|initcheck|racecheck|synccheck] SCRIPT)",
+    )
 
     run_cmd = commands.add_parser("run", help="grade submissions in sandboxed processes (instructors)")
-    run_cmd.add_argument("submissions", help="folder of <student>/<track>/<slug>/kernel.py "
-                                             "or <student>/<track>-<slug>/kernel.py")
+    run_cmd.add_argument(
+        "submissions", help="folder of <student>/<track>/<slug>/kernel.py or <student>/<track>-<slug>/kernel.py"
+    )
     run_cmd.add_argument("--results", required=True, help="folder for the result records")
     run_cmd.add_argument("--profile", action="store_true", help="print where the time went, per module and step")
     run_cmd.add_argument("--module", action="append", help="grade only this module (repeatable)")
     add_workers_argument(run_cmd)
-    run_cmd.add_argument("--case-timeout", type=float, default=60.0,
-                         help="CPU seconds per call (default 60; wall time may run 10x longer)")
-    run_cmd.add_argument("--startup-timeout", type=float, default=90.0,
-                         help="CPU seconds to start and import kernel.py (default 90)")
+    run_cmd.add_argument(
+        "--case-timeout",
+        type=float,
+        default=60.0,
+        help="CPU seconds per call (default 60; wall time may run 10x longer)",
+    )
+    run_cmd.add_argument(
+        "--startup-timeout", type=float, default=90.0, help="CPU seconds to start and import kernel.py (default 90)"
+    )
     run_cmd.add_argument("--memory-gib", type=float, help="host memory per child (default 4, 16 on CUDA)")
-    run_cmd.add_argument("--hide", action="append", default=[],
-                         help="a path the child must not see, e.g. the nbgrader course folder (repeatable)")
-    run_cmd.add_argument("--expose", action="append", default=[],
-                         help="a read-only path the child needs, e.g. a CUDA toolkit outside /usr")
-    run_cmd.add_argument("--allow-unsafe", action="store_true",
-                         help="grade even where the sandbox cannot limit processes (a machine of your own)")
+    run_cmd.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        help="a path the child must not see, e.g. the nbgrader course folder (repeatable)",
+    )
+    run_cmd.add_argument(
+        "--expose",
+        action="append",
+        default=[],
+        help="a read-only path the child needs, e.g. a CUDA toolkit outside /usr",
+    )
+    run_cmd.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="grade even where the sandbox cannot limit processes (a machine of your own)",
+    )
     run_cmd.add_argument("--quiet", action="store_true", help="no progress output")
     add_ray_argument(run_cmd)
     run_cmd.set_defaults(run=cmd_run)

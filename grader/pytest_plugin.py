@@ -24,21 +24,31 @@ from grader.core.loading import LoadError, load_kernel
 
 
 def pytest_addoption(parser):
-    parser.addoption("--impl", default="learner",
-                     help="kernel.py to test: learner (default), solutions, or a folder of submissions")
-    parser.addoption("--function", default=None,
-                     help="only the tests of this function of the module (make check K=...): the cases "
-                          "that call it, and the other tests that name it")
+    parser.addoption(
+        "--impl", default="learner", help="kernel.py to test: learner (default), solutions, or a folder of submissions"
+    )
+    parser.addoption(
+        "--function",
+        default=None,
+        help="only the tests of this function of the module (make check K=...): the cases "
+        "that call it, and the other tests that name it",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped under the interpreter)")
     config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
-    config.addinivalue_line("markers", "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
-                                       "runs these after the parallel pass, one at a time)")
-    config.addinivalue_line("markers", "heavy: a file whose module-scoped fixture grades for minutes; until a "
-                                       "parallel run has timed it, such a file starts first, so that it does not "
-                                       "end the run")
+    config.addinivalue_line(
+        "markers",
+        "timed: times GPU work, so it needs the GPU to itself (make verify-gpu "
+        "runs these after the parallel pass, one at a time)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "heavy: a file whose module-scoped fixture grades for minutes; until a "
+        "parallel run has timed it, such a file starts first, so that it does not "
+        "end the run",
+    )
 
 
 # With ``--dist loadfile`` each work unit (grader.authoring.test_order) runs on one worker. The
@@ -102,6 +112,7 @@ except ImportError:  # without pytest-xdist the suite runs in one process
     LoadFileScheduling = None
 
 if LoadFileScheduling is not None:
+
     class _LoadFileSplitByTrack(LoadFileScheduling):
         def __init__(self, config, log=None):
             super().__init__(config, log)
@@ -119,12 +130,14 @@ if LoadFileScheduling is not None:
 def pytest_generate_tests(metafunc):
     if "case" in metafunc.fixturenames and hasattr(metafunc.module, "CASES"):
         # GPU-only cases stay in the list so that a CPU run reports them as skipped.
-        cases = [pytest.param(c, id=c.name, marks=[pytest.mark.cuda] if c.cuda_only else [])
-                 for c in metafunc.module.CASES]
+        cases = [
+            pytest.param(c, id=c.name, marks=[pytest.mark.cuda] if c.cuda_only else []) for c in metafunc.module.CASES
+        ]
         metafunc.parametrize("case", cases)
     if "bar" in metafunc.fixturenames and hasattr(metafunc.module, "TRAFFIC"):
-        metafunc.parametrize("bar", [pytest.param(b, id=b.name, marks=[pytest.mark.interpreter])
-                                     for b in metafunc.module.TRAFFIC])
+        metafunc.parametrize(
+            "bar", [pytest.param(b, id=b.name, marks=[pytest.mark.interpreter]) for b in metafunc.module.TRAFFIC]
+        )
 
 
 def pytest_runtest_teardown(item):
@@ -140,8 +153,10 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("cuda") and not device.is_cuda():
         pytest.skip("needs a CUDA GPU; this run uses Triton's interpreter on the CPU")
     if item.get_closest_marker("interpreter") and device.is_cuda():
-        pytest.skip("the memory-traffic report watches Triton's interpreter; on this GPU the speed "
-                    "itself is measured (set GRADER_DEVICE=cpu to see the report here)")
+        pytest.skip(
+            "the memory-traffic report watches Triton's interpreter; on this GPU the speed "
+            "itself is measured (set GRADER_DEVICE=cpu to see the report here)"
+        )
 
 
 _loaded = {}

@@ -79,8 +79,10 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-LONG_NAME = re.compile(r"\bgrader\.(core|learn|grade|sandbox|authoring)\b"
-                       r"|from grader import (core|learn|grade|sandbox)\b")
+LONG_NAME = re.compile(
+    r"\bgrader\.(core|learn|grade|sandbox|authoring)\b"
+    r"|from grader import (core|learn|grade|sandbox)\b"
+)
 
 
 def test_what_learners_read_imports_only_the_short_public_names():

@@ -19,12 +19,18 @@ from grader.core.checks import check_case
 from grader.core.loading import load_kernel
 from grader.core.protocols import Raises, Warns
 
-AUTOTUNED = [m for m in available_modules() if (m.solution_dir / "kernel.py").is_file()
-             and re.search(r"^@triton\.autotune", (m.solution_dir / "kernel.py").read_text(), re.MULTILINE)]
+AUTOTUNED = [
+    m
+    for m in available_modules()
+    if (m.solution_dir / "kernel.py").is_file()
+    and re.search(r"^@triton\.autotune", (m.solution_dir / "kernel.py").read_text(), re.MULTILINE)
+]
 
-pytestmark = pytest.mark.skipif(not getattr(triton.autotune, "_interpreter_shim", False),
-                                reason="only where autotuning is replaced by a config chosen in advance (the "
-                                       "interpreter, or GRADER_AUTOTUNE=first on a GPU)")
+pytestmark = pytest.mark.skipif(
+    not getattr(triton.autotune, "_interpreter_shim", False),
+    reason="only where autotuning is replaced by a config chosen in advance (the "
+    "interpreter, or GRADER_AUTOTUNE=first on a GPU)",
+)
 
 
 def _config_counts(kernel) -> int:
@@ -35,8 +41,11 @@ def _config_counts(kernel) -> int:
 
 def _result_cases(module):
     spec, public = cases.public(module)
-    chosen = [c for c in cases.for_mode(public, device.is_cuda())
-              if not isinstance(cases.spec_for(c, spec).protocol, (Raises, Warns))]
+    chosen = [
+        c
+        for c in cases.for_mode(public, device.is_cuda())
+        if not isinstance(cases.spec_for(c, spec).protocol, (Raises, Warns))
+    ]
     return spec, chosen
 
 

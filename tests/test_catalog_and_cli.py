@@ -34,8 +34,9 @@ def test_a_misspelt_or_ambiguous_module_name_says_what_was_meant():
 
 
 def _grader(*args):
-    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "grader", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_check_fails_on_the_stub_and_passes_on_the_solution(tmp_path, monkeypatch):
@@ -142,9 +143,14 @@ def test_a_check_that_crashed_never_says_nothing_crashed(tmp_path):
     folder = tmp_path / "missing-elements" / "01-vector-add"
     folder.mkdir(parents=True)
     (folder / "kernel.py").write_text("import ctypes\n\n\ndef add(x, y):\n    ctypes.string_at(0)\n")
-    result = subprocess.run([sys.executable, "-m", "grader", "check", "missing-elements/01-vector-add", "--impl",
-                             str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "MAKELEVEL": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "grader", "check", "missing-elements/01-vector-add", "--impl", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "MAKELEVEL": "1"},
+    )
     assert result.returncode == 3, result.stdout[-2000:]
     assert "Nothing crashed" not in result.stdout and "the check crashed, as said above" in result.stdout
 
@@ -158,8 +164,11 @@ def test_a_crash_keeps_the_finished_tests_and_names_the_one_that_ran(tmp_path):
     anchor = "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
     assert anchor in source, "the reference's signature changed: update the anchor"
     doc_end = source.index('"""', source.index('"""', source.index(anchor)) + 3) + 3
-    crashing = source[:doc_end] + "\n    if x.numel() > 5000:\n        import ctypes\n        ctypes.string_at(0)" + \
-        source[doc_end:]
+    crashing = (
+        source[:doc_end]
+        + "\n    if x.numel() > 5000:\n        import ctypes\n        ctypes.string_at(0)"
+        + source[doc_end:]
+    )
     folder = tmp_path / module.track / module.slug
     folder.mkdir(parents=True)
     (folder / "kernel.py").write_text(crashing)
@@ -167,8 +176,9 @@ def test_a_crash_keeps_the_finished_tests_and_names_the_one_that_ran(tmp_path):
     assert result.returncode == 3, result.stdout[-2000:]
     assert re.search(r"Before the crash, (\d+) of \1 finished public tests passed:", result.stdout), result.stdout
     assert "PASS test_matches_reference[exactly one block" in result.stdout
-    assert re.search(r"crashed the Python process \(SIGSEGV\) while running test_matches_reference\[[^]]*\(98432,\)",
-                     result.stdout), result.stdout
+    assert re.search(
+        r"crashed the Python process \(SIGSEGV\) while running test_matches_reference\[[^]]*\(98432,\)", result.stdout
+    ), result.stdout
 
 
 def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeypatch):
@@ -180,17 +190,34 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
 
     monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
     module = find_module("mastery/04-training-kernels")
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--impl=solutions",
-                                "--function", "rms_norm", str(module.learner_dir / "test_kernel.py")],
-                               capture_output=True, text=True, cwd=REPO_ROOT, check=False).stdout
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "--impl=solutions",
+            "--function",
+            "rms_norm",
+            str(module.learner_dir / "test_kernel.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    ).stdout
     names = [line for line in collected.splitlines() if "::" in line]
     assert names and all("rms_norm" in n or "test_matches_reference[" in n for n in names)
     assert any("rms_norm: refuses" in n for n in names)  # its input validation, graded as refusal cases
     assert any("gradcheck_in_float64[rms_norm]" in n for n in names)
     assert not any("layer_norm" in n or "adamw" in n for n in names)
     cases = [n for n in names if "test_matches_reference[" in n]
-    assert len(cases) == sum(1 for c in check.cases.public(module)[1]
-                             if check.cases.spec_for(c, check.cases.public(module)[0]).api == "rms_norm")
+    assert len(cases) == sum(
+        1
+        for c in check.cases.public(module)[1]
+        if check.cases.spec_for(c, check.cases.public(module)[0]).api == "rms_norm"
+    )
 
     out = StringIO()
     assert not check.check(module, "learner", out, function="rms_nrm")
@@ -214,16 +241,32 @@ def test_check_of_one_part_runs_only_that_part_s_tests():
     parts = {part.name: part for part in check.cases.parts(module)}
     assert list(parts) == ["backward", "optimizer", "scan"]
     assert sum(part.weight for part in parts.values()) == pytest.approx(1.0)
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "--impl=solutions",
-                                "--function", "optimizer", str(module.learner_dir / "test_kernel.py")],
-                               capture_output=True, text=True, cwd=REPO_ROOT, check=False).stdout
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "--impl=solutions",
+            "--function",
+            "optimizer",
+            str(module.learner_dir / "test_kernel.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    ).stdout
     names = [line for line in collected.splitlines() if "::" in line]
-    assert any("adamw" in n for n in names) and any("sgd" in n for n in names) and \
-        any("unscale_grads" in n for n in names)
+    assert (
+        any("adamw" in n for n in names) and any("sgd" in n for n in names) and any("unscale_grads" in n for n in names)
+    )
     assert not any(word in n for n in names for word in ("rms_norm", "layer_norm", "selective_scan", "dropout"))
     spec, public = check.cases.public(module)
-    assert sum("test_matches_reference[" in n for n in names) == \
-        sum(check.cases.spec_for(c, spec).api in parts["optimizer"].functions for c in public)
+    assert sum("test_matches_reference[" in n for n in names) == sum(
+        check.cases.spec_for(c, spec).api in parts["optimizer"].functions for c in public
+    )
 
     out = StringIO()
     assert not check.check(module, "learner", out, function="optimiser")

@@ -9,8 +9,9 @@ from grader.core import device
 from grader.core.cases import Case, Spec
 from grader.core.checks import run_case
 
-SPEC = Spec(api="double", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}),
-            reference=lambda x: 2 * x)
+SPEC = Spec(
+    api="double", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}), reference=lambda x: 2 * x
+)
 CASE = Case({"n": 100})
 
 
@@ -128,6 +129,7 @@ def test_a_returned_placeholder_is_named():
     def stub(x):
         double(x)
         return ...
+
     message = run_case(stub, SPEC, CASE).message
     assert "should be a torch.Tensor, got ellipsis. A `...` placeholder is still in kernel.py" in message
 
@@ -143,7 +145,9 @@ def test_inputs_are_reproducible_and_secret_dependent():
 
 # --- reading a CUDA kernel trace (grader.core.evidence) -----------------------------------------------
 
-ATEN_ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+ATEN_ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+)
 ATEN_FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
 
 
@@ -173,9 +177,11 @@ def test_a_trace_without_own_kernels_means_no_launch_whatever_the_counter_says()
 def test_own_kernel_names_come_from_the_source():
     from grader.core.evidence import triton_kernel_names
 
-    source = ("import triton\nfrom triton import jit\n@triton.jit\ndef a(x): pass\n@jit\ndef b(x): pass\n"
-              "@triton.autotune(configs=[], key=[])\n@triton.jit(do_not_specialize=[0])\ndef c(x): pass\n"
-              "def helper(): pass\n")
+    source = (
+        "import triton\nfrom triton import jit\n@triton.jit\ndef a(x): pass\n@jit\ndef b(x): pass\n"
+        "@triton.autotune(configs=[], key=[])\n@triton.jit(do_not_specialize=[0])\ndef c(x): pass\n"
+        "def helper(): pass\n"
+    )
     assert triton_kernel_names(source) == {"a", "b", "c"}
 
 
@@ -191,12 +197,14 @@ def test_a_case_of_another_function_is_checked_against_that_functions_spec():
     from grader.core.cases import spec_for, specs_of
     from grader.core.checks import check_case
 
-    negate = Spec(api="negate", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}),
-                  reference=lambda x: -x)
+    negate = Spec(
+        api="negate", make_inputs=lambda case, rand: ((rand.randn(case.params["n"]),), {}), reference=lambda x: -x
+    )
     other = Case({"n": 10}, spec=negate)
     assert spec_for(other, SPEC) is negate and spec_for(CASE, SPEC) is SPEC
     assert specs_of(SPEC, [CASE, other, Case({"n": 3}, spec=negate)]) == [SPEC, negate]
     assert other.name.startswith("negate: ") and not CASE.name.startswith("double: ")
+
     def negate_with_triton(x):
         out = torch.empty_like(x)
         _negate_kernel[(1,)](x, out, x.numel(), BLOCK=16)
@@ -240,8 +248,11 @@ def test_make_check_fails_a_transpose_that_pytorch_moved(tmp_path):
     module = find_module("optimization/01-tiling")
     folder = tmp_path / module.track / module.slug
     folder.mkdir(parents=True)
-    (folder / "kernel.py").write_text(example_submissions.kernel_source(
-        example_submissions.HANDWRITTEN / "transpose-by-view" / module.track / module.slug))
+    (folder / "kernel.py").write_text(
+        example_submissions.kernel_source(
+            example_submissions.HANDWRITTEN / "transpose-by-view" / module.track / module.slug
+        )
+    )
     kernel = load_kernel(module, tmp_path)
     spec, public = cases.public(module)
     case = next(c for c in public if cases.spec_for(c, spec).api == "transpose")

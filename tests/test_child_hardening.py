@@ -28,15 +28,19 @@ from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 TILING = find_module("optimization/01-tiling")
 PRODUCTION = find_module("mastery/05-production-ready")
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=2 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=2 * GiB)
+)
 
-interpreter_only = pytest.mark.skipif(device.is_cuda(), reason="the interpreter's evidence (on a GPU the "
-                                      "kernel trace holds these)")
+interpreter_only = pytest.mark.skipif(
+    device.is_cuda(), reason="the interpreter's evidence (on a GPU the kernel trace holds these)"
+)
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
 # Pokes at an address from id() while being imported, and swallows the error: the import fails all the same.
-POKES_AT_IMPORT = '''
+POKES_AT_IMPORT = """
 import torch
 import triton
 import triton.language as tl
@@ -67,11 +71,11 @@ def add(x, y):
     out = torch.empty_like(x)
     add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
     return out
-'''
+"""
 
 # A correct add() that first tries to open its own process's memory (and environment): it raises if
 # one opens, unless what opens is the /dev/null the sandbox put over it.
-OPENS_OWN_MEMORY = '''
+OPENS_OWN_MEMORY = """
 import os
 
 import torch
@@ -99,10 +103,14 @@ def add(x, y):
     out = torch.empty_like(x)
     add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
     return out
-'''
+"""
 
-EXAMPLES = {"pokes-host-memory": VECTOR_ADD, "patches-monitor": VECTOR_ADD, "custom-op-compute": PRODUCTION,
-            "transpose-by-view": TILING}
+EXAMPLES = {
+    "pokes-host-memory": VECTOR_ADD,
+    "patches-monitor": VECTOR_ADD,
+    "custom-op-compute": PRODUCTION,
+    "transpose-by-view": TILING,
+}
 INLINE = {"pokes-at-import": POKES_AT_IMPORT, "opens-own-memory": OPENS_OWN_MEMORY}
 
 
@@ -114,13 +122,15 @@ def hardened(tmp_path_factory, platform_protections) -> runphase.RunSummary:
         folder = root / name / module.track / module.slug
         folder.mkdir(parents=True)
         (folder / "kernel.py").write_text(
-            example_submissions.kernel_source(example_submissions.HANDWRITTEN / name / module.track / module.slug))
+            example_submissions.kernel_source(example_submissions.HANDWRITTEN / name / module.track / module.slug)
+        )
     for name, source in INLINE.items():
         folder = root / name / VECTOR_ADD.track / VECTOR_ADD.slug
         folder.mkdir(parents=True)
         (folder / "kernel.py").write_text(source)
-    options = runphase.Options(limits=LIMITS, policy_gate=False,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+    options = runphase.Options(
+        limits=LIMITS, policy_gate=False, allow_unsafe=not offers(platform_protections, "processes")
+    )
     summary = runphase.run(root, results, [VECTOR_ADD, TILING, PRODUCTION], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
     return summary
@@ -138,14 +148,16 @@ def _messages(record: dict) -> list[str]:
 
 # --- 1. interpreted kernels stay inside their launch's tensors -------------------------------
 
+
 @linux_only
 @interpreter_only
 def test_a_kernel_that_pokes_host_memory_during_a_call_is_stopped_with_its_line(hardened):
     record = _record(hardened, "pokes-host-memory", VECTOR_ADD)
     assert record["totals"]["passed"] == 0 and record["totals"]["score"] == 0.0
     for message in _messages(record):
-        assert message.startswith("The grader stopped add(): load at line 31 of kernel.py (kernel "
-                                  "forget_kernel)"), message
+        assert message.startswith("The grader stopped add(): load at line 31 of kernel.py (kernel forget_kernel)"), (
+            message
+        )
         assert "A kernel may touch only the tensors passed to its launch" in message
 
 
@@ -154,8 +166,10 @@ def test_a_kernel_that_pokes_host_memory_during_a_call_is_stopped_with_its_line(
 def test_a_kernel_that_pokes_host_memory_at_import_fails_the_import_even_if_the_error_is_caught(hardened):
     record = _record(hardened, "pokes-at-import", VECTOR_ADD)
     assert record["totals"]["score"] == 0.0
-    assert record["load_error"].startswith("kernel.py launched a kernel while being imported, and the grader "
-                                           "stopped it: store at line 9 of kernel.py (kernel poke_kernel)")
+    assert record["load_error"].startswith(
+        "kernel.py launched a kernel while being imported, and the grader "
+        "stopped it: store at line 9 of kernel.py (kernel poke_kernel)"
+    )
 
 
 @interpreter_only
@@ -198,6 +212,7 @@ def _copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 # --- 2. a monitor left switched off -----------------------------------------------------------
 
+
 @linux_only
 @interpreter_only
 def test_a_monitor_whose_report_was_replaced_fails_the_canary(hardened):
@@ -228,6 +243,7 @@ def test_a_report_without_its_canary_is_judged_as_tampering():
 
 
 # --- 3. operators inside allowed custom operators ---------------------------------------------
+
 
 @linux_only
 @interpreter_only
@@ -261,6 +277,7 @@ def test_the_log_sees_the_operators_a_custom_operator_runs_inside():
 
 # --- 4. the child's own memory file -----------------------------------------------------------
 
+
 @linux_only
 def test_the_child_cannot_open_its_own_memory(hardened):
     record = _record(hardened, "opens-own-memory", VECTOR_ADD)
@@ -277,8 +294,10 @@ def test_the_child_cannot_open_its_own_memory(hardened):
 def test_the_memory_file_is_covered_even_for_a_process_that_stays_dumpable(platform_protections):
     if not offers(platform_protections, "view"):
         pytest.skip("no private view on this platform: nothing to cover the file with")
-    script = ("import ctypes, os; x = ctypes.c_long(12345); fd = os.open('/proc/self/mem', os.O_RDWR); "
-              "print('read', os.pread(fd, 8, ctypes.addressof(x)), os.major(os.fstat(fd).st_rdev))")
+    script = (
+        "import ctypes, os; x = ctypes.c_long(12345); fd = os.open('/proc/self/mem', os.O_RDWR); "
+        "print('read', os.pread(fd, 8, ctypes.addressof(x)), os.major(os.fstat(fd).st_rdev))"
+    )
     with Sandbox(allow_unsafe=True) as sandbox, sandbox.slot() as slot:
         child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token")
         try:
@@ -294,6 +313,7 @@ def test_the_memory_file_is_covered_even_for_a_process_that_stays_dumpable(platf
 
 # --- 5. outputs moved into place by PyTorch ---------------------------------------------------
 
+
 @linux_only
 @interpreter_only
 def test_a_transpose_moved_by_pytorch_gets_no_points(hardened):
@@ -304,8 +324,10 @@ def test_a_transpose_moved_by_pytorch_gets_no_points(hardened):
     transposes = [row for row in rows if not row["name"].startswith("matmul: ") and ": refuses " not in row["name"]]
     assert transposes and not any(row["passed"] for row in transposes)
     for row in transposes:
-        assert row["message"].startswith("transpose() returned values that no Triton kernel of yours stored "
-                                         "(output): the output must be written by your kernel's tl.store"), row
+        assert row["message"].startswith(
+            "transpose() returned values that no Triton kernel of yours stored "
+            "(output): the output must be written by your kernel's tl.store"
+        ), row
     assert all(row["passed"] for row in rows if row["name"].startswith("matmul: "))
 
 
@@ -354,5 +376,6 @@ def test_a_spec_that_moves_data_counts_a_copy_kernel_as_not_the_submissions_work
     interpreted = {"launches": 1, "ops": {}, "escapes": [], "unwritten_by_kernel": [0]}
     assert judge_evidence("transpose", interpreted, True, None, _Spec(False)) is None
     kind, message = judge_evidence("transpose", interpreted, True, None, _Spec(True))
-    assert kind == "moved" and message.startswith("transpose() returned values that no Triton kernel of yours "
-                                                  "stored (output)")
+    assert kind == "moved" and message.startswith(
+        "transpose() returned values that no Triton kernel of yours stored (output)"
+    )

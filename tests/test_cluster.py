@@ -29,10 +29,14 @@ from grader.grade.runphase import Outcome
 from grader.grade.store import Submission, cases_hash, read_source, sha256
 from grader.sandbox.isolation import GiB, Limits
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.heavy,
-              pytest.mark.skipif(device.is_cuda(), reason="the CPU suite's cluster has no GPU; "
-                                 "docs/measurements.md has the GPU cluster's measurements")]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.heavy,
+    pytest.mark.skipif(
+        device.is_cuda(),
+        reason="the CPU suite's cluster has no GPU; docs/measurements.md has the GPU cluster's measurements",
+    ),
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 LIMITS = Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
@@ -42,8 +46,14 @@ LIMITS = Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
 def address():
     """A local Ray cluster of 2 CPUs, started by this process; its address, for other drivers."""
     ray = pytest.importorskip("ray", reason="Ray is the cluster extra (`pip install -e '.[cluster]'`)")
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             object_store_memory=200 * 1024 * 1024)
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        object_store_memory=200 * 1024 * 1024,
+    )
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -64,8 +74,11 @@ def _records(results: Path) -> dict:
     for path in (results / "records").rglob("*.json"):
         record = json.loads(path.read_text())
         records[record["submission_sha256"]] = {
-            "totals": record["totals"], "integrity": record.get("integrity"), "summary": record["summary"],
-            "cases": [(row["name"], row["passed"], row["kind"], row["message"]) for row in record["cases"]]}
+            "totals": record["totals"],
+            "integrity": record.get("integrity"),
+            "summary": record["summary"],
+            "cases": [(row["name"], row["passed"], row["kind"], row["message"]) for row in record["cases"]],
+        }
     return records
 
 
@@ -83,8 +96,9 @@ def local(examples, tmp_path_factory) -> Local:
     results = tmp_path_factory.mktemp("local") / "results"
     said = io.StringIO()
     with mock.patch.object(cluster, "available", lambda: False), contextlib.redirect_stderr(said):
-        summary = runphase.run(examples, results, [VECTOR_ADD], Options(workers=2, limits=LIMITS, ray=""),
-                               progress=False)
+        summary = runphase.run(
+            examples, results, [VECTOR_ADD], Options(workers=2, limits=LIMITS, ray=""), progress=False
+        )
     return Local(results, summary, said.getvalue())
 
 
@@ -114,15 +128,34 @@ def _grade_with(worker, examples: Path, results: Path, address: str) -> dict:
 
 def test_the_command_grades_on_the_cluster_as_the_local_pool_does(address, examples, local, tmp_path):
     results = tmp_path / "results"
-    done = subprocess.run([sys.executable, "-m", "grader", "run", str(examples), "--results", str(results),
-                           "--module", VECTOR_ADD.id, "--ray", address, "--case-timeout", "30"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "run",
+            str(examples),
+            "--results",
+            str(results),
+            "--module",
+            VECTOR_ADD.id,
+            "--ray",
+            address,
+            "--case-timeout",
+            "30",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 submission(s) graded" in done.stdout and "NOT GRADED" not in done.stdout
     mine, theirs = _records(results), _records(local.results)
     assert len(mine) == 2 and mine == theirs
-    passed = sorted(record["totals"]["public"]["passed"] + record["totals"]["hidden"]["passed"]
-                    for record in mine.values())
+    passed = sorted(
+        record["totals"]["public"]["passed"] + record["totals"]["hidden"]["passed"] for record in mine.values()
+    )
     assert passed[0] == 0 and passed[1] > 0  # the stub and the complete submission
     assert (results / "students.json").is_file() and list((results / "logs").rglob("*.log"))
 
@@ -130,9 +163,25 @@ def test_the_command_grades_on_the_cluster_as_the_local_pool_does(address, examp
 def test_a_stopped_run_on_the_cluster_ends_like_ctrl_c(address, examples, tmp_path):
     """SIGTERM (a scheduler's stop) ends the driver cleanly even though Ray handles signals too."""
     results = tmp_path / "results"
-    process = subprocess.Popen([sys.executable, "-m", "grader", "run", str(examples), "--results", str(results),
-                                "--module", VECTOR_ADD.id, "--ray", address], cwd=REPO_ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "run",
+            str(examples),
+            "--results",
+            str(results),
+            "--module",
+            VECTOR_ADD.id,
+            "--ray",
+            address,
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "run phase" in process.stderr.readline()  # the run has started
         process.send_signal(signal.SIGTERM)
@@ -188,26 +237,53 @@ def _record(**fields) -> dict:
     """A record of the grader's format with no case, for answers of a worker."""
     from grader.grade.record_format import Count, Record, Totals
 
-    return Record(**{"module": "", "submission_sha256": "", "cases_sha256": "", "device": "cpu", "graded_at": "",
-                      "summary": "", "load_error": None, "todos": [], "starting_kernel": False, "cases": [],
-                      "parts": [], "totals": Totals(Count(0, 0), Count(0, 0), 0, 0, 0.0), "integrity": None,
-                      "refusal": None, "performance": {}, "note": "", "cpu_seconds": {}, "protections": {},
-                      "evidence": "", "child_processes": 0, **fields}).to_json()
+    return Record(
+        **{
+            "module": "",
+            "submission_sha256": "",
+            "cases_sha256": "",
+            "device": "cpu",
+            "graded_at": "",
+            "summary": "",
+            "load_error": None,
+            "todos": [],
+            "starting_kernel": False,
+            "cases": [],
+            "parts": [],
+            "totals": Totals(Count(0, 0), Count(0, 0), 0, 0, 0.0),
+            "integrity": None,
+            "refusal": None,
+            "performance": {},
+            "note": "",
+            "cpu_seconds": {},
+            "protections": {},
+            "evidence": "",
+            "child_processes": 0,
+            **fields,
+        }
+    ).to_json()
 
 
-@pytest.mark.parametrize("spoil, words", [
-    (lambda answer: answer.pop("record"), "shape"),
-    (lambda answer: answer.update(children="3"), "shape"),
-    (lambda answer: answer["record"].update(module="missing-elements/02-matrix-mul"), "module"),
-    (lambda answer: answer["record"].update(cases_sha256="x"), "cases_sha256"),
-    (lambda answer: answer["record"].pop("cases"), "cases is missing"),
-    (lambda answer: answer["record"]["totals"].update(passed="3"), "totals.passed has the wrong type"),
-])
+@pytest.mark.parametrize(
+    "spoil, words",
+    [
+        (lambda answer: answer.pop("record"), "shape"),
+        (lambda answer: answer.update(children="3"), "shape"),
+        (lambda answer: answer["record"].update(module="missing-elements/02-matrix-mul"), "module"),
+        (lambda answer: answer["record"].update(cases_sha256="x"), "cases_sha256"),
+        (lambda answer: answer["record"].pop("cases"), "cases is missing"),
+        (lambda answer: answer["record"]["totals"].update(passed="3"), "totals.passed has the wrong type"),
+    ],
+)
 def test_accept_checks_every_part_of_an_answer(spoil, words):
     source = b"print('hello')\n"
-    answer = {"record": _record(module=VECTOR_ADD.id, submission_sha256=sha256(source),
-                                cases_sha256=cases_hash(VECTOR_ADD)),
-              "log": "", "children": 2, "profile": {"cases": 1.5, 3: "x"}, "total": 2.0}
+    answer = {
+        "record": _record(module=VECTOR_ADD.id, submission_sha256=sha256(source), cases_sha256=cases_hash(VECTOR_ADD)),
+        "log": "",
+        "children": 2,
+        "profile": {"cases": 1.5, 3: "x"},
+        "total": 2.0,
+    }
     graded = cluster.accept(json.loads(json.dumps(answer)), VECTOR_ADD, source)
     assert graded.children == 2 and graded.profile.seconds == {"cases": 1.5} and graded.profile.total == 2.0
     spoil(answer)

@@ -38,22 +38,33 @@ def _zip(path: Path, members: dict[str, bytes], when=(2026, 3, 2, 23, 30, 0), ut
 # --- misnamed files of an LMS zip ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, said", [
-    ("alice_optimization-03-shared-mem_kernel.py",
-     "(the closest is optimization-03-shared-memory): rename it to alice_optimization-03-shared-memory_kernel.py "
-     "(alice's optimization-03-shared-memory)"),
-    ("bob smith_missing-elements-01-vector-add_kernel.py",
-     "'bob smith' is no student id (letters, digits and . _ @ - only: no spaces): rename it to "
-     "bob.smith_missing-elements-01-vector-add_kernel.py (or with the student's LMS login"),
-    ("carol_kernel.py", "it names no assignment: rename it to carol_<assignment>_kernel.py"),
-    ("dave_missing-elements-01-vector-add.py", "it does not end in _kernel.py: rename it to "
-                                               "dave_missing-elements-01-vector-add_kernel.py"),
-    ("erin_missing-elements-01-vector-add_kernel (1).py", "it ends in 'kernel (1)' instead of kernel"),
-    ("frank_missing-elements-01-vector-add_torch.py", "only kernel.py files are graded, so this one was left out"),
-    ("gina_some-other-course_kernel.py", "'some-other-course' is no assignment of this course: rename it to "
-                                         "gina_<assignment>_kernel.py"),
-    ("__MACOSX/._alice_missing-elements-01-vector-add_kernel.py", "macOS's archive metadata"),
-])
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        (
+            "alice_optimization-03-shared-mem_kernel.py",
+            "(the closest is optimization-03-shared-memory): rename it to "
+            "alice_optimization-03-shared-memory_kernel.py (alice's optimization-03-shared-memory)",
+        ),
+        (
+            "bob smith_missing-elements-01-vector-add_kernel.py",
+            "'bob smith' is no student id (letters, digits and . _ @ - only: no spaces): rename it to "
+            "bob.smith_missing-elements-01-vector-add_kernel.py (or with the student's LMS login",
+        ),
+        ("carol_kernel.py", "it names no assignment: rename it to carol_<assignment>_kernel.py"),
+        (
+            "dave_missing-elements-01-vector-add.py",
+            "it does not end in _kernel.py: rename it to dave_missing-elements-01-vector-add_kernel.py",
+        ),
+        ("erin_missing-elements-01-vector-add_kernel (1).py", "it ends in 'kernel (1)' instead of kernel"),
+        ("frank_missing-elements-01-vector-add_torch.py", "only kernel.py files are graded, so this one was left out"),
+        (
+            "gina_some-other-course_kernel.py",
+            "'some-other-course' is no assignment of this course: rename it to gina_<assignment>_kernel.py",
+        ),
+        ("__MACOSX/._alice_missing-elements-01-vector-add_kernel.py", "macOS's archive metadata"),
+    ],
+)
 def test_a_misnamed_file_is_told_the_name_it_should_have(name, said):
     advice = collect.advice(name, COURSE_ASSIGNMENTS)
     assert said in advice, advice
@@ -61,10 +72,16 @@ def test_a_misnamed_file_is_told_the_name_it_should_have(name, said):
 
 
 def test_every_file_of_the_zip_that_no_assignment_takes_is_listed(tmp_path):
-    archive = _zip(tmp_path / "lms.zip", {f"alice_{ASSIGNMENT}_kernel.py": b"# alice\n",
-                                          f"sub/bo_{course.assignment_name(find_module('optimization/01-tiling'))}"
-                                          "_kernel.py": b"# a module left out of this run\n",
-                                          "carol_kernel.py": b"# carol\n", "readme.txt": b"hello\n"})
+    archive = _zip(
+        tmp_path / "lms.zip",
+        {
+            f"alice_{ASSIGNMENT}_kernel.py": b"# alice\n",
+            f"sub/bo_{course.assignment_name(find_module('optimization/01-tiling'))}"
+            "_kernel.py": b"# a module left out of this run\n",
+            "carol_kernel.py": b"# carol\n",
+            "readme.txt": b"hello\n",
+        },
+    )
     with zipfile.ZipFile(archive) as handle:
         members = [m for m in handle.infolist() if not m.is_dir()]
     found = dict(collect.unmatched(members, COURSE_ASSIGNMENTS))
@@ -80,8 +97,10 @@ def test_a_zip_with_only_misnamed_files_is_refused_with_what_to_rename(tmp_path)
 
 
 def test_two_files_for_one_student_and_assignment_are_refused_before_collecting(tmp_path):
-    archive = _zip(tmp_path / "lms.zip", {f"a/alice_{ASSIGNMENT}_kernel.py": b"# one\n",
-                                          f"b/alice_{ASSIGNMENT}_kernel.py": b"# two\n"})
+    archive = _zip(
+        tmp_path / "lms.zip",
+        {f"a/alice_{ASSIGNMENT}_kernel.py": b"# one\n", f"b/alice_{ASSIGNMENT}_kernel.py": b"# two\n"},
+    )
     with pytest.raises(collect.CollectError, match=rf"two files for alice's {ASSIGNMENT}: a/.* and b/"):
         collect.collect(archive, tmp_path / "course", [VECTOR_ADD])
 
@@ -109,9 +128,15 @@ def test_a_zip_entrys_time_is_utc_where_the_zip_says_so_else_local_without_offse
 def test_a_zip_is_collected_with_its_times_and_its_misnamed_files_listed(tmp_path):
     pytest.importorskip("nbgrader", reason="collecting a zip needs the [grading] extra (nbgrader)")
     utc = int(dt.datetime(2026, 3, 2, 22, 30, tzinfo=UTC).timestamp())
-    archive = _zip(tmp_path / "lms.zip", {f"alice_{ASSIGNMENT}_kernel.py": b"# alice\n",
-                                          f"bob smith_{ASSIGNMENT}_kernel.py": b"# bob\n",
-                                          "carol_kernel.py": b"# carol\n"}, utc=utc)
+    archive = _zip(
+        tmp_path / "lms.zip",
+        {
+            f"alice_{ASSIGNMENT}_kernel.py": b"# alice\n",
+            f"bob smith_{ASSIGNMENT}_kernel.py": b"# bob\n",
+            "carol_kernel.py": b"# carol\n",
+        },
+        utc=utc,
+    )
     course_dir = tmp_path / "course"
     course.generate_assignments(course_dir, [VECTOR_ADD])
     collected = collect.collect(archive, course_dir, [VECTOR_ADD])
@@ -135,13 +160,17 @@ def _folder_source(root: Path, students: list[str]) -> None:
 def test_a_folder_submissions_time_is_its_timestamp_txt_else_its_modification_time(tmp_path):
     _folder_source(tmp_path / "source", ["al", "bo"])
     stamped = dt.datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-    os.utime(tmp_path / "source" / "al" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py",
-             (stamped.timestamp(), stamped.timestamp()))
-    deadlines.write_timestamp(tmp_path / "source" / "bo" / VECTOR_ADD.track / VECTOR_ADD.slug,
-                              dt.datetime(2026, 3, 4, 9, 0, tzinfo=UTC))
+    os.utime(
+        tmp_path / "source" / "al" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py",
+        (stamped.timestamp(), stamped.timestamp()),
+    )
+    deadlines.write_timestamp(
+        tmp_path / "source" / "bo" / VECTOR_ADD.track / VECTOR_ADD.slug, dt.datetime(2026, 3, 4, 9, 0, tzinfo=UTC)
+    )
     collect.collect(tmp_path / "source", tmp_path / "course", [VECTOR_ADD])
-    read = {s: deadlines.read_timestamp(collect.submitted_dir(tmp_path / "course", s, ASSIGNMENT))
-            for s in ("al", "bo")}
+    read = {
+        s: deadlines.read_timestamp(collect.submitted_dir(tmp_path / "course", s, ASSIGNMENT)) for s in ("al", "bo")
+    }
     assert read == {"al": stamped, "bo": dt.datetime(2026, 3, 4, 9, 0, tzinfo=UTC)}
 
 
@@ -152,8 +181,9 @@ def test_collecting_some_students_leaves_the_others_files_as_they_were(tmp_path)
         (tmp_path / "source" / student / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py").write_text("# changed\n")
     collected = collect.collect(tmp_path / "source", tmp_path / "course", [VECTOR_ADD], students=["al"])
     assert collected.submissions == [("al", ASSIGNMENT)]
-    submitted = {s: (collect.submitted_dir(tmp_path / "course", s, ASSIGNMENT) / "kernel.py").read_text()
-                 for s in ("al", "bo")}
+    submitted = {
+        s: (collect.submitted_dir(tmp_path / "course", s, ASSIGNMENT) / "kernel.py").read_text() for s in ("al", "bo")
+    }
     assert submitted == {"al": "# changed\n", "bo": "# bo\n"}
 
 
@@ -267,8 +297,12 @@ def test_a_regrade_moves_only_the_selected_record_aside_and_names_who_shares_the
 
 
 def test_a_record_made_again_makes_its_notebook_stale(tmp_path):
-    row = pipeline.Row("alice", ASSIGNMENT, VECTOR_ADD, record={"submission_sha256": "a", "cases_sha256": "b",
-                                                                 "graded_at": "2026-03-01T10:00:00+00:00"})
+    row = pipeline.Row(
+        "alice",
+        ASSIGNMENT,
+        VECTOR_ADD,
+        record={"submission_sha256": "a", "cases_sha256": "b", "graded_at": "2026-03-01T10:00:00+00:00"},
+    )
     before = pipeline._stamp(row, b"{}")
     row.record = {**row.record, "graded_at": "2026-03-05T10:00:00+00:00"}
     assert pipeline._stamp(row, b"{}") != before
@@ -280,9 +314,15 @@ def test_nbgrader_runs_once_per_selected_student_and_once_for_all_otherwise():
 
 
 def test_the_table_gains_the_files_not_collected_and_the_regrades(tmp_path):
-    grading = pipeline.Grading([], tmp_path, tmp_path, protections={}, seconds={},
-                               unmatched=[("carol_kernel.py", "it names no assignment: rename it.")],
-                               notes=["Regrading alice x: the old record is kept in y."])
+    grading = pipeline.Grading(
+        [],
+        tmp_path,
+        tmp_path,
+        protections={},
+        seconds={},
+        unmatched=[("carol_kernel.py", "it names no assignment: rename it.")],
+        notes=["Regrading alice x: the old record is kept in y."],
+    )
     lines = pipeline.extra_lines(grading)
     assert "  carol_kernel.py: it names no assignment: rename it." in lines
     assert "Regrading alice x: the old record is kept in y." in lines

@@ -38,8 +38,13 @@ def test_the_first_config_runs_its_pre_hook_and_launch_options(monkeypatch):
         hooked.append(sorted(named))
         named["out_ptr"].zero_()
 
-    @triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=2, pre_hook=zero_output),
-                              triton.Config({"BLOCK": 64}, num_warps=4)], key=["n"])
+    @triton.autotune(
+        configs=[
+            triton.Config({"BLOCK": 32}, num_warps=2, pre_hook=zero_output),
+            triton.Config({"BLOCK": 64}, num_warps=4),
+        ],
+        key=["n"],
+    )
     @triton.jit
     def add_block(out_ptr, n, BLOCK: tl.constexpr):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -86,11 +91,18 @@ def test_the_first_config_that_fits_is_launched(monkeypatch):
                 if BLOCK > 32:
                     raise OutOfResources(BLOCK * 4096, 232448, "shared memory")
                 return BLOCK
+
             return run
 
-    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 64}),
-                                     triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 16})],
-                            key=["n"])(TooBigAbove32())
+    tuned = triton.autotune(
+        configs=[
+            triton.Config({"BLOCK": 128}),
+            triton.Config({"BLOCK": 64}),
+            triton.Config({"BLOCK": 32}),
+            triton.Config({"BLOCK": 16}),
+        ],
+        key=["n"],
+    )(TooBigAbove32())
     assert tuned[(1,)](None, 100) == 32 and tuned.best_config.kwargs == {"BLOCK": 32}
     assert tuned[(1,)](None, 100) == 32 and compiled == [128, 64, 32, 32]  # no second try
 
@@ -107,10 +119,10 @@ def test_when_no_config_fits_the_last_ones_error_is_raised(monkeypatch):
         def __getitem__(self, grid):
             def run(*args, BLOCK, **options):
                 raise OutOfResources(BLOCK * 4096, 232448, "shared memory")
+
             return run
 
-    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 32})],
-                            key=[])(NeverFits())
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 32})], key=[])(NeverFits())
     with pytest.raises(OutOfResources, match=str(32 * 4096)):
         tuned[(1,)](None)
 
@@ -131,13 +143,17 @@ def test_a_config_too_big_for_one_dtype_is_still_used_for_another(monkeypatch):
                 if BLOCK > 32 and x.element_size() > 2:
                     raise OutOfResources(BLOCK * x.element_size() * 1024, 232448, "shared memory")
                 return BLOCK
+
             return run
 
     def fresh_configs(configs, named, **kwargs):  # new Config objects on every call
         return [triton.Config(dict(c.kwargs)) for c in configs]
 
-    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 32})], key=[],
-                            prune_configs_by={"early_config_prune": fresh_configs})(BigTilesNeedHalves())
+    tuned = triton.autotune(
+        configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 32})],
+        key=[],
+        prune_configs_by={"early_config_prune": fresh_configs},
+    )(BigTilesNeedHalves())
     fp32, fp16 = torch.zeros(4), torch.zeros(4, dtype=torch.float16)
     assert [tuned[(1,)](fp32), tuned[(1,)](fp16), tuned[(1,)](fp32), tuned[(1,)](fp16)] == [32, 128, 32, 128]
 

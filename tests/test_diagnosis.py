@@ -102,8 +102,8 @@ def test_a_nan_that_pytorch_keeps_and_the_kernel_drops_is_named():
     assert "rounding" not in message
 
 
-
 # ---- rows that go wrong by what their values hold ------------------------------------------
+
 
 def _attention_like(seed: int = 0) -> torch.Tensor:
     """A (batch, heads, rows, features) reference, like attention's output."""
@@ -115,7 +115,7 @@ def _scattered_rows(generator: torch.Generator) -> list[tuple[int, int]]:
     gets wrong (a row that fits one key block is right; a longer one only where a later block
     raised its maximum)."""
     rows = 16 + torch.randperm(48, generator=generator)[:20]
-    return [(head, int(row)) for head in (0, 1) for row in rows[head * 10:(head + 1) * 10]]
+    return [(head, int(row)) for head in (0, 1) for row in rows[head * 10 : (head + 1) * 10]]
 
 
 def test_rows_off_by_a_factor_of_their_own_point_at_a_running_sum_not_rescaled():
@@ -160,8 +160,9 @@ def test_scattered_wrong_rows_point_at_a_value_carried_from_block_to_block():
     assert "row offset" not in text and "program_id" not in text
     by_position = ref.clone()
     by_position[0, :, 4:8] += 1.0  # the same rows of each matrix: their position decides
-    assert "whole row(s) are wrong, the others right: check how a program finds its row" in \
-        diagnose(by_position, ref, 1e-5, 1e-4)
+    assert "whole row(s) are wrong, the others right: check how a program finds its row" in diagnose(
+        by_position, ref, 1e-5, 1e-4
+    )
 
 
 def test_wrong_rows_from_a_block_boundary_on_name_both_causes():
@@ -178,12 +179,14 @@ def test_wrong_rows_from_a_block_boundary_on_name_both_causes():
 
 # ---- across the cases of a run -------------------------------------------------------------
 
+
 def _outcomes(*cases_and_verdicts, row_wise=False):
     from grader.core.cases import Case
     from grader.core.diagnosis import Outcome
 
-    return [Outcome(Case(params, label=label), passed, row_wise=row_wise)
-            for params, label, passed in cases_and_verdicts]
+    return [
+        Outcome(Case(params, label=label), passed, row_wise=row_wise) for params, label, passed in cases_and_verdicts
+    ]
 
 
 def test_failing_exactly_past_one_k_step_names_the_accumulator():
@@ -191,16 +194,24 @@ def test_failing_exactly_past_one_k_step_names_the_accumulator():
     fails, whatever M and N (the passing K = 45 is a case whose block along K is larger)."""
     from grader.core.diagnosis import across_cases
 
-    text = across_cases(_outcomes(
-        ({"mnk": (1, 1, 1)}, "1 x 1 x 1", True), ({"mnk": (16, 16, 16)}, "one tile", True),
-        ({"mnk": (33, 65, 17)}, "odd sizes", True), ({"mnk": (3, 600, 24)}, "short and wide", True),
-        ({"mnk": (37, 29, 45)}, "a transposed", True), ({"mnk": (48, 40, 100)}, "K not a multiple", False),
-        ({"mnk": (300, 8, 40)}, "tall and skinny", False), ({"mnk": (257, 300, 65)}, "several tiles", False),
-        ({"mnk": (31, 47, 53)}, "sliced", False)))
+    text = across_cases(
+        _outcomes(
+            ({"mnk": (1, 1, 1)}, "1 x 1 x 1", True),
+            ({"mnk": (16, 16, 16)}, "one tile", True),
+            ({"mnk": (33, 65, 17)}, "odd sizes", True),
+            ({"mnk": (3, 600, 24)}, "short and wide", True),
+            ({"mnk": (37, 29, 45)}, "a transposed", True),
+            ({"mnk": (48, 40, 100)}, "K not a multiple", False),
+            ({"mnk": (300, 8, 40)}, "tall and skinny", False),
+            ({"mnk": (257, 300, 65)}, "several tiles", False),
+            ({"mnk": (31, 47, 53)}, "sliced", False),
+        )
+    )
     assert "every case that fails is one where K is larger than 24" in text
     assert "acc += tl.dot(a, b)" in text and "running maximum or sum not rescaled" in text
-    exactly = across_cases(_outcomes(({"n": 100}, "", True), ({"n": 1024}, "", True),
-                                     ({"n": 1025}, "", False), ({"n": 5000}, "", False)))
+    exactly = across_cases(
+        _outcomes(({"n": 100}, "", True), ({"n": 1024}, "", True), ({"n": 1025}, "", False), ({"n": 5000}, "", False))
+    )
     assert "exactly the cases where n is larger than 1024 fail" in exactly
 
 
@@ -209,21 +220,31 @@ def test_passing_only_where_the_size_fills_its_blocks_names_the_division_by_the_
     block is N's next power of two), or a multiple of a fixed block."""
     from grader.core.diagnosis import across_cases
 
-    rows = across_cases(_outcomes(({"shape": (8, 64)}, "", True), ({"shape": (5, 1)}, "", True),
-                                  ({"shape": (16, 100)}, "", False), ({"shape": (1, 7)}, "", False),
-                                  ({"shape": (3, 4, 33)}, "", False), row_wise=True))
+    rows = across_cases(
+        _outcomes(
+            ({"shape": (8, 64)}, "", True),
+            ({"shape": (5, 1)}, "", True),
+            ({"shape": (16, 100)}, "", False),
+            ({"shape": (1, 7)}, "", False),
+            ({"shape": (3, 4, 33)}, "", False),
+            row_wise=True,
+        )
+    )
     assert "exactly the cases where the rows are not a power of two long fail" in rows
     assert "divide by the real length N, not by the block size" in rows
-    flat = across_cases(_outcomes(({"n": 4096}, "", True), ({"n": 1}, "", True),
-                                  ({"n": 1000}, "", False), ({"n": 4097}, "", False)))
+    flat = across_cases(
+        _outcomes(({"n": 4096}, "", True), ({"n": 1}, "", True), ({"n": 1000}, "", False), ({"n": 4097}, "", False))
+    )
     assert "exactly the cases where n is not a power of two fail" in flat and "not by the block size" in flat
-    blocks = across_cases(_outcomes(({"n": 1024}, "", True), ({"n": 3072}, "", True),
-                                    ({"n": 1000}, "", False), ({"n": 2500}, "", False)))
+    blocks = across_cases(
+        _outcomes(({"n": 1024}, "", True), ({"n": 3072}, "", True), ({"n": 1000}, "", False), ({"n": 2500}, "", False))
+    )
     assert "exactly the cases where n is not a multiple of 1024 fail" in blocks
     assert "partial block" in blocks and "not by the block size" in blocks
 
 
 # ---- crashes ------------------------------------------------------------------------------
+
 
 def test_a_memory_crash_points_first_to_the_interpreters_memory_checker():
     """Most learners have no GPU: the command that names the faulty line on a CPU comes first, and

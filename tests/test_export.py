@@ -24,18 +24,39 @@ DUE = dt.datetime(2026, 3, 2, 23, 0, tzinfo=UTC)
 
 
 def _record(module, passed: int = 4, total: int = 4, performance_graded: bool = False) -> dict:
-    cases = [{"name": f"case {i}", "visibility": "public", "passed": i < passed, "seconds": 0.0,
-              "message": "" if i < passed else "3 of 1000 elements are wrong: check the mask"}
-             for i in range(total)]
-    return {"module": module.id, "load_error": None, "integrity": None, "todos": [], "cases": cases,
-            "totals": {"passed": passed, "total": total}, "graded_at": "2026-03-01T10:00:00+00:00",
-            "performance": {"graded": performance_graded, "reason": "" if performance_graded else
-                            "not graded: needs a CUDA GPU"}}
+    cases = [
+        {
+            "name": f"case {i}",
+            "visibility": "public",
+            "passed": i < passed,
+            "seconds": 0.0,
+            "message": "" if i < passed else "3 of 1000 elements are wrong: check the mask",
+        }
+        for i in range(total)
+    ]
+    return {
+        "module": module.id,
+        "load_error": None,
+        "integrity": None,
+        "todos": [],
+        "cases": cases,
+        "totals": {"passed": passed, "total": total},
+        "graded_at": "2026-03-01T10:00:00+00:00",
+        "performance": {
+            "graded": performance_graded,
+            "reason": "" if performance_graded else "not graded: needs a CUDA GPU",
+        },
+    }
 
 
 def _row(student: str, module, scores: dict | None = None, submitted_at=None, **record) -> Row:
-    row = Row(student, course.assignment_name(module), module, record=_record(module, **record),
-              scores=dict(scores if scores is not None else {"public": 4.0, "hidden": 4.0, "performance": 0.0}))
+    row = Row(
+        student,
+        course.assignment_name(module),
+        module,
+        record=_record(module, **record),
+        scores=dict(scores if scores is not None else {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
+    )
     row.submitted_at = submitted_at
     return row
 
@@ -53,11 +74,24 @@ def _grading(tmp_path: Path, rows: list[Row]) -> Grading:
 
 
 def test_columns_are_the_runs_modules_in_course_order_then_the_totals():
-    rows = [_row("bo", SOFTMAX), _row("al", TILING, {"public": 2.0, "hidden": 2.0, "performance": 0.0}),
-            _row("al", VECTOR_ADD)]
+    rows = [
+        _row("bo", SOFTMAX),
+        _row("al", TILING, {"public": 2.0, "hidden": 2.0, "performance": 0.0}),
+        _row("al", VECTOR_ADD),
+    ]
     header = export.lms_rows(export.publish(rows))[0]
-    assert header == ["student", "missing-elements-01-vector-add", "missing-elements-03-softmax",
-                      "optimization-01-tiling", "total", "out_of", "late_penalty", "late", "missing", "notes"]
+    assert header == [
+        "student",
+        "missing-elements-01-vector-add",
+        "missing-elements-03-softmax",
+        "optimization-01-tiling",
+        "total",
+        "out_of",
+        "late_penalty",
+        "late",
+        "missing",
+        "notes",
+    ]
     assert "missing-elements-02-matrix-mul" not in header  # a course module nobody was assigned
 
 
@@ -112,8 +146,9 @@ def test_a_roster_is_one_id_per_line_or_a_csv_with_a_student_column(tmp_path):
     assert export.read_roster(lms) == ["al", "bo"]
 
 
-@pytest.mark.parametrize("text, said", [("name,section\nAl,1\n", "none is called student"),
-                                        ("\n# nobody\n", "names no student")])
+@pytest.mark.parametrize(
+    "text, said", [("name,section\nAl,1\n", "none is called student"), ("\n# nobody\n", "names no student")]
+)
 def test_a_roster_that_cannot_be_read_says_what_it_should_hold(tmp_path, text, said):
     path = tmp_path / "roster.csv"
     path.write_text(text)
@@ -157,9 +192,11 @@ def test_no_submission_time_means_no_penalty_and_says_so():
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib needs Python 3.11")
 def test_a_toml_deadline_file_gives_defaults_and_one_table_per_module(tmp_path):
     path = tmp_path / "deadlines.toml"
-    path.write_text('timezone = "Europe/Zurich"\npenalty_per_day = 10\ncap = 30\n\n'
-                    '["missing-elements/01-vector-add"]\ndue = 2026-03-02T23:59:00+01:00\n\n'
-                    '["missing-elements-03-softmax"]\ndue = "2026-03-09 23:59"\npenalty_per_day = 25\n')
+    path.write_text(
+        'timezone = "Europe/Zurich"\npenalty_per_day = 10\ncap = 30\n\n'
+        '["missing-elements/01-vector-add"]\ndue = 2026-03-02T23:59:00+01:00\n\n'
+        '["missing-elements-03-softmax"]\ndue = "2026-03-09 23:59"\npenalty_per_day = 25\n'
+    )
     loaded = deadlines.load(path)
     assert set(loaded) == {"missing-elements-01-vector-add", "missing-elements-03-softmax"}
     first, second = loaded["missing-elements-01-vector-add"], loaded["missing-elements-03-softmax"]
@@ -175,12 +212,15 @@ def test_a_csv_deadline_file_has_a_row_per_module(tmp_path):
     assert loaded.cap == 100  # an empty cap: none
 
 
-@pytest.mark.parametrize("row, said", [
-    ("missing-elements/01-vector-ad,2026-03-02T23:59:00+01:00,5,50", "Did you mean missing-elements/01-vector-add"),
-    ("missing-elements/01-vector-add,2026-03-02T23:59:00,5,50", "has no timezone"),
-    ("missing-elements/01-vector-add,next monday,5,50", "is not a date and time"),
-    ("missing-elements/01-vector-add,2026-03-02T23:59:00+01:00,5,150", "from 0 to 100"),
-])
+@pytest.mark.parametrize(
+    "row, said",
+    [
+        ("missing-elements/01-vector-ad,2026-03-02T23:59:00+01:00,5,50", "Did you mean missing-elements/01-vector-add"),
+        ("missing-elements/01-vector-add,2026-03-02T23:59:00,5,50", "has no timezone"),
+        ("missing-elements/01-vector-add,next monday,5,50", "is not a date and time"),
+        ("missing-elements/01-vector-add,2026-03-02T23:59:00+01:00,5,150", "from 0 to 100"),
+    ],
+)
 def test_a_deadline_file_with_a_mistake_names_it(tmp_path, row, said):
     path = tmp_path / "deadlines.csv"
     path.write_text(f"module,due,penalty_per_day,cap\n{row}\n")
@@ -189,8 +229,9 @@ def test_a_deadline_file_with_a_mistake_names_it(tmp_path, row, said):
 
 
 def test_nbgraders_timestamps_are_read_with_or_without_a_zone(tmp_path):
-    assert deadlines.parse_time("2026-03-02 22:59:00.123456 UTC") == \
-        dt.datetime(2026, 3, 2, 22, 59, 0, 123456, tzinfo=UTC)
+    assert deadlines.parse_time("2026-03-02 22:59:00.123456 UTC") == dt.datetime(
+        2026, 3, 2, 22, 59, 0, 123456, tzinfo=UTC
+    )
     assert deadlines.parse_time("2026-03-02 23:59:00+01:00").utcoffset() == dt.timedelta(hours=1)
     assert deadlines.parse_time("2026-03-02 23:59:00").tzinfo is None
     assert deadlines.parse_time("yesterday") is None
@@ -202,12 +243,18 @@ def test_nbgraders_timestamps_are_read_with_or_without_a_zone(tmp_path):
 
 
 def test_each_student_gets_a_summary_with_points_out_of_penalty_reason_and_feedback(tmp_path):
-    failing = _row("al", VECTOR_ADD, {"public": 3.0, "hidden": 4.0, "performance": 0.0}, passed=3,
-                   submitted_at=DUE + dt.timedelta(hours=5))
+    failing = _row(
+        "al",
+        VECTOR_ADD,
+        {"public": 3.0, "hidden": 4.0, "performance": 0.0},
+        passed=3,
+        submitted_at=DUE + dt.timedelta(hours=5),
+    )
     failing.feedback = tmp_path / "course" / "feedback" / "al" / failing.assignment / f"{failing.assignment}.html"
     grading = _grading(tmp_path, [failing, _row("bo", VECTOR_ADD)])
-    published = export.write(grading, roster=["al", "bo", "cy"],
-                             deadlines={failing.assignment: deadlines.Deadline(DUE, 10, 50)})
+    published = export.write(
+        grading, roster=["al", "bo", "cy"], deadlines={failing.assignment: deadlines.Deadline(DUE, 10, 50)}
+    )
     text = (tmp_path / "grades" / "students" / "al.md").read_text()
     assert "| missing-elements/01-vector-add | 6.30 | 8 | 5.00 h | -0.70 (10%) |" in text
     assert report.reason(failing) and report.reason(failing) in text

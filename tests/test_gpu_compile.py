@@ -10,7 +10,7 @@ from grader.core import device, gpu_compile
 
 pytestmark = pytest.mark.skipif(device.is_cuda(), reason="on a GPU the kernels compile for real")
 
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import triton
     import triton.language as tl
 
@@ -49,7 +49,7 @@ KERNELS = textwrap.dedent('''
     def copy(x_ptr, out_ptr, BLOCK: tl.constexpr):
         offsets = tl.arange(0, BLOCK)
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets))
-''')
+""")
 
 
 def _load(tmp_path):
@@ -69,8 +69,9 @@ def test_what_the_interpreter_runs_and_a_gpu_refuses_is_named_with_its_line(tmp_
         out = torch.zeros(1, dtype=torch.int32)
         kernels.first_negative[(1,)](torch.tensor([1.0, -2.0, 3.0]), out, 3, BLOCK=4)
         assert out.item() == 1, "the interpreter runs the loop with its break"
-        kernels.big_tiles[(1,)](torch.randn(1 << 20), torch.zeros(256 * 256), BLOCK_M=256, BLOCK_N=256,
-                                BLOCK_K=128, num_stages=4)
+        kernels.big_tiles[(1,)](
+            torch.randn(1 << 20), torch.zeros(256 * 256), BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_stages=4
+        )
         x, copied = torch.arange(8.0), torch.zeros(8)
         kernels.copy[(1,)](x, copied, BLOCK=8)
         kernels.copy[(1,)](x, copied, BLOCK=8)  # the same specialisation: recorded once
@@ -90,8 +91,11 @@ def test_one_specialisation_per_kernel_and_constexpr_setting_comes_first():
         return gpu_compile.Launch(name, {"x": dtype, "BLOCK": "constexpr"}, {"BLOCK": block}, {"num_warps": 4})
 
     launches = [launch("a", 64), launch("a", 64, "*fp16"), launch("a", 128), launch("b", 64)]
-    assert [(c.name, c.constexprs["BLOCK"], c.signature["x"]) for c in gpu_compile.chosen(launches, 3)] == \
-        [("a", 64, "*fp32"), ("a", 128, "*fp32"), ("b", 64, "*fp32")]
+    assert [(c.name, c.constexprs["BLOCK"], c.signature["x"]) for c in gpu_compile.chosen(launches, 3)] == [
+        ("a", 64, "*fp32"),
+        ("a", 128, "*fp32"),
+        ("b", 64, "*fp32"),
+    ]
     assert launches[0].describe() == "a(BLOCK=64, num_warps=4)"
 
 

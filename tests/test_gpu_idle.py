@@ -29,6 +29,7 @@ def reader(*percents):
     def read(index):
         asked.append(index)
         return left.pop(0) if len(left) > 1 else left[0]
+
     return read, asked
 
 
@@ -102,8 +103,9 @@ class FakeNvml:
     def nvmlDeviceGetSamples(self, handle, kind, last_seen, value_kind, count, samples):
         count._obj.value = len(self.stamps)
         if samples:
-            for slot, stamp in zip(ctypes.cast(samples, ctypes.POINTER(gpu_idle._Sample * len(self.stamps)))[0],
-                                   self.stamps):
+            for slot, stamp in zip(
+                ctypes.cast(samples, ctypes.POINTER(gpu_idle._Sample * len(self.stamps)))[0], self.stamps
+            ):
                 slot.timestamp = stamp
         return 0
 
@@ -122,6 +124,7 @@ def driver(monkeypatch):
         nvml = FakeNvml(**answers)
         monkeypatch.setattr(gpu_idle, "_nvml", nvml)
         return nvml
+
     return install
 
 
@@ -129,12 +132,16 @@ def test_busy_percent_asks_nvml_for_the_gpu_by_its_uuid(driver):
     nvml = driver(gpu=42)
     assert gpu_idle.busy_percent(0) == 42
     assert gpu_idle.busy_percent(1) == 42
-    assert nvml.uuids == [b"GPU-5c1d0f0e-aaaa-bbbb-cccc-000000000000",
-                          b"GPU-77e1a2b3-aaaa-bbbb-cccc-111111111111"], "one look-up per GPU, always with GPU-"
+    assert nvml.uuids == [b"GPU-5c1d0f0e-aaaa-bbbb-cccc-000000000000", b"GPU-77e1a2b3-aaaa-bbbb-cccc-111111111111"], (
+        "one look-up per GPU, always with GPU-"
+    )
 
 
-@pytest.mark.parametrize("answers", [{"mig": 1}, {"utilization_rc": 999}, {"gpu": RuntimeError("driver")}],
-                         ids=["mig", "nvml-error", "raises"])
+@pytest.mark.parametrize(
+    "answers",
+    [{"mig": 1}, {"utilization_rc": 999}, {"gpu": RuntimeError("driver")}],
+    ids=["mig", "nvml-error", "raises"],
+)
 def test_busy_percent_is_none_where_nvml_cannot_answer(driver, answers):
     driver(**answers)
     assert gpu_idle.busy_percent(0) is None

@@ -31,9 +31,11 @@ def _tests_and_reasons(module) -> tuple[list[str], dict]:
 def test_every_public_test_is_graded_or_says_why_not(module):
     tests, reasons = _tests_and_reasons(module)
     unexplained = [name for name in tests if name != "test_matches_reference" and name not in reasons]
-    assert not unexplained, (f"{module.id}: these tests are not graded cases and PYTEST_ONLY gives no reason: "
-                             f"{unexplained}. Make each a case of CASES (cases.refusal for input validation) "
-                             "or say in PYTEST_ONLY why the grader cannot or need not grade it.")
+    assert not unexplained, (
+        f"{module.id}: these tests are not graded cases and PYTEST_ONLY gives no reason: "
+        f"{unexplained}. Make each a case of CASES (cases.refusal for input validation) "
+        "or say in PYTEST_ONLY why the grader cannot or need not grade it."
+    )
     stale = sorted(set(reasons) - set(tests))
     assert not stale, f"{module.id}: PYTEST_ONLY names tests that do not exist: {stale}"
     short = [name for name, why in reasons.items() if len(str(why).strip()) < MIN_REASON]
@@ -48,6 +50,7 @@ def test_the_audit_reads_a_reason_and_finds_a_missing_one(tmp_path):
     folder.mkdir()
     (folder / "test_kernel.py").write_text(
         'PYTEST_ONLY = {"test_b": "' + "x" * MIN_REASON + '"}\n'
-        "def test_matches_reference(kernel, case): pass\ndef test_a(): pass\ndef test_b(): pass\n")
+        "def test_matches_reference(kernel, case): pass\ndef test_a(): pass\ndef test_b(): pass\n"
+    )
     tests, reasons = _tests_and_reasons(SimpleNamespace(learner_dir=folder))
     assert tests == ["test_matches_reference", "test_a", "test_b"] and set(reasons) == {"test_b"}

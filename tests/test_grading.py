@@ -28,23 +28,30 @@ from grader.grade import course, record, release, runphase
 from grader.grade import pipeline as grading
 from grader.sandbox.isolation import GiB, Limits, Sandbox, offers
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.filterwarnings("ignore"), pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.filterwarnings("ignore"),
+    pytest.mark.heavy,
+]
 
 
 def _needs_nbgrader() -> None:
     """Only the tests that run nbgrader skip without it; the others run anyway."""
     pytest.importorskip("nbgrader", reason="grading needs the [grading] extra (nbgrader)")
 
+
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 ASSIGNMENT = course.assignment_name(VECTOR_ADD)
 STUDENTS = ["complete", "partial", "stub", "torch-compute", "writes-files"]
 # CPU-time limits (see grader.grade.budget.Budget): far beyond what a correct call needs.
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+)
 FULL_CORRECTNESS = course.POINTS["public"] + course.POINTS["hidden"]
 TAMPERED_CELL = "print('tampered'); 4"
-GRADEBOOK_ATTACK = '''
+GRADEBOOK_ATTACK = """
 import sqlite3 as _sqlite3
 for _folder in EXTRA_TARGETS:
     try:
@@ -55,7 +62,7 @@ for _folder in EXTRA_TARGETS:
         print("writes-files changed the gradebook in", _folder)
     except Exception as _error:
         print("writes-files could not open the gradebook:", type(_error).__name__)
-'''
+"""
 
 
 def _gradebook_state(path: Path) -> tuple:
@@ -90,8 +97,7 @@ def _prepare_students(graded: Graded, examples: Path) -> None:
         (graded.source / student).parent.mkdir(parents=True, exist_ok=True)
         os.rename(examples / student, graded.source / student)
     writer = graded.source / "writes-files" / VECTOR_ADD.track / VECTOR_ADD.slug / "kernel.py"
-    targets = [str(graded.course_dir), str(course.results_dir(graded.course_dir)),
-               str(graded.course_dir / "submitted")]
+    targets = [str(graded.course_dir), str(course.results_dir(graded.course_dir)), str(graded.course_dir / "submitted")]
     text = writer.read_text().replace("EXTRA_TARGETS = []", f"EXTRA_TARGETS = {targets!r}")
     mark = 'MARK = "written-by-writes-files"\n'
     assert mark in text
@@ -128,8 +134,9 @@ def graded(tmp_path_factory) -> Graded:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runphase, "run", watched_run)
-        result.grading = grading.grade(result.source, result.course_dir, result.out, [VECTOR_ADD],
-                                       result.options(), progress=False)
+        result.grading = grading.grade(
+            result.source, result.course_dir, result.out, [VECTOR_ADD], result.options(), progress=False
+        )
     result.rows = {row.student: row for row in result.grading.rows}
     return result
 
@@ -163,10 +170,15 @@ def test_the_summary_counts_what_every_phase_did(graded):
 
     n = len(STUDENTS)  # five different files, of one module
     counts = {r.name: (r.done, r.total, r.unit) for r in graded.grading.phases}
-    assert counts == {"generate assignments": (None, None, ""), "collect": (n, n, "submissions"),
-                      "run phase": (n, n, "gradings"), "place notebooks": (None, None, ""),
-                      "autograde": (n, n, "notebooks"), "feedback": (n, n, "feedback pages"),
-                      "export": (n, n, "grades")}
+    assert counts == {
+        "generate assignments": (None, None, ""),
+        "collect": (n, n, "submissions"),
+        "run phase": (n, n, "gradings"),
+        "place notebooks": (None, None, ""),
+        "autograde": (n, n, "notebooks"),
+        "feedback": (n, n, "feedback pages"),
+        "export": (n, n, "grades"),
+    }
     assert list(graded.grading.seconds) == list(counts)  # report.md's timings
     assert all(r.seconds is not None and r.seconds >= 0 for r in graded.grading.phases)
     assert f"autograde             {n}/{n} notebooks" in table(graded.grading.phases)
@@ -211,8 +223,13 @@ def test_computing_with_pytorch_scores_zero_with_the_reason(graded):
 def test_writing_around_has_no_effect_and_scores_full_correctness(graded):
     row = graded.rows["writes-files"]
     assert row.scores["public"] + row.scores["hidden"] == FULL_CORRECTNESS
-    log = (course.results_dir(graded.course_dir) / "logs" / VECTOR_ADD.track / VECTOR_ADD.slug /
-           f"{row.record['submission_sha256']}.log").read_text()
+    log = (
+        course.results_dir(graded.course_dir)
+        / "logs"
+        / VECTOR_ADD.track
+        / VECTOR_ADD.slug
+        / f"{row.record['submission_sha256']}.log"
+    ).read_text()
     assert "writes-files could not open the gradebook" in log and "changed the gradebook" not in log
     assert not list(graded.course_dir.rglob("written-by-writes-files"))
 
@@ -295,8 +312,7 @@ def test_regrading_gives_the_same_result_without_running_anything(graded, monkey
     monkeypatch.setattr(runphase, "make_sandbox", no_sandbox)
     autograded = graded.course_dir / "autograded" / "complete" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     mtime = autograded.stat().st_mtime_ns
-    again = grading.grade(graded.source, graded.course_dir, graded.out, [VECTOR_ADD], graded.options(),
-                          progress=False)
+    again = grading.grade(graded.source, graded.course_dir, graded.out, [VECTOR_ADD], graded.options(), progress=False)
     assert again.children_started == 0 and again.autograded == 0
     reused = {r.name: (r.done, r.tags, r.seconds is None) for r in again.phases}
     assert reused["run phase"] == (len(STUDENTS), {"reused": len(STUDENTS)}, False)
@@ -306,14 +322,25 @@ def test_regrading_gives_the_same_result_without_running_anything(graded, monkey
 
 
 def test_the_cli_regrades_and_prints_the_table(graded):
-    command = [sys.executable, "-m", "grader.grade.commands", "grade", str(graded.source), "--course",
-               str(graded.course_dir), "--out", str(graded.out), "--module", VECTOR_ADD.id]
+    command = [
+        sys.executable,
+        "-m",
+        "grader.grade.commands",
+        "grade",
+        str(graded.source),
+        "--course",
+        str(graded.course_dir),
+        "--out",
+        str(graded.out),
+        "--module",
+        VECTOR_ADD.id,
+    ]
     if graded.options().allow_unsafe:
         command.append("--allow-unsafe")
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "torch-compute" in result.stdout and "computed with PyTorch" in result.stdout
-    summary = result.stdout[result.stdout.index("\nphase "):]  # after the grades table
+    summary = result.stdout[result.stdout.index("\nphase ") :]  # after the grades table
     assert f"run phase             {len(STUDENTS)}/{len(STUDENTS)} gradings ({len(STUDENTS)} reused)" in summary
     assert "autograde             nothing changed" in summary and "\ntotal " in summary
     assert "\r" not in result.stderr and "run phase: " in result.stderr  # plain lines, not a bar
@@ -329,8 +356,16 @@ def test_regrading_one_student_changes_only_that_students_record_and_grade(grade
     others = [student for student in STUDENTS if student != "partial"]
     notebook = lambda student: graded.course_dir / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     before = {student: notebook(student).stat().st_mtime_ns for student in others}
-    again = grading.grade(None, graded.course_dir, graded.out, [VECTOR_ADD], graded.options(), progress=False,
-                          students=["partial"], regrade=True)
+    again = grading.grade(
+        None,
+        graded.course_dir,
+        graded.out,
+        [VECTOR_ADD],
+        graded.options(),
+        progress=False,
+        students=["partial"],
+        regrade=True,
+    )
     rows = {row.student: row for row in again.rows}
     assert sorted(rows) == STUDENTS and again.children_started > 0 and again.autograded == 1
     old = graded.rows["partial"].record
@@ -341,8 +376,10 @@ def test_regrading_one_student_changes_only_that_students_record_and_grade(grade
     assert len(list((course.results_dir(graded.course_dir) / "replaced").rglob("*.json"))) == 1
     for student in others:
         assert notebook(student).stat().st_mtime_ns == before[student], student
-        assert (rows[student].record, rows[student].scores) == (graded.rows[student].record,
-                                                                graded.rows[student].scores), student
+        assert (rows[student].record, rows[student].scores) == (
+            graded.rows[student].record,
+            graded.rows[student].scores,
+        ), student
     with open(graded.out / "lms.csv", newline="") as handle:
         assert sorted(line["student"] for line in csv.DictReader(handle)) == STUDENTS
     assert sorted(p.stem for p in (graded.out / "students").glob("*.md")) == STUDENTS
@@ -369,8 +406,12 @@ def test_zip_collection_takes_only_kernel_files(tmp_path):
     submitted = course_dir / "submitted"
     assert (submitted / "alice" / ASSIGNMENT / "kernel.py").read_bytes() == complete
     assert (submitted / "bob.smith" / ASSIGNMENT / "kernel.py").read_text() == "# bob\n"
-    assert sorted(p.name for p in submitted.rglob("*") if p.is_file()) == ["kernel.py", "kernel.py",
-                                                                          "timestamp.txt", "timestamp.txt"]
+    assert sorted(p.name for p in submitted.rglob("*") if p.is_file()) == [
+        "kernel.py",
+        "kernel.py",
+        "timestamp.txt",
+        "timestamp.txt",
+    ]
 
 
 def test_a_linked_kernel_is_not_collected(tmp_path):
@@ -390,12 +431,27 @@ def test_a_linked_kernel_is_not_collected(tmp_path):
 
 
 def _record(**performance) -> dict:
-    return {"module": VECTOR_ADD.id, "submission_sha256": "0" * 64, "device": "a GPU", "graded_at": "now",
-            "summary": "", "load_error": None, "todos": [], "totals": {},
-            "cases": [{"name": "a", "visibility": "public", "passed": True, "message": "", "seconds": 0},
-                      {"name": "hidden case 1", "visibility": "hidden", "passed": False,
-                       "message": "Hidden case failed: the output is wrong.", "seconds": 0}],
-            "performance": performance}
+    return {
+        "module": VECTOR_ADD.id,
+        "submission_sha256": "0" * 64,
+        "device": "a GPU",
+        "graded_at": "now",
+        "summary": "",
+        "load_error": None,
+        "todos": [],
+        "totals": {},
+        "cases": [
+            {"name": "a", "visibility": "public", "passed": True, "message": "", "seconds": 0},
+            {
+                "name": "hidden case 1",
+                "visibility": "hidden",
+                "passed": False,
+                "message": "Hidden case failed: the output is wrong.",
+                "seconds": 0,
+            },
+        ],
+        "performance": performance,
+    }
 
 
 @pytest.mark.parametrize("ratio, points", [(1.2, 2.0), (0.8, 2.0), (0.6, 1.0), (0.4, 0.0), (0.1, 0.0)])
@@ -408,11 +464,11 @@ def test_performance_points_from_the_ratio_are_linear_down_to_the_floor(ratio, p
 
 
 def test_performance_credit_in_the_record_is_used_and_not_graded_is_said():
-    text, points = record.part_report(_record(graded=True, credit=0.25, ratio=0.5, reason="0.50 x",
-                                              threshold=0.8, floor=0.4), "performance", 2)
+    text, points = record.part_report(
+        _record(graded=True, credit=0.25, ratio=0.5, reason="0.50 x", threshold=0.8, floor=0.4), "performance", 2
+    )
     assert points == 0.5 and "0.50 x" in text and "none at or below 0.40 x" in text
-    text, points = record.part_report(_record(graded=False, reason="not graded: needs a CUDA GPU"),
-                                      "performance", 2)
+    text, points = record.part_report(_record(graded=False, reason="not graded: needs a CUDA GPU"), "performance", 2)
     assert points == 0 and text.startswith("Performance: NOT GRADED (not graded: needs a CUDA GPU)")
 
 
@@ -463,8 +519,11 @@ def test_an_error_output_is_replaced_by_one_line_before_feedback(tmp_path):
     path = tmp_path / "autograded" / "eve" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     path.parent.mkdir(parents=True)
     cell = nbformat.v4.new_code_cell("score(...)")
-    cell.outputs = [nbformat.v4.new_output("error", ename="CellTimeoutError", evalue="",
-                                           traceback=["Traceback (most recent call last):", "  secret"])]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "error", ename="CellTimeoutError", evalue="", traceback=["Traceback (most recent call last):", "  secret"]
+        )
+    ]
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(path))
     found = grading._scrub_errors(tmp_path, [grading.Row("eve", ASSIGNMENT, VECTOR_ADD)])
     assert len(found) == 1 and "CellTimeoutError" in found[0]
@@ -480,8 +539,9 @@ def test_a_learner_file_beside_the_notebook_cannot_shadow_a_module(tmp_path, mon
     for name, value in course.environment(tmp_path / "course").items():
         monkeypatch.setenv(name, value)
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch; print(torch.__file__)")])
-    nbclient.NotebookClient(notebook, extra_arguments=course.KERNEL_ARGUMENTS, timeout=120,
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        notebook, extra_arguments=course.KERNEL_ARGUMENTS, timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     printed = "".join(output.get("text", "") for output in notebook.cells[0].outputs)
     assert printed.strip().endswith("__init__.py") and str(tmp_path) not in printed, printed
 

@@ -50,8 +50,11 @@ def _example(name: str, module) -> Path:
 
 def _cases(module, apis: set[str], labels: str = "") -> list[Case]:
     spec, public = cases.public(module)
-    return [c for c in cases.for_mode(public + cases.hidden(module), device.is_cuda())
-            if spec_for(c, spec).api in apis and labels in c.label]
+    return [
+        c
+        for c in cases.for_mode(public + cases.hidden(module), device.is_cuda())
+        if spec_for(c, spec).api in apis and labels in c.label
+    ]
 
 
 # --- in-place APIs: the caller's tensors ---------------------------------------------------------
@@ -102,8 +105,9 @@ def test_the_parent_reads_in_place_results_from_the_callers_tensors():
     passed = protocols.as_passed(args, kwargs)
     copies = [p - g for p, g in zip(args[0], args[1])]
     saved = {"outputs": [], "args": list(passed[0]), "kwargs": passed[1], "after": copies + list(args[1])}
-    verdict = judging.judge(spec, case, args, kwargs, {"returned": [], "launches": 1}, lambda refs: saved,
-                            torch.device("cpu"))
+    verdict = judging.judge(
+        spec, case, args, kwargs, {"returned": [], "launches": 1}, lambda refs: saved, torch.device("cpu")
+    )
     assert not verdict.passed and verdict.kind == "replaced", verdict
     assert "params[0]" in verdict.message
 
@@ -163,9 +167,13 @@ def test_a_gradient_has_its_inputs_dtype():
     def make_inputs(case, rand):
         return (rand.randn(3, 4, dtype=case.dtype), rand.randn(4), rand.randn(3, 4, dtype=case.dtype)), {}
 
-    spec = Spec(api="scale", make_inputs=make_inputs, protocol=cases.Backward(wrt=(0, 1)),
-                reference=protocols.autograd_reference(lambda x, w: x * w, wrt=(0, 1)),
-                output_names=("y", "grad_x", "grad_w"))
+    spec = Spec(
+        api="scale",
+        make_inputs=make_inputs,
+        protocol=cases.Backward(wrt=(0, 1)),
+        reference=protocols.autograd_reference(lambda x, w: x * w, wrt=(0, 1)),
+        output_names=("y", "grad_x", "grad_w"),
+    )
     case = Case({}, torch.float16)
 
     def outputs(x, w, dy, w_dtype=torch.float32):
@@ -198,8 +206,10 @@ def test_a_dropout_that_keeps_the_largest_elements_fails_the_graded_seed_cases()
 
 def test_every_failure_of_a_hidden_case_reads_the_same():
     kinds = ["wrong", "error", "timeout", "crash", "unreadable", "cache", "torch", "alias", "mutation", "replaced"]
-    texts = {judging.hidden_message(judging.Verdict(False, kind, f"{kind}: KeyError 2049 (0, 7) NaN"), "dot")
-             for kind in kinds}
+    texts = {
+        judging.hidden_message(judging.Verdict(False, kind, f"{kind}: KeyError 2049 (0, 7) NaN"), "dot")
+        for kind in kinds
+    }
     assert texts == {judging.HIDDEN_FAILED.format(api="dot")}
 
 
@@ -218,11 +228,18 @@ def test_a_result_that_views_a_large_workspace_travels_at_its_own_size():
 # --- the examples, graded as make grade grades them ----------------------------------------------
 
 # Each example's module, and the functions whose cases concern it (the others are not run).
-GRADED = {"inplace-copies": (TRAINING, {"adamw", "sgd"}), "fake-dropout": (TRAINING, {"dropout", "dropout_with_mask"}),
-          "low-precision-lse": (ATTENTION, {"attention_forward"}), "view-of-workspace": (MEMORY, {"dot"}),
-          "hidden-exception-channel": (MEMORY, {"dot"})}
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=2 * GiB)
+GRADED = {
+    "inplace-copies": (TRAINING, {"adamw", "sgd"}),
+    "fake-dropout": (TRAINING, {"dropout", "dropout_with_mask"}),
+    "low-precision-lse": (ATTENTION, {"attention_forward"}),
+    "view-of-workspace": (MEMORY, {"dot"}),
+    "hidden-exception-channel": (MEMORY, {"dot"}),
+}
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=2 * GiB)
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,15 +297,19 @@ def _rows(found: dict, visibility: str | None = None) -> list[dict]:
 
 def test_updated_copies_in_the_lists_lose_every_optimizer_case(graded):
     found = graded("inplace-copies")
-    optimizers = [row for row in _rows(found, "public")
-                  if row["name"].startswith(("adamw:", "sgd:")) and ": refuses " not in row["name"]]
+    optimizers = [
+        row
+        for row in _rows(found, "public")
+        if row["name"].startswith(("adamw:", "sgd:")) and ": refuses " not in row["name"]
+    ]
     assert len(optimizers) > 10
     for row in optimizers:
         assert not row["passed"] and "put another tensor in the place of params[0]" in row["message"], row
     assert all(row["passed"] for row in _rows(found, "public") if row not in optimizers)
     assert found["totals"]["hidden"]["passed"] < found["totals"]["hidden"]["total"]
-    assert found["integrity"]["violation"] == "replaced" and found["totals"]["score"] == 0.0, \
+    assert found["integrity"]["violation"] == "replaced" and found["totals"]["score"] == 0.0, (
         "not updating the caller's tensors goes around the in-place contract: no points for the module"
+    )
 
 
 def test_a_dropout_that_ignores_the_seed_loses_exactly_the_seed_cases(graded):
@@ -320,8 +341,10 @@ def test_the_exception_a_submission_raises_on_hidden_cases_reaches_no_learner(gr
     hidden = _rows(found, "hidden")
     assert hidden and not any(row["passed"] for row in hidden)
     # The learner's view: the record's messages and summary, and the feedback of the hidden part.
-    shown = json.dumps([found["summary"], found["note"], [row["message"] for row in found["cases"]]]) + \
-        record.part_report(found, "hidden", 4)[0]
+    shown = (
+        json.dumps([found["summary"], found["note"], [row["message"] for row in found["cases"]]])
+        + record.part_report(found, "hidden", 4)[0]
+    )
     assert not re.search(r"[A-Z][A-Za-z]*(Error|Exception)\b", shown), shown
     assert {row["message"] for row in hidden} == {judging.HIDDEN_FAILED.format(api="dot")}
 

@@ -72,8 +72,10 @@ def _as_plain_user(home: Path) -> list[str]:
     """A command prefix that runs the lab as `nobody` (who then owns `home`), or a skip when this
     process cannot switch users."""
     if os.geteuid() != 0:
-        pytest.skip(f"the tests run as uid {os.geteuid()}, not root, so they cannot switch users; "
-                    "the current-user run already is a non-root run")
+        pytest.skip(
+            f"the tests run as uid {os.geteuid()}, not root, so they cannot switch users; "
+            "the current-user run already is a non-root run"
+        )
     setpriv = shutil.which("setpriv")
     if not setpriv:
         pytest.skip("running the lab as another user needs setpriv (util-linux), which is not installed")
@@ -118,9 +120,14 @@ def lab(request):
     settings.parent.mkdir(parents=True)
     settings.write_text(json.dumps({"autosave": False}))
     prefix = _as_plain_user(home) if request.param == "plain-user" else []
-    env = {**os.environ, "HOME": str(home), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(home / ".jupyter"), "JUPYTER_DATA_DIR": str(home / "data"),
-           "IPYTHONDIR": str(home / "ipython")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "IPYTHONDIR": str(home / "ipython"),
+    }
     checkpoints = NOTEBOOKS_DIR / ".ipynb_checkpoints"  # the lab makes one on opening a notebook
     if not checkpoints.exists():
         request.addfinalizer(lambda: shutil.rmtree(checkpoints, ignore_errors=True))
@@ -129,10 +136,25 @@ def lab(request):
     server = Lab(f"http://127.0.0.1:{port}", secrets.token_hex(16), port, home, home.stat().st_uid)
     with open(server.log_path, "w") as log:
         process = subprocess.Popen(
-            prefix + [sys.executable, "-m", "grader", "lab", "--", "--no-browser", f"--port={server.port}",
-                      "--ServerApp.port_retries=0", f"--IdentityProvider.token={server.token}"],
-            cwd=home, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)  # its own process group, so that _stop reaches every process
+            prefix
+            + [
+                sys.executable,
+                "-m",
+                "grader",
+                "lab",
+                "--",
+                "--no-browser",
+                f"--port={server.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={server.token}",
+            ],
+            cwd=home,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # its own process group, so that _stop reaches every process
     request.addfinalizer(lambda: _stop(process))
     deadline = time.monotonic() + START_GUARD_S
     while True:
@@ -177,8 +199,9 @@ def test_lab_runs_as_the_intended_user(lab):
 
 def test_nbgrader_is_off(lab):
     status, page = lab.get("/lab")
-    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
-                                  page, re.S).group(1))
+    config = json.loads(
+        re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S).group(1)
+    )
     disabled = config.get("disabledExtensions", [])
     frontend = [ext["name"] for ext in config["federated_extensions"] if "nbgrader" in ext["name"]]
     assert all(name in disabled for name in frontend), f"enabled in the lab: {frontend}, disabled: {disabled}"
@@ -206,8 +229,7 @@ def test_a_browser_renders_a_notebook(lab, tmp_path):
         browser = playwright.chromium.launch(executable_path=CHROMIUM)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"{lab.base}/lab/tree/notebooks/{notebook.name}?token={lab.token}",
-                      timeout=START_GUARD_S * 1000)
+            page.goto(f"{lab.base}/lab/tree/notebooks/{notebook.name}?token={lab.token}", timeout=START_GUARD_S * 1000)
             page.locator(".jp-RenderedMarkdown h1", has_text=heading).first.wait_for(timeout=START_GUARD_S * 1000)
             page.screenshot(path=tmp_path / "lab.png")
             # Plugins are active before a document opens, so nbgrader's would show by now.

@@ -137,8 +137,9 @@ def test_the_lease_counts_its_timings_and_how_long_they_waited_for_the_calls_in_
 def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
     from grader.grade import leases, runphase
 
-    summary = runphase.RunSummary([], tmp_path, {}, {0: leases.Usage(2, 3.0, 5.0, 1.2), 1: leases.Usage(),
-                                                     2: leases.Usage(4, 70.0, 0.0, 61.0, 2)})
+    summary = runphase.RunSummary(
+        [], tmp_path, {}, {0: leases.Usage(2, 3.0, 5.0, 1.2), 1: leases.Usage(), 2: leases.Usage(4, 70.0, 0.0, 61.0, 2)}
+    )
     lines = summary.profile_table().splitlines()
     assert [line for line in lines if line.startswith("GPU")] == [
         "GPU 0: 2 timings had it alone for 3.0 s in all, of which 1.2 s waiting for the driver to report no kernel "
@@ -148,7 +149,8 @@ def test_the_profile_says_how_each_gpu_was_held_alone(tmp_path):
         "running; they waited 0.0 s for the calls in progress to end (children whose call had ended frozen "
         "meanwhile). 2 of the timings began on a GPU still busy after 30 s of waiting (their records say so): "
         "something that freezing the grader's children does not stop was running there, such as another program "
-        "(see nvidia-smi). Stop it, then grade those submissions again (--regrade)."]
+        "(see nvidia-smi). Stop it, then grade those submissions again (--regrade).",
+    ]
     peak = float(lines[-1].split("peaked at ")[1].split(" GiB")[0])
     assert 0 < peak < 64, "the grader's own peak memory, in GiB"
 
@@ -274,6 +276,7 @@ def _driver(monkeypatch, *percents):
         readings.append(index)
         assert len(readings) < 1000, "the lease never stopped reading"
         return left.pop(0) if len(left) > 1 else left[0]
+
     monkeypatch.setattr(leases, "read_busy", read)
     monkeypatch.setattr(leases, "settle_seconds", lambda index: 0.0)
     return readings

@@ -10,8 +10,9 @@ import triton.language as tl
 from grader.core import checks, device, memcheck
 from grader.core.memcheck import MemoryChecker, MemoryFault
 
-pytestmark = pytest.mark.skipif(device.is_cuda(), reason="the memory checker watches the interpreter; "
-                                "on a GPU compute-sanitizer does its job")
+pytestmark = pytest.mark.skipif(
+    device.is_cuda(), reason="the memory checker watches the interpreter; on a GPU compute-sanitizer does its job"
+)
 
 
 @triton.jit
@@ -151,8 +152,11 @@ def total(x):
 def test_the_harness_reports_what_the_checker_finds_only_when_switched_on(monkeypatch):
     x = torch.randn(100)
     monkeypatch.setenv(memcheck.ENV_SWITCH, "1")
-    with pytest.raises(checks.KernelCallError, match=r"found a problem in total\(\): atomic at line \d+ .* reads "
-                                                      r"element 0 of `out_ptr`, which was allocated with torch.empty"):
+    with pytest.raises(
+        checks.KernelCallError,
+        match=r"found a problem in total\(\): atomic at line \d+ .* reads "
+        r"element 0 of `out_ptr`, which was allocated with torch.empty",
+    ):
         checks.call_api(total, (x,), {}, "total")
     monkeypatch.setenv(memcheck.ENV_SWITCH, "0")
     assert len(checks.call_api(total, (x,), {}, "total")) == 1  # the comparison has to catch it

@@ -34,9 +34,14 @@ def test_every_part_of_a_module_lists_its_typical_mistakes(module):
     source = (module.solution_dir / "kernel.py").read_text()
     counts = {part.number: 0 for part in file_parts(source)}
     for mistake in mistakes.for_module(module):
-        line = source[:source.index(mistake.before)].count("\n") + 1
-        counts.update({part.number: counts[part.number] + 1 for part in file_parts(source)
-                       if part.first_line <= line <= part.last_line})
+        line = source[: source.index(mistake.before)].count("\n") + 1
+        counts.update(
+            {
+                part.number: counts[part.number] + 1
+                for part in file_parts(source)
+                if part.first_line <= line <= part.last_line
+            }
+        )
     few = {number: count for number, count in counts.items() if count < MIN_MISTAKES}
     assert not few, f"{module.id}: these parts list fewer than {MIN_MISTAKES} typical mistakes: {few}"
 
@@ -66,13 +71,16 @@ def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path, monkeypa
         results.append(run_case(kernel.api(cases.spec_for(case, spec).api), spec, case))
         failing = [r for r in results if not r.passed]
         if len(failing) >= MIN_FAILING_CASES and mistake.named_by(
-                "\n".join(r.message for r in failing[:FAILURES_READ])):
+            "\n".join(r.message for r in failing[:FAILURES_READ])
+        ):
             return  # caught, and the first failures a learner reads already name the cause
     failing = [r for r in results if not r.passed]
     assert len(failing) >= MIN_FAILING_CASES, (
         f"{mistake.name!r} fails only {len(failing)} public case(s): "
-        f"{[r.case.name for r in failing]}; add cases that catch it.")
+        f"{[r.case.name for r in failing]}; add cases that catch it."
+    )
     summary = across(spec, [(r.case, r.passed) for r in results]) or ""
     read = "\n".join([summary] + [r.message for r in failing[:FAILURES_READ]])
     assert mistake.named_by(read), (
-        f"What a learner reads for {mistake.name!r} does not name its cause ({mistake.cause!r}):\n{read}")
+        f"What a learner reads for {mistake.name!r} does not name its cause ({mistake.cause!r}):\n{read}"
+    )

@@ -60,8 +60,10 @@ def _sittings(module) -> dict[str, tuple[int, int]]:
     if not part_lines:
         return {module.id: (_words(readme), len(stub.splitlines()))}
     shared_words, part_words = readme_parts(readme)
-    return {f"{module.id} part {n}": (shared_words + part_words.get(n, 0), shared_lines + lines)
-            for n, lines in part_lines.items()}
+    return {
+        f"{module.id} part {n}": (shared_words + part_words.get(n, 0), shared_lines + lines)
+        for n, lines in part_lines.items()
+    }
 
 
 def test_every_module_fits_one_sitting_or_is_named_with_its_reason():
@@ -70,12 +72,15 @@ def test_every_module_fits_one_sitting_or_is_named_with_its_reason():
         if module.available:
             for what, (words, lines) in _sittings(module).items():
                 parted = what != module.id
-                if words > (PART_README_WORDS if parted else README_WORDS) or \
-                        lines > (PART_STUB_LINES if parted else STUB_LINES):
+                if words > (PART_README_WORDS if parted else README_WORDS) or lines > (
+                    PART_STUB_LINES if parted else STUB_LINES
+                ):
                     over.setdefault(module.id, {})[what] = (words, lines)
     unexplained = sorted(set(over) - set(OVER_BUDGET))
-    assert not unexplained, f"past {README_WORDS} README words or {STUB_LINES} stub lines (per part where a " \
+    assert not unexplained, (
+        f"past {README_WORDS} README words or {STUB_LINES} stub lines (per part where a "
         "module has parts): " + ", ".join(f"{what} {size}" for m in unexplained for what, size in over[m].items())
+    )
     fitting = sorted(set(OVER_BUDGET) - set(over))
     assert not fitting, f"these fit one sitting now: take them off OVER_BUDGET: {fitting}"
 
@@ -86,17 +91,20 @@ def test_each_part_of_a_stub_has_its_readme_section():
     for module in MODULES:
         if module.available:
             _, part_lines = stub_parts((module.learner_dir / "kernel.py").read_text())
-            headings = [int(h) for h in re.findall(r"(?m)^## Part (\d+)\b",
-                                                   (module.learner_dir / "README.md").read_text())]
+            headings = [
+                int(h) for h in re.findall(r"(?m)^## Part (\d+)\b", (module.learner_dir / "README.md").read_text())
+            ]
             if part_lines or headings:
                 assert headings == list(part_lines), (
                     f"{module.id}: kernel.py has parts {list(part_lines)}, its README `## Part <n>` sections "
-                    f"{headings}; give each part one section, in order")
+                    f"{headings}; give each part one section, in order"
+                )
 
 
 def test_the_shared_text_counts_in_every_part():
-    readme = ("# M\nintro words here\n## Part 1: a\none two\n### deeper\nthree\n## Part 2: b\nfour\n"
-              "## Next steps\nfive\n")
+    readme = (
+        "# M\nintro words here\n## Part 1: a\none two\n### deeper\nthree\n## Part 2: b\nfour\n## Next steps\nfive\n"
+    )
     assert readme_parts(readme) == (5 + 4, {1: 9, 2: 5})  # the intro and Next steps are shared
     stub = '"""doc"""\nimport torch\n# PART 1: a\nx = 1\n\n# PART 2: b\ny = 2\n'
     assert stub_parts(stub) == (2, {1: 3, 2: 2})

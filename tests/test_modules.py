@@ -17,7 +17,12 @@ IDS = [m.id for m in MODULES]
 
 def test_track_one_is_complete():
     assert {m.slug for m in MODULES if m.track == "missing-elements"} == {
-        "01-vector-add", "02-matrix-mul", "03-softmax", "04-layer-norm", "05-conv2d"}
+        "01-vector-add",
+        "02-matrix-mul",
+        "03-softmax",
+        "04-layer-norm",
+        "05-conv2d",
+    }
 
 
 @pytest.mark.parametrize("module", MODULES, ids=IDS)
@@ -47,7 +52,7 @@ def test_the_stubs_parts_are_the_graded_parts(module):
     graded = [part for part in cases.parts(module) if part.name]
     marked = file_parts(stub)
     assert [p.title for p in marked] == [p.title for p in graded]
-    defined = {m[1]: stub[:m.start()].count("\n") + 1 for m in re.finditer(r"(?m)^def (\w+)\(", stub)}
+    defined = {m[1]: stub[: m.start()].count("\n") + 1 for m in re.finditer(r"(?m)^def (\w+)\(", stub)}
     for part, lines in zip(graded, marked):
         outside = [api for api in part.functions if not lines.first_line <= defined.get(api, 0) <= lines.last_line]
         assert not outside, f"{module.id}: {outside} belong to part {lines.number} but are not defined in it"
@@ -57,12 +62,15 @@ STARTS_CORRECT = [m for m in MODULES if m.track == "optimization"]  # correct bu
 SLOW_NOT_WRONG = {"debugging/03-performance-profiling"}  # its planted bugs are slowness
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if m not in STARTS_CORRECT],
-                         ids=[m.id for m in MODULES if m not in STARTS_CORRECT])
+@pytest.mark.parametrize(
+    "module", [m for m in MODULES if m not in STARTS_CORRECT], ids=[m.id for m in MODULES if m not in STARTS_CORRECT]
+)
 def test_untouched_stub_fails_with_the_todo_message(module):
     if module.id in SLOW_NOT_WRONG and device.is_cuda():
-        pytest.skip("its planted bugs make it slow, not wrong: the interpreter's traffic report shows them, "
-                    "and on a GPU its speed test does")
+        pytest.skip(
+            "its planted bugs make it slow, not wrong: the interpreter's traffic report shows them, "
+            "and on a GPU its speed test does"
+        )
     stub = load_kernel(module, "learner")
     spec, public_cases = cases.public(module)
     case = cases.for_mode(public_cases, device.is_cuda())[0]

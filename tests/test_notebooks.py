@@ -24,8 +24,11 @@ def _execute(path, impl):
         nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
     finally:
         os.environ.pop("GRADER_NOTEBOOK_IMPL")
-    return [(cell.source, "\n".join(out.get("text", "") for out in cell.get("outputs", [])))
-            for cell in notebook.cells if cell.cell_type == "code"]
+    return [
+        (cell.source, "\n".join(out.get("text", "") for out in cell.get("outputs", [])))
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+    ]
 
 
 def _text(cells):
@@ -62,9 +65,14 @@ def test_every_cell_using_the_kernel_labels_its_results(module):
     notebook = nbformat.read(str(module.notebook), as_version=4)
     name = _kernel_name(notebook)
     uses = re.compile(rf"(?<![\w.]){name}\b(?!\.label)")
-    unlabelled = [cell.source.splitlines()[0] for cell in notebook.cells
-                  if cell.cell_type == "code" and "kernel_or_fallback" not in cell.source
-                  and uses.search(cell.source) and f"{name}.label" not in cell.source]
+    unlabelled = [
+        cell.source.splitlines()[0]
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and "kernel_or_fallback" not in cell.source
+        and uses.search(cell.source)
+        and f"{name}.label" not in cell.source
+    ]
     assert not unlabelled, f"cells that use {name} without {name}.label: {unlabelled}"
 
 

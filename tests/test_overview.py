@@ -18,15 +18,27 @@ SECRET_NAME = "hidden: n=987654 fp16"  # what a hidden row must never show, even
 SECRET_MESSAGE = "Hidden case failed at n=987654"
 
 
-def _record(public: dict[str, str | None], hidden: list[bool], performance=None, integrity=None,
-            starting=False, load_error=None) -> dict:
+def _record(
+    public: dict[str, str | None], hidden: list[bool], performance=None, integrity=None, starting=False, load_error=None
+) -> dict:
     """Public cases {label: None when it passes, else its message}; hidden cases pass or fail."""
-    rows = [{"name": label, "visibility": "public", "passed": message is None, "message": message or ""}
-            for label, message in public.items()]
-    rows += [{"name": SECRET_NAME, "visibility": "hidden", "passed": ok, "message": "" if ok else SECRET_MESSAGE}
-             for ok in hidden]
-    return {"module": VECTOR_ADD.id, "cases": rows, "integrity": integrity, "starting_kernel": starting,
-            "load_error": load_error, "performance": dict(performance or NO_GPU), "todos": []}
+    rows = [
+        {"name": label, "visibility": "public", "passed": message is None, "message": message or ""}
+        for label, message in public.items()
+    ]
+    rows += [
+        {"name": SECRET_NAME, "visibility": "hidden", "passed": ok, "message": "" if ok else SECRET_MESSAGE}
+        for ok in hidden
+    ]
+    return {
+        "module": VECTOR_ADD.id,
+        "cases": rows,
+        "integrity": integrity,
+        "starting_kernel": starting,
+        "load_error": load_error,
+        "performance": dict(performance or NO_GPU),
+        "todos": [],
+    }
 
 
 def _rows() -> list[Row]:
@@ -35,11 +47,17 @@ def _rows() -> list[Row]:
     return [
         Row("ada", "a", VECTOR_ADD, _record({"size 1": None, "tail: n=1000": None}, [True, True])),
         Row("bob", "a", VECTOR_ADD, _record({"size 1": None, "tail: n=1000": tail}, [True, False])),
-        Row("cyd", "a", VECTOR_ADD, _record({"size 1": tail_too, "tail: n=1000": tail}, [False, False],
-                                            starting=True)),
-        Row("dee", "a", VECTOR_ADD, _record({"size 1": "<script>alert('x')</script> | [a](b)",
-                                             "tail: n=1000": None}, [True, True],
-                                            integrity={"violation": "torch", "message": "computed with PyTorch"})),
+        Row("cyd", "a", VECTOR_ADD, _record({"size 1": tail_too, "tail: n=1000": tail}, [False, False], starting=True)),
+        Row(
+            "dee",
+            "a",
+            VECTOR_ADD,
+            _record(
+                {"size 1": "<script>alert('x')</script> | [a](b)", "tail: n=1000": None},
+                [True, True],
+                integrity={"violation": "torch", "message": "computed with PyTorch"},
+            ),
+        ),
         Row("eve", "a", VECTOR_ADD, None, problem="kernel.py is a link"),
     ]
 
@@ -71,8 +89,11 @@ def test_integrity_findings_and_starting_kernels_are_summarised():
     summary = overview.summary_text(view)
     assert "1 still the unchanged starting kernel" in summary and "1 with an integrity finding" in summary
     assert "1 not graded (no run-phase record)" in summary
-    refused = _record({"size 1": None}, [True], integrity={"violation": "policy",
-                                                           "message": "kernel.py was refused\n  line 3: import os"})
+    refused = _record(
+        {"size 1": None},
+        [True],
+        integrity={"violation": "policy", "message": "kernel.py was refused\n  line 3: import os"},
+    )
     [view] = overview.summarise([Row("fay", "a", VECTOR_ADD, refused)])
     assert list(view.integrity) == ["refused by the policy gate: kernel.py was refused"]
 
@@ -80,16 +101,22 @@ def test_integrity_findings_and_starting_kernels_are_summarised():
 def test_performance_is_summarised_where_graded_and_said_not_graded_otherwise():
     [view] = overview.summarise(_rows())
     assert overview.performance_text(view) == "not graded: needs a CUDA GPU (4 submission(s))"
-    timed = [Row(name, "a", VECTOR_ADD, _record({"size 1": None}, [True], performance=performance))
-             for name, performance in [("ada", {"graded": True, "credit": 1.0, "ratio": 1.2}),
-                                       ("bob", {"graded": True, "credit": 0.0, "ratio": 0.3}),
-                                       ("cyd", {"graded": True, "credit": 0.5, "ratio": 0.6})]]
+    timed = [
+        Row(name, "a", VECTOR_ADD, _record({"size 1": None}, [True], performance=performance))
+        for name, performance in [
+            ("ada", {"graded": True, "credit": 1.0, "ratio": 1.2}),
+            ("bob", {"graded": True, "credit": 0.0, "ratio": 0.3}),
+            ("cyd", {"graded": True, "credit": 0.5, "ratio": 0.6}),
+        ]
+    ]
     [view] = overview.summarise(timed)
-    assert overview.performance_text(view) == ("3 timed, median speed 0.60 x the reference's; "
-                                               "1 with full points, 1 with none")
+    assert overview.performance_text(view) == (
+        "3 timed, median speed 0.60 x the reference's; 1 with full points, 1 with none"
+    )
     # a record with a ratio and no credit: the module's own bar decides (vector-add: full from 0.8 x)
-    ratio_only = Row("dee", "a", VECTOR_ADD, _record({"size 1": None}, [True], performance={"graded": True,
-                                                                                           "ratio": 0.9}))
+    ratio_only = Row(
+        "dee", "a", VECTOR_ADD, _record({"size 1": None}, [True], performance={"graded": True, "ratio": 0.9})
+    )
     [view] = overview.summarise([*timed, ratio_only])
     assert view.credits == [1.0, 0.0, 0.5, 1.0]
 

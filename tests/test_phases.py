@@ -51,8 +51,12 @@ def test_counts_eta_and_the_summary_table():
 
     assert phases.seconds == {"generate assignments": 2.5, "run phase": 60.0, "autograde": 4.0, "export": 0.0}
     assert [(r.name, r.done, r.total) for r in phases.results] == [
-        ("generate assignments", None, None), ("run phase", 10, 10), ("autograde", 2, 3),
-        ("export", 7, 7), ("feedback", 0, 0)]
+        ("generate assignments", None, None),
+        ("run phase", 10, 10),
+        ("autograde", 2, 3),
+        ("export", 7, 7),
+        ("feedback", 0, 0),
+    ]
     assert table(phases.results).splitlines() == [
         "phase                 count                      seconds",
         "generate assignments                                 2.5",
@@ -203,8 +207,11 @@ def test_feedback_lines_count_each_page():
 
 def test_a_failed_notebook_and_unknown_lines_still_end_at_the_commands_end():
     failed = AUTOGRADE_LOG.replace("[AutogradeApp | INFO] Setting destination file permissions to 444\n", "", 1)
-    failed = failed.replace("[AutogradeApp | INFO] Skipping existing", "[AutogradeApp | ERROR] There was an error "
-                            "processing assignment: /c/submitted/ada/m01\n[AutogradeApp | INFO] Skipping existing")
+    failed = failed.replace(
+        "[AutogradeApp | INFO] Skipping existing",
+        "[AutogradeApp | ERROR] There was an error "
+        "processing assignment: /c/submitted/ada/m01\n[AutogradeApp | INFO] Skipping existing",
+    )
     after, total = _count("autograde", failed)
     assert total == 2 and after[-1] == 2  # ada's end is eve's start
     reworded = AUTOGRADE_LOG.replace("Setting destination file permissions", "Set permissions")
@@ -226,4 +233,3 @@ def test_the_log_is_followed_line_by_line_to_its_last_line(tmp_path):
             course._follow(process, reader, lines.append, poll=0.05)
     assert lines == ["one", "two", "last"]
     assert log.read_text() == "$ header\none\ntwo\nlast"
-

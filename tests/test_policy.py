@@ -47,10 +47,11 @@ def test_a_hook_is_refused_unless_the_module_allows_it():
     assert [v.rule for v in check_source(source)] == ["hook"]
     allowing = type("Spec", (), {"allowed_hooks": frozenset({"prune_configs_by"})})()
     assert check_source(source, policy_for(allowing)) == []
-    assert [v.rule for v in check_source(source.replace("prune_configs_by", "pre_hook"), policy_for(allowing))] \
-        == ["hook"]
+    assert [v.rule for v in check_source(source.replace("prune_configs_by", "pre_hook"), policy_for(allowing))] == [
+        "hook"
+    ]
     # Passed positionally, the same hook is the same decision.
-    positional = source.replace("configs=[], key=[\"n\"], prune_configs_by=", "[], [\"n\"], ")
+    positional = source.replace('configs=[], key=["n"], prune_configs_by=', '[], ["n"], ')
     assert [v.rule for v in check_source(positional)] == ["hook"]
     assert check_source(positional, policy_for(allowing)) == []
 
@@ -62,7 +63,7 @@ def config_with_pre_hook_at_its_position() -> str:
     import triton
 
     names = list(inspect.signature(triton.Config.__init__).parameters)[1:]
-    values = ['{"BLOCK": 1024}', "4", "3", "1", "None", "None", "None"][:names.index("pre_hook")]
+    values = ['{"BLOCK": 1024}', "4", "3", "1", "None", "None", "None"][: names.index("pre_hook")]
     return whole(f"""
         CONFIGS = [triton.Config({", ".join([*values, "print"])})]  # <-
         """)
@@ -86,10 +87,16 @@ def test_without_triton_s_signature_only_the_known_plain_positions_are_allowed(m
 # Example students whose files use nothing the gate refuses: their misbehaviour (a wrong grid,
 # returning an input, hogging memory, spinning) is the runtime's to judge.
 PASSES_GATE = [
-    "submissions/noisy", "submissions/partial", "submissions/caches-outputs",
-    "submissions/returns-input", "submissions/mutates-input", "submissions/endless-loop",
-    "submissions-gpu/twice-the-work", "submissions-gpu/gpu-endless-loop",
-    "submissions-gpu/gpu-memory-hog", "submissions-gpu/illegal-memory-access",
+    "submissions/noisy",
+    "submissions/partial",
+    "submissions/caches-outputs",
+    "submissions/returns-input",
+    "submissions/mutates-input",
+    "submissions/endless-loop",
+    "submissions-gpu/twice-the-work",
+    "submissions-gpu/gpu-endless-loop",
+    "submissions-gpu/gpu-memory-hog",
+    "submissions-gpu/illegal-memory-access",
 ]
 
 
@@ -145,7 +152,7 @@ import triton
 import triton.language as tl
 """
 
-KERNEL = '''
+KERNEL = """
 
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -154,7 +161,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + offs, mask=mask)
     y = tl.load(y_ptr + offs, mask=mask)
     tl.store(out_ptr + offs, x + y, mask=mask)
-'''
+"""
 
 LAUNCH = """
     add_kernel[(triton.cdiv(out.numel(), 1024),)](x, y, out, out.numel(), BLOCK=1024)
@@ -165,8 +172,15 @@ LAUNCH = """
 def in_add(body: str, imports: str = "", extra: str = "") -> str:
     """A kernel.py whose add() runs ``body`` (indented for you) before launching the kernel."""
     body = textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
-    return (HEADER + textwrap.dedent(imports) + KERNEL + textwrap.dedent(extra)
-            + "\n\ndef add(x, y):\n    out = torch.empty_like(x)\n" + body + LAUNCH)
+    return (
+        HEADER
+        + textwrap.dedent(imports)
+        + KERNEL
+        + textwrap.dedent(extra)
+        + "\n\ndef add(x, y):\n    out = torch.empty_like(x)\n"
+        + body
+        + LAUNCH
+    )
 
 
 def whole(source: str, kernel: bool = False) -> str:
@@ -187,8 +201,10 @@ HOSTILE = {
     "concurrent": ("import", in_add("pass", "from concurrent.futures import ThreadPoolExecutor  # <-\n")),
     "multiprocessing": ("import", in_add("pass", "import multiprocessing as mp  # <-\n")),
     "ctypes": ("import", in_add("pass", "import ctypes  # <-\n")),
-    "numpy": ("import", in_add("np.add(np.from_dlpack(x), np.from_dlpack(y), out=np.from_dlpack(out))",
-                               "import numpy as np  # <-\n")),
+    "numpy": (
+        "import",
+        in_add("np.add(np.from_dlpack(x), np.from_dlpack(y), out=np.from_dlpack(out))", "import numpy as np  # <-\n"),
+    ),
     "os": ("import", in_add("pass", "import os  # <-\n")),
     "subprocess": ("import", in_add("pass", "import subprocess  # <-\n")),
     "signal": ("import", in_add("pass", "import signal  # <-\n")),
@@ -208,9 +224,13 @@ HOSTILE = {
     "relative-import": ("import", in_add("pass", "from . import helpers  # <-\n")),
     "star-import": ("import", in_add("pass", "from triton.language import *  # <-\n")),
     "triton.runtime": ("import", in_add("pass", "from triton.runtime import driver  # <-\n")),
-    "private-module-import": ("import", in_add(
-        "with _disable_current_modes():\n    out = x + y",
-        "from torch.utils._python_dispatch import _disable_current_modes  # <-\n")),
+    "private-module-import": (
+        "import",
+        in_add(
+            "with _disable_current_modes():\n    out = x + y",
+            "from torch.utils._python_dispatch import _disable_current_modes  # <-\n",
+        ),
+    ),
     "from-torch-import-add": ("torch-compute", in_add("pass", "from torch import add  # <-\n")),
     # rule 2: builtins
     "__import__": ("builtin", in_add('__import__("os").system("id")  # <-')),
@@ -223,35 +243,55 @@ HOSTILE = {
     "breakpoint": ("builtin", in_add("breakpoint()  # <-")),
     # rule 3: private attributes, introspection, dunder definitions
     "torch._C": ("private", in_add("with torch._C._DisableTorchDispatch():  # <-\n    out = x + y")),
-    "python_dispatch": ("torch-internals", in_add(
-        "with torch.utils._python_dispatch._disable_current_modes():  # <-\n    out = x + y")),
+    "python_dispatch": (
+        "torch-internals",
+        in_add("with torch.utils._python_dispatch._disable_current_modes():  # <-\n    out = x + y"),
+    ),
     "sys._getframe": ("private", in_add("frame = sys._getframe(1)  # <-", "import sys\n")),
     "__globals__": ("private", in_add("g = (lambda: 0).__globals__  # <-")),
     "__subclasses__": ("private", in_add("classes = ().__class__.__bases__[0].__subclasses__()  # <-")),
     "gi_frame": ("introspection", in_add("g = (i for i in ())\nharness = g.gi_frame.f_back.f_globals  # <-")),
-    "tb_frame": ("introspection", in_add(
-        "try:\n    raise ValueError\nexcept ValueError as e:\n    f = e.with_traceback(None).tb_frame  # <-")),
-    "__traceback__": ("private", in_add(
-        "try:\n    raise ValueError\nexcept ValueError as e:\n    f = e.__traceback__.tb_frame  # <-")),
-    "def __torch_function__": ("private", whole(kernel=True, source='''
+    "tb_frame": (
+        "introspection",
+        in_add("try:\n    raise ValueError\nexcept ValueError as e:\n    f = e.with_traceback(None).tb_frame  # <-"),
+    ),
+    "__traceback__": (
+        "private",
+        in_add("try:\n    raise ValueError\nexcept ValueError as e:\n    f = e.__traceback__.tb_frame  # <-"),
+    ),
+    "def __torch_function__": (
+        "private",
+        whole(
+            kernel=True,
+            source="""
         class Sneaky(torch.Tensor):
             @classmethod
             def __torch_function__(cls, func, types, args=(), kwargs=None):  # <-
                 return func(*args, **(kwargs or {}))
-        ''')),
+        """,
+        ),
+    ),
     "format-string-attributes": ("private", in_add('leak = "{0.__class__.__init__}".format(x)  # <-')),
-    "match-class-attributes": ("introspection", in_add(
-        "g = (i for i in ())\nmatch g:\n    case object(gi_frame=frame):  # <-\n        pass")),
+    "match-class-attributes": (
+        "introspection",
+        in_add("g = (i for i in ())\nmatch g:\n    case object(gi_frame=frame):  # <-\n        pass"),
+    ),
     "dunder-keyword": ("private", in_add("d = dict(__class__=1)  # <-")),
     "dunder-string": ("private", in_add('T = type("T", (torch.Tensor,), {"__torch_function__": None})  # <-')),
-    "metaclass": ("metaclass", whole(kernel=True, source='''
+    "metaclass": (
+        "metaclass",
+        whole(
+            kernel=True,
+            source="""
         class Meta(type):
             pass
 
 
         class Config(metaclass=Meta):  # <-
             pass
-        ''')),
+        """,
+        ),
+    ),
     # rule 4: modules are not values, and other modules are not ours to change
     "module-assigned": ("module-object", in_add("t = torch  # <-\nout = t.add(x, y)")),
     "module-passed": ("module-object", in_add("helper(torch)  # <-", extra="\n\ndef helper(m):\n    return m\n")),
@@ -279,8 +319,10 @@ HOSTILE = {
     "patch-triton.knobs": ("module-attribute-write", in_add("triton.knobs.runtime.launch_enter_hook = None  # <-")),
     "triton.testing": ("triton-internals", in_add("ms = triton.testing.do_bench(lambda: None)  # <-")),
     "sys.modules": ("module-member", in_add('child = sys.modules["grader"]  # <-', "import sys\n")),
-    "warnings.catch_warnings": ("module-member", in_add(
-        "with warnings.catch_warnings():  # <-\n    pass", "import warnings\n")),
+    "warnings.catch_warnings": (
+        "module-member",
+        in_add("with warnings.catch_warnings():  # <-\n    pass", "import warnings\n"),
+    ),
     "typing.get_type_hints": ("module-member", in_add("typing.get_type_hints(add)  # <-", "import typing\n")),
     "typing.sys": ("module-member", in_add("m = typing.sys.modules  # <-", "import typing\n")),
     "tl.core.builtins": ("import", in_add('tl.core.builtins.exec("out.copy_(x + y)")  # <-')),
@@ -297,15 +339,20 @@ HOSTILE = {
     "x.data": ("tensor-escape", in_add("raw = x.data  # <-")),
     "x.untyped_storage": ("tensor-escape", in_add("s = x.untyped_storage()  # <-")),
     # rule 7: kernel bodies
-    "kernel-torch": ("kernel-body", whole('''
+    "kernel-torch": (
+        "kernel-body",
+        whole("""
         PARKED = {}
 
 
         @triton.jit
         def add_kernel(n):
             torch.add(PARKED["x"], PARKED["y"], out=PARKED["out"])  # <-
-        ''')),
-    "kernel-helper": ("kernel-body", whole('''
+        """),
+    ),
+    "kernel-helper": (
+        "kernel-body",
+        whole("""
         def helper(a, b):
             return a + b
 
@@ -314,69 +361,99 @@ HOSTILE = {
         def add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK)
             tl.store(out_ptr + offs, helper(tl.load(x_ptr + offs), 1))  # <-
-        ''')),
-    "kernel-lambda": ("kernel-body", whole('''
+        """),
+    ),
+    "kernel-lambda": (
+        "kernel-body",
+        whole("""
         @triton.jit
         def add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK)
             f = lambda v: v + 1  # <-
             tl.store(out_ptr + offs, f(tl.load(x_ptr + offs)))
-        ''')),
-    "kernel-import": ("kernel-body", whole('''
+        """),
+    ),
+    "kernel-import": (
+        "kernel-body",
+        whole("""
         @triton.jit
         def add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
             import torch  # <-
             offs = tl.arange(0, BLOCK)
             tl.store(out_ptr + offs, tl.load(x_ptr + offs))
-        ''')),
-    "kernel-grader-helper": ("kernel-body", whole('''
+        """),
+    ),
+    "kernel-grader-helper": (
+        "kernel-body",
+        whole("""
         from grader.validation import check_tensors
 
 
         @triton.jit
         def add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
             check_tensors(("x", x_ptr))  # <-
-        ''')),
-    "kernel-interpreter-handle": ("kernel-body", whole('''
+        """),
+    ),
+    "kernel-interpreter-handle": (
+        "kernel-body",
+        whole("""
         @triton.jit
         def add_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK)
             values = tl.load(x_ptr + offs).handle  # <-
-        ''')),
-    "kernel-constexpr-tensor-escape": ("tensor-escape", whole('''
+        """),
+    ),
+    "kernel-constexpr-tensor-escape": (
+        "tensor-escape",
+        whole("""
         @triton.jit
         def add_kernel(out_ptr, X: tl.constexpr, BLOCK: tl.constexpr):
             v = X.value.numpy()  # <-
-        ''')),
+        """),
+    ),
     # rule 8: hooks and heuristics
-    "config-pre_hook": ("hook", whole('''
+    "config-pre_hook": (
+        "hook",
+        whole("""
         def fill(args):
             args["out_ptr"].copy_(args["x_ptr"])
 
 
         CONFIGS = [triton.Config({"BLOCK": 1024}, pre_hook=fill)]  # <-
-        ''')),
-    "autotune-prune": ("hook", whole('''
+        """),
+    ),
+    "autotune-prune": (
+        "hook",
+        whole("""
         @triton.autotune(configs=[triton.Config({"BLOCK": 1024})], key=["n"],
                          prune_configs_by={"early_config_prune": print})  # <-
         @triton.jit
         def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
             pass
-        ''')),
+        """),
+    ),
     "add_pre_run_hook": ("hook", in_add("pass", extra="\nadd_kernel.add_pre_run_hook(print)  # <-\n")),
-    "heuristics-torch": ("heuristics", whole('''
+    "heuristics-torch": (
+        "heuristics",
+        whole("""
         @triton.heuristics({"DONE": lambda args: torch.add(args["x_ptr"], args["y_ptr"], out=args["out_ptr"]) is None})  # <-
         @triton.jit
         def add_kernel(x_ptr, y_ptr, out_ptr, DONE: tl.constexpr):
             pass
-        ''')),
-    "heuristics-method": ("torch-compute", whole('''
+        """),
+    ),
+    "heuristics-method": (
+        "torch-compute",
+        whole("""
         @triton.heuristics({"DONE": lambda args: args["out_ptr"].add(1) is None})  # <-
         @triton.jit
         def add_kernel(out_ptr, DONE: tl.constexpr):
             pass
-        ''')),
-    "heuristics-function-writes": ("heuristics", whole('''
+        """),
+    ),
+    "heuristics-function-writes": (
+        "heuristics",
+        whole("""
         def done(args):
             args["out_ptr"].copy_(args["x_ptr"] + args["y_ptr"])  # <-
             return 1
@@ -386,44 +463,71 @@ HOSTILE = {
         @triton.jit
         def add_kernel(x_ptr, y_ptr, out_ptr, DONE: tl.constexpr):
             pass
-        ''')),
+        """),
+    ),
     # rule 9: classes are only compared or printed; file objects are out of reach
-    "type-result-opens-a-file": ("class-object", in_add(
-        'mem = type(sys.stdout.buffer.raw)("/proc/self/mem", "rb")  # <-', "import sys\n")),
+    "type-result-opens-a-file": (
+        "class-object",
+        in_add('mem = type(sys.stdout.buffer.raw)("/proc/self/mem", "rb")  # <-', "import sys\n"),
+    ),
     "type-result-called": ("class-object", in_add("t = type(x)(3)  # <-")),
     "type-result-assigned": ("class-object", in_add("make = type(x)  # <-\nt = make(3)")),
     "type-result-in-a-container": ("class-object", in_add("makers = [type(x)]  # <-\nt = makers[0](3)")),
-    "type-result-on-an-attribute": ("class-object", in_add(
-        "class Box:\n    pass\n\nbox = Box()\nbox.make = type(x)  # <-\nt = box.make(3)")),
-    "type-result-passed-on": ("class-object", in_add(
-        "t = call(type(x))  # <-", extra="\n\ndef call(make):\n    return make(3)\n")),
+    "type-result-on-an-attribute": (
+        "class-object",
+        in_add("class Box:\n    pass\n\nbox = Box()\nbox.make = type(x)  # <-\nt = box.make(3)"),
+    ),
+    "type-result-passed-on": (
+        "class-object",
+        in_add("t = call(type(x))  # <-", extra="\n\ndef call(make):\n    return make(3)\n"),
+    ),
     "type-result-in-a-walrus": ("class-object", in_add("if (make := type(x)) is not None:  # <-\n    t = make(3)")),
     "type-as-a-value": ("class-object", in_add("kind_of = type  # <-\nt = kind_of(x)(3)")),
     "type-mapped": ("class-object", in_add("makers = list(map(type, [x]))  # <-")),
-    "type-of-an-exception": ("class-object", in_add(
-        "try:\n    pass\nexcept Exception as e:\n    again = type(e)  # <-")),
+    "type-of-an-exception": (
+        "class-object",
+        in_add("try:\n    pass\nexcept Exception as e:\n    again = type(e)  # <-"),
+    ),
     "Tensor-alias": ("class-object", in_add("T = torch.Tensor  # <-\nout = T([1.0, 2.0])")),
-    "Tensor-subclass": ("class-object", in_add("pass", extra='''
+    "Tensor-subclass": (
+        "class-object",
+        in_add(
+            "pass",
+            extra="""
         class Values(torch.Tensor):  # <-
             pass
-        ''')),
+        """,
+        ),
+    ),
     "Config-alias": ("class-object", in_add("pass", extra="\nConfig = triton.Config  # <-\n")),
-    "Config-imported-then-stored": ("class-object", in_add(
-        "pass", "from triton import Config\n", extra="\nMAKERS = [Config]  # <-\n")),
-    "Config-subclass": ("class-object", in_add("pass", extra='''
+    "Config-imported-then-stored": (
+        "class-object",
+        in_add("pass", "from triton import Config\n", extra="\nMAKERS = [Config]  # <-\n"),
+    ),
+    "Config-subclass": (
+        "class-object",
+        in_add(
+            "pass",
+            extra="""
         class Quiet(triton.Config):  # <-
             pass
-        ''')),
+        """,
+        ),
+    ),
     "heuristics-alias": ("class-object", in_add("pass", extra="\nchoose = triton.heuristics  # <-\n")),
     "jit-alias": ("class-object", in_add("pass", extra="\ncompile_kernel = triton.jit  # <-\n")),
     "sys.stdout-stored": ("stream", in_add("stream = sys.stdout  # <-", "import sys\n")),
     "sys.stdout.buffer": ("stream", in_add("sys.stdout.buffer.write(b'x')  # <-", "import sys\n")),
     "sys.stderr.buffer.raw": ("stream", in_add("raw = sys.stderr.buffer.raw  # <-", "import sys\n")),
     "sys.stderr.fileno": ("stream", in_add("fd = sys.stderr.fileno()  # <-", "import sys\n")),
-    "sys.stderr-passed-on": ("stream", in_add(
-        "log(sys.stderr)  # <-", "import sys\n", extra="\n\ndef log(stream):\n    return stream\n")),
+    "sys.stderr-passed-on": (
+        "stream",
+        in_add("log(sys.stderr)  # <-", "import sys\n", extra="\n\ndef log(stream):\n    return stream\n"),
+    ),
     "from-sys-import-stderr": ("stream", in_add("raw = stderr.buffer  # <-", "from sys import stderr\n")),
-    "sys.stderr-to-a-print-of-its-own": ("stream", whole('''
+    "sys.stderr-to-a-print-of-its-own": (
+        "stream",
+        whole("""
         import sys
 
 
@@ -433,39 +537,65 @@ HOSTILE = {
 
         def add(x, y):
             stream = print(x, file=sys.stderr)  # <-
-        ''')),
+        """),
+    ),
     "raw-attribute": ("stream", in_add("handle = x.raw  # <-")),
     # rule 10: hooks passed positionally or unpacked
-    "config-positional-pre_hook": ("hook", whole('''
+    "config-positional-pre_hook": (
+        "hook",
+        whole("""
         def fill(args):
             args["out_ptr"].copy_(args["x_ptr"])
 
 
         CONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, None, fill)]  # <-
-        ''')),
-    "config-past-its-parameters": ("hook", in_add(
-        "pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, None, None, None, print)]  # <-\n')),
-    "config-star-args": ("hook", in_add(
-        "pass", extra='\nARGS = ({"BLOCK": 1024}, 4, 3, 1, None, print)\nCONFIGS = [triton.Config(*ARGS)]  # <-\n')),
-    "config-dict-splat": ("hook", in_add(
-        "pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, **{"pre_hook": print})]  # <-\n')),
-    "config-splat-through-a-helper": ("hook", in_add("pass", extra='''
+        """),
+    ),
+    "config-past-its-parameters": (
+        "hook",
+        in_add("pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, None, None, None, print)]  # <-\n'),
+    ),
+    "config-star-args": (
+        "hook",
+        in_add(
+            "pass", extra='\nARGS = ({"BLOCK": 1024}, 4, 3, 1, None, print)\nCONFIGS = [triton.Config(*ARGS)]  # <-\n'
+        ),
+    ),
+    "config-dict-splat": (
+        "hook",
+        in_add("pass", extra='\nCONFIGS = [triton.Config({"BLOCK": 1024}, **{"pre_hook": print})]  # <-\n'),
+    ),
+    "config-splat-through-a-helper": (
+        "hook",
+        in_add(
+            "pass",
+            extra="""
         def config(**options):
             return triton.Config({"BLOCK": 1024}, **options)  # <-
-        ''')),
-    "autotune-positional-pre_hook": ("hook", whole('''
+        """,
+        ),
+    ),
+    "autotune-positional-pre_hook": (
+        "hook",
+        whole("""
         @triton.autotune([triton.Config({"BLOCK": 1024})], ["n"], None, None, None, print)  # <-
         @triton.jit
         def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
             pass
-        ''')),
-    "autotune-positional-prune": ("hook", whole('''
+        """),
+    ),
+    "autotune-positional-prune": (
+        "hook",
+        whole("""
         @triton.autotune([triton.Config({"BLOCK": 1024})], ["n"], {"early_config_prune": print})  # <-
         @triton.jit
         def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
             pass
-        ''')),
-    "autotune-dict-splat": ("hook", whole('''
+        """),
+    ),
+    "autotune-dict-splat": (
+        "hook",
+        whole("""
         HOOKS = {"post_hook": print}
 
 
@@ -473,8 +603,13 @@ HOSTILE = {
         @triton.jit
         def add_kernel(x_ptr, n, BLOCK: tl.constexpr):
             pass
-        ''')),
-    "config-of-its-own-with-a-pre_hook": ("hook", in_add("pass", extra='''
+        """),
+    ),
+    "config-of-its-own-with-a-pre_hook": (
+        "hook",
+        in_add(
+            "pass",
+            extra="""
         class MyConfig:
             kwargs, num_warps, num_stages, num_ctas, maxnreg, ir_override = {"BLOCK": 1024}, 4, 3, 1, None, None
 
@@ -483,16 +618,36 @@ HOSTILE = {
 
             def pre_hook(self, args):  # <-
                 args["out_ptr"].copy_(args["x_ptr"])
-        ''')),
-    "pre_hook-as-a-class-attribute": ("hook", in_add("pass", extra='''
+        """,
+        ),
+    ),
+    "pre_hook-as-a-class-attribute": (
+        "hook",
+        in_add(
+            "pass",
+            extra="""
         class MyConfig:
             pre_hook = print  # <-
-        ''')),
-    "NamedTuple-with-computed-fields": ("class-object", in_add("pass", "from typing import NamedTuple\n", extra='''
+        """,
+        ),
+    ),
+    "NamedTuple-with-computed-fields": (
+        "class-object",
+        in_add(
+            "pass",
+            "from typing import NamedTuple\n",
+            extra="""
         Base = NamedTuple("Base", [("pre_" + "hook", object)])  # <-
-        ''')),
-    "NamedTuple-stored": ("class-object", in_add("pass", "import typing\n", extra="\nMAKE = typing.NamedTuple  # <-\n")),
-    "jit-launch_metadata": ("hook", whole('''
+        """,
+        ),
+    ),
+    "NamedTuple-stored": (
+        "class-object",
+        in_add("pass", "import typing\n", extra="\nMAKE = typing.NamedTuple  # <-\n"),
+    ),
+    "jit-launch_metadata": (
+        "hook",
+        whole("""
         def metadata(grid, kernel, args):
             args["out_ptr"].copy_(args["x_ptr"])
             return {}
@@ -501,7 +656,8 @@ HOSTILE = {
         @triton.jit(launch_metadata=metadata)  # <-
         def add_kernel(x_ptr, out_ptr):
             pass
-        ''')),
+        """),
+    ),
 }
 
 
@@ -521,23 +677,27 @@ def test_hostile_snippet_is_refused_on_its_line(name):
     line = marked_line(source)
     violations = check_source(source)
     assert any(v.rule == rule and v.line == line for v in violations), (
-        f"expected {rule!r} on line {line}, got:\n" + "\n".join(f"{v.rule}: {v}" for v in violations))
+        f"expected {rule!r} on line {line}, got:\n" + "\n".join(f"{v.rule}: {v}" for v in violations)
+    )
 
 
 LEGITIMATE = {
-    "shape-helpers": in_add('''
+    "shape-helpers": in_add(
+        """
         rows, cols = rows_and_cols(x)
         block = triton.next_power_of_2(cols)
         if x.shape[-1] != y.shape[-1] or x.dim() != 2:
             raise ValueError(f"shapes {tuple(x.shape)} and {tuple(y.shape)} differ; got {x.dtype}")
-        ''', extra='''
+        """,
+        extra='''
 
         def rows_and_cols(t):
             """Leading dimensions flattened into rows."""
             cols = t.shape[-1]
             return t.numel() // max(cols, 1), cols
-        '''),
-    "strides-and-copies": in_add('''
+        ''',
+    ),
+    "strides-and-copies": in_add("""
         x = x.contiguous()
         if y.stride(-1) != 1:
             y = y.contiguous(memory_format=torch.contiguous_format)
@@ -548,8 +708,8 @@ LEGITIMATE = {
         K, _, R, S = (1, 2, 3, 4)
         kind, index = x.device.type, x.device.index
         big = torch.finfo(x.dtype).max
-        '''),
-    "grid-lambda-autotune-heuristics": whole('''
+        """),
+    "grid-lambda-autotune-heuristics": whole("""
         CONFIGS = [triton.Config({"BLOCK": 128}, num_warps=4, num_stages=3)]
 
 
@@ -566,8 +726,8 @@ LEGITIMATE = {
             grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
             scale_kernel[grid](x, n)
             return x
-        '''),
-    "jit-calls-jit-and-constants": whole('''
+        """),
+    "jit-calls-jit-and-constants": whole("""
         from typing import Optional
 
         BLOCK = 1024
@@ -599,8 +759,8 @@ LEGITIMATE = {
             c = torch.empty_like(x) if c is None else c
             kernel[(triton.cdiv(x.numel(), BLOCK),)](x, c, x.numel(), 1e-5)
             return c
-        '''),
-    "libdevice": whole('''
+        """),
+    "libdevice": whole("""
         from triton.language.extra import libdevice
 
 
@@ -608,8 +768,9 @@ LEGITIMATE = {
         def kernel(x_ptr, BLOCK: tl.constexpr):
             offs = tl.arange(0, BLOCK)
             tl.store(x_ptr + offs, libdevice.exp(tl.load(x_ptr + offs)))
-        '''),
-    "device-queries-and-debug-output": in_add('''
+        """),
+    "device-queries-and-debug-output": in_add(
+        """
         props = torch.cuda.get_device_properties(x.device).shared_memory_per_block_optin
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -618,41 +779,59 @@ LEGITIMATE = {
         configs = {"a": 1}
         for key, value in sorted(configs.items()):
             names = ",".join(str(v) for v in configs.values()).split(",")
-        ''', "from __future__ import annotations\nimport math\nimport sys\nimport warnings\n"),
-    "main-block": in_add("pass", extra='''
+        """,
+        "from __future__ import annotations\nimport math\nimport sys\nimport warnings\n",
+    ),
+    "main-block": in_add(
+        "pass",
+        extra="""
         if __name__ == "__main__":
             from grader.check import self_check
 
             self_check(__file__)
-        '''),
-    "module-level-cache-and-global": in_add('''
+        """,
+    ),
+    "module-level-cache-and-global": in_add(
+        """
         global CALLS
         CALLS += 1
         CACHE[tuple(x.shape)] = out
-        ''', extra="\nCACHE = {}\nCALLS = 0\n"),
-    "types-compared-and-printed": in_add('''
+        """,
+        extra="\nCACHE = {}\nCALLS = 0\n",
+    ),
+    "types-compared-and-printed": in_add(
+        """
         if type(x) is not torch.Tensor or type(y) != type(x) or type(x) in (list, tuple):
             raise TypeError(f"expected tensors, got {type(x)} and {type(y)!r}")
         if not isinstance(y, type(x)) or not issubclass(type(y), (torch.Tensor, list)):
             print("types:", type(x), str(type(y)), repr(type(y)), file=sys.stderr)
-        ''', "import sys\n"),
-    "streams-for-printing": in_add('''
+        """,
+        "import sys\n",
+    ),
+    "streams-for-printing": in_add(
+        """
         print("add called", file=sys.stdout)
         sys.stderr.write("add called\\n")
         sys.stdout.flush()
         print("add called", file=stderr)
         print("add called", file=sys.stderr if x.is_cuda else sys.stdout)
-        ''', "import sys\nfrom sys import stderr\n"),
-    "tensor-annotations-and-checks": in_add('''
+        """,
+        "import sys\nfrom sys import stderr\n",
+    ),
+    "tensor-annotations-and-checks": in_add(
+        """
         pair: Tuple[torch.Tensor, Optional[torch.Tensor]] = (x, None)
         if not isinstance(y, torch.Tensor) or isinstance(x, (torch.Tensor, list)):
             y = cast(torch.Tensor, y)
-        ''', "from typing import Optional, Tuple, cast\n", extra='''
+        """,
+        "from typing import Optional, Tuple, cast\n",
+        extra="""
 
         def first(tensors: "list[torch.Tensor]", default: Optional[torch.Tensor] = None) -> torch.Tensor | None:
             return tensors[0] if tensors else default
-        '''),
-    "positional-numbers-for-config-and-autotune": whole('''
+        """,
+    ),
+    "positional-numbers-for-config-and-autotune": whole("""
         CONFIGS = [triton.Config({"BLOCK": 128}, 4, 3), triton.Config({"BLOCK": 64}, 8, 2, 1, 128)]
 
 
@@ -662,7 +841,7 @@ LEGITIMATE = {
         def scale_kernel(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
             tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
-        '''),
+        """),
 }
 
 
@@ -694,7 +873,9 @@ def test_violation_reads_as_a_learner_facing_line():
     assert str(violation).startswith("line 4: `import threading` is not allowed in kernel.py")
 
 
-AUTOGRAD = whole(kernel=True, source='''
+AUTOGRAD = whole(
+    kernel=True,
+    source="""
 
     class Add(torch.autograd.Function):
         @staticmethod
@@ -703,7 +884,8 @@ AUTOGRAD = whole(kernel=True, source='''
             out = torch.empty_like(x)
             add_kernel[(triton.cdiv(ctx.n, 1024),)](x, y, out, ctx.n, BLOCK=1024)
             return out
-    ''')
+    """,
+)
 
 
 def test_widen_opens_exactly_what_it_names():
@@ -715,8 +897,9 @@ def test_widen_opens_exactly_what_it_names():
     assert {v.rule for v in check_source(grad, wider)} == {"torch-internals"}
     assert "autograd.Function" not in DEFAULT_POLICY.torch_names
     # Naming a submodule opens the name, not the submodule's members.
-    assert {v.rule for v in check_source(AUTOGRAD, DEFAULT_POLICY.widen(torch_names={"autograd"}))} \
-        == {"torch-internals"}
+    assert {v.rule for v in check_source(AUTOGRAD, DEFAULT_POLICY.widen(torch_names={"autograd"}))} == {
+        "torch-internals"
+    }
     assert check_source(in_add("pass", "import numpy\n"), DEFAULT_POLICY.widen(imports={"numpy"})) == []
     assert check_source(in_add("total = x.sum()"), DEFAULT_POLICY.widen(tensor_methods={"sum"})) == []
 

@@ -31,6 +31,7 @@ def square_wrong_backward(x, scale):
         def backward(ctx, grad):
             x, scale = ctx.saved_tensors
             return x * scale * grad, (x * x * grad).sum(0)  # missing the factor 2
+
     return Wrong.apply(x, scale)
 
 
@@ -39,14 +40,19 @@ def _backward_spec():
         x, scale = rand.randn(4, 3), rand.randn(3)
         return (x, scale, rand.randn(4, 3)), {}
 
-    return Spec(api="square", make_inputs=make_inputs,
-                reference=autograd_reference(lambda x, scale: x * x * scale, wrt=(0, 1)),
-                output_names=("y", "grad_x", "grad_scale"), protocol=Backward(wrt=(0, 1)),
-                output_tolerances={"grad_scale": {torch.float32: (1e-4, 1e-3)}})
+    return Spec(
+        api="square",
+        make_inputs=make_inputs,
+        reference=autograd_reference(lambda x, scale: x * x * scale, wrt=(0, 1)),
+        output_names=("y", "grad_x", "grad_scale"),
+        protocol=Backward(wrt=(0, 1)),
+        output_tolerances={"grad_scale": {torch.float32: (1e-4, 1e-3)}},
+    )
 
 
 def _run(spec, fn, case=None):
     from grader.core.checks import build_inputs
+
     case = case if case is not None else Case({})
     args, kwargs = build_inputs(spec, case)
     references = reference_outputs(spec, args, kwargs)
@@ -85,8 +91,13 @@ def _sgd_spec():
             for p, g in zip(params, step_grads):
                 p -= lr * g
 
-    return Spec(api="sgd", make_inputs=make_inputs, reference=reference, mutates=(0,),
-                protocol=Steps(per_step=1, counter="step"))
+    return Spec(
+        api="sgd",
+        make_inputs=make_inputs,
+        reference=reference,
+        mutates=(0,),
+        protocol=Steps(per_step=1, counter="step"),
+    )
 
 
 def test_steps_update_in_place_and_are_compared_by_name():
@@ -147,8 +158,7 @@ def test_a_pytorch_adamw_behind_a_triton_launch_fails_with_the_reason():
     from grader.core.loading import load_kernel
 
     module = find_module("mastery/04-training-kernels")
-    case = next(c for c in cases.public(module)[1] if c.spec is not None and c.spec.api == "adamw"
-                and not c.cuda_only)
+    case = next(c for c in cases.public(module)[1] if c.spec is not None and c.spec.api == "adamw" and not c.cuda_only)
     adamw_spec = case.spec
     reference = load_kernel(module, "solutions")
     cover = reference.api("relu")
@@ -160,8 +170,8 @@ def test_a_pytorch_adamw_behind_a_triton_launch_fails_with_the_reason():
                 p.mul_(1 - lr * weight_decay)
                 m.lerp_(g, 1 - beta1)
                 v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
-                p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+                denom = (v.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1**step))
 
     assert run_case(reference.api("adamw"), adamw_spec, case).passed
     result = run_case(pytorch_adamw, adamw_spec, case)
@@ -193,6 +203,7 @@ def test_a_refusal_passes_only_the_named_error_with_a_message_that_says_enough()
     def refuses(message, error=TypeError):
         def api(x):
             raise error(message)
+
         return api
 
     assert calling(protocol, refuses("got int64: call x.float() first"), "f")(1) == ()
@@ -201,8 +212,11 @@ def test_a_refusal_passes_only_the_named_error_with_a_message_that_says_enough()
         pass
 
     assert calling(protocol, refuses("int64: use x.float()", Subclass), "f")(1) == ()
-    for api, said in [(refuses("bad input"), "does not say enough"), (refuses("int64, x.float()", ValueError),
-                      "should raise TypeError"), (lambda x: x, "accepted these inputs")]:
+    for api, said in [
+        (refuses("bad input"), "does not say enough"),
+        (refuses("int64, x.float()", ValueError), "should raise TypeError"),
+        (lambda x: x, "accepted these inputs"),
+    ]:
         with pytest.raises(ProtocolError, match=said):
             calling(protocol, api, "f")(1)
 
@@ -225,10 +239,14 @@ def test_a_fallback_must_warn_exactly_once_saying_why():
 
     calls = (((1,), {}), ((2,), {}))
     assert calling(protocol, once, "f")(*calls) == (1, 2)
+
     def warns(text):
         return lambda x: py_warnings.warn(text, stacklevel=2) or x
 
-    for api, problem in [(warns("32769 too long, torch"), "gave 2 warnings"),
-                         (warns("falling back"), "gave no warning that says why"), (lambda x: x, "gave no warning")]:
+    for api, problem in [
+        (warns("32769 too long, torch"), "gave 2 warnings"),
+        (warns("falling back"), "gave no warning that says why"),
+        (lambda x: x, "gave no warning"),
+    ]:
         with pytest.raises(ProtocolError, match=problem):
             calling(protocol, api, "f")(*calls)

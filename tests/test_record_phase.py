@@ -28,16 +28,22 @@ from grader.grade import collect, course, pipeline, record, report, runphase
 from grader.grade.phases import Phases
 from grader.sandbox.isolation import GiB, Limits
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.filterwarnings("ignore"), pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.filterwarnings("ignore"),
+    pytest.mark.heavy,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 ASSIGNMENT = course.assignment_name(VECTOR_ADD)
 # Full marks, a load error and open TODOs: three different reports, so that a kernel reading the
 # wrong folder's kernel.py shows.
 STUDENTS = ["complete", "syntax-error", "stub"]
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+)
 
 
 def _needs_nbgrader() -> None:
@@ -66,11 +72,17 @@ def _record_phase(course_dir: Path, rows: list, shared: bool) -> Run:
     """The pipeline's record phase on a course whose notebooks are in place, as ``grade`` runs it."""
     out = course_dir.parent / "grades"
     rows = [dataclasses.replace(row, scores={}, feedback=None) for row in rows]
-    errors = pipeline._record_phase(course_dir, out, rows, [ASSIGNMENT], Phases(enabled=False),
-                                    shared_kernel=shared)
+    errors = pipeline._record_phase(course_dir, out, rows, [ASSIGNMENT], Phases(enabled=False), shared_kernel=shared)
     pipeline._read_gradebook(course_dir, rows)
-    grading = pipeline.Grading(rows=rows, course_dir=course_dir, out=out, protections={}, seconds={},
-                               autograded=len(rows), grader_errors=errors)
+    grading = pipeline.Grading(
+        rows=rows,
+        course_dir=course_dir,
+        out=out,
+        protections={},
+        seconds={},
+        autograded=len(rows),
+        grader_errors=errors,
+    )
     report.write_csv(grading, out / "grades.csv")
     return Run(course_dir, out, rows, errors)
 
@@ -88,8 +100,9 @@ def both(tmp_path_factory) -> tuple[Run, Run]:
     collected = collect.collect(tmp / "examples", serial_course, [VECTOR_ADD])
     # These three files are the course's own or harmless: no need for the sandbox's process limit.
     options = runphase.Options(limits=LIMITS, allow_unsafe=True, hide=(serial_course,))
-    summary = runphase.run(serial_course / "submitted", course.results_dir(serial_course), [VECTOR_ADD], options,
-                           progress=False)
+    summary = runphase.run(
+        serial_course / "submitted", course.results_dir(serial_course), [VECTOR_ADD], options, progress=False
+    )
     rows = pipeline._rows(serial_course, assignments, summary, collected)
     assert [row.student for row in rows] == sorted(STUDENTS) and all(row.record for row in rows), rows
     assert len(pipeline._place_notebooks(serial_course, rows)) == len(STUDENTS)
@@ -111,8 +124,10 @@ def test_both_ways_grade_every_notebook_with_the_same_scores(both):
     scores = [{row.student: row.scores for row in run.rows} for run in both]
     assert scores[0] == scores[1]
     assert set(scores[0]) == set(STUDENTS) and all(len(s) == 3 for s in scores[0].values())
-    assert scores[0]["complete"]["public"] + scores[0]["complete"]["hidden"] == \
-        course.POINTS["public"] + course.POINTS["hidden"]
+    assert (
+        scores[0]["complete"]["public"] + scores[0]["complete"]["hidden"]
+        == course.POINTS["public"] + course.POINTS["hidden"]
+    )
     assert sum(scores[0]["stub"].values()) == sum(scores[0]["syntax-error"].values()) == 0
 
 
@@ -214,8 +229,11 @@ def test_shared_kernel_arguments_replace_only_nbgraders_execute():
     defaults = Autograde.autograde_preprocessors.default()
     assert len(steps) == len(defaults)
     for step, default in zip(steps, defaults):
-        expected = "grader.grade.autograde.SharedKernelExecute" if default is Execute else \
-            f"{default.__module__}.{default.__qualname__}"
+        expected = (
+            "grader.grade.autograde.SharedKernelExecute"
+            if default is Execute
+            else f"{default.__module__}.{default.__qualname__}"
+        )
         assert step == expected
 
 
@@ -229,6 +247,8 @@ def test_score_prints_its_report_in_one_write(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sys, "stdout", Recorder())
     assert record.score(VECTOR_ADD.id, "public", 4, folder=tmp_path) == 0  # no kernel.py there
-    assert len(writes) == 1 and writes[0].endswith("points. There is no kernel.py beside this notebook: submit "
-                                                   "your kernel.py in the assignment's folder, next to the "
-                                                   "notebook.\n")
+    assert len(writes) == 1 and writes[0].endswith(
+        "points. There is no kernel.py beside this notebook: submit "
+        "your kernel.py in the assignment's folder, next to the "
+        "notebook.\n"
+    )

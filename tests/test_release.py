@@ -21,6 +21,7 @@ def _needs_nbgrader() -> None:
     """Only the tests that run nbgrader skip without it; the others run anyway."""
     pytest.importorskip("nbgrader", reason="releasing needs the [grading] extra (nbgrader)")
 
+
 MODULES = [m for m in available_modules() if m.api]
 
 
@@ -51,10 +52,12 @@ def test_every_assignment_is_released_by_nbgrader(bundle):
         folder = bundle.folder / "release" / name
         assert (folder / "kernel.py").read_text() == stub_for(module)
         notebook = json.loads((folder / f"{name}.ipynb").read_text())
-        grade_cells = [c["metadata"]["nbgrader"] for c in notebook["cells"]
-                       if c["metadata"].get("nbgrader", {}).get("grade")]
-        assert [(c["grade_id"], c["points"], c["locked"]) for c in grade_cells] == \
-            [(part, points, True) for part, points in course.points(module).items()]
+        grade_cells = [
+            c["metadata"]["nbgrader"] for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade")
+        ]
+        assert [(c["grade_id"], c["points"], c["locked"]) for c in grade_cells] == [
+            (part, points, True) for part, points in course.points(module).items()
+        ]
 
 
 def test_no_solution_or_hidden_case_text_is_in_the_bundle(bundle):
@@ -99,8 +102,9 @@ def test_a_kernel_that_is_not_the_generated_stub_is_a_leak(bundle, tmp_path):
     shutil.copytree(bundle.folder / "release", copy / "release")
     name = f"release/{course.assignment_name(module)}/kernel.py"
     (copy / name).write_text(stub_for(module).replace("# TODO 1:", "# done:"))
-    assert release.find_leaks(copy) == [f"{name}: not the generated stub (learners get exactly what "
-                                         "`make stubs` writes)"]
+    assert release.find_leaks(copy) == [
+        f"{name}: not the generated stub (learners get exactly what `make stubs` writes)"
+    ]
 
 
 def test_a_finished_kernel_in_tracks_never_reaches_the_bundle(tmp_path, monkeypatch):
@@ -114,8 +118,11 @@ def test_a_finished_kernel_in_tracks_never_reaches_the_bundle(tmp_path, monkeypa
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     monkeypatch.setattr(release, "repository_files", lambda root: (files, []))
     real = type(module).learner_dir
-    monkeypatch.setattr(type(module), "learner_dir",
-                        property(lambda self: root / "tracks" / self.id if self == module else real.fget(self)))
+    monkeypatch.setattr(
+        type(module),
+        "learner_dir",
+        property(lambda self: root / "tracks" / self.id if self == module else real.fget(self)),
+    )
 
     bundle = release.build(tmp_path / "bundle", tmp_path / "course", [module], root=root)
     name = course.assignment_name(module)
@@ -144,15 +151,18 @@ def test_the_readme_fits_the_bundle(bundle):
     targets = set(re.findall(r"(?:^|`)make ([a-z][\w-]*)", text, re.M))
     assert {"check", "progress", "bench", "lab"} <= targets
     for target in sorted(targets):  # each exists, and what it runs needs no solutions/
-        dry = subprocess.run(["make", "-n", target, "PYTHON=python3"], cwd=bundle.folder,
-                             capture_output=True, text=True)
+        dry = subprocess.run(
+            ["make", "-n", target, "PYTHON=python3"], cwd=bundle.folder, capture_output=True, text=True
+        )
         assert dry.returncode == 0 and "solutions" not in dry.stdout, (target, dry.stdout, dry.stderr)
 
 
 def test_readme_markers():
-    readme = release.bundle_readme("a\n<!-- not in the learners' bundle -->\nb\n<!-- end -->\n"
-                                   "c <!-- not in the learners' bundle -->\n"
-                                   "<!-- in the learners' bundle: d\ne -->\nf\n")
+    readme = release.bundle_readme(
+        "a\n<!-- not in the learners' bundle -->\nb\n<!-- end -->\n"
+        "c <!-- not in the learners' bundle -->\n"
+        "<!-- in the learners' bundle: d\ne -->\nf\n"
+    )
     assert readme == "a\nd\ne\nf\n"
     with pytest.raises(release.ReleaseError, match="README.md:2: .* has no <!-- end -->"):
         release.bundle_readme("a\n<!-- not in the learners' bundle -->\nb\n")
@@ -169,8 +179,11 @@ def test_speed_carries_most_points_where_the_starting_kernel_is_already_correct(
     assert course.points(vector_add) == course.POINTS == {"public": 4, "hidden": 4, "performance": 2}
     assert sum(course.points(tiling).values()) == sum(course.POINTS.values())  # every assignment out of 10
     cells = [c for c in json.loads(course.notebook_text(tiling))["cells"] if c["metadata"]["nbgrader"].get("grade")]
-    assert [(c["metadata"]["nbgrader"]["grade_id"], c["metadata"]["nbgrader"]["points"]) for c in cells] == \
-        [("public", 2), ("hidden", 2), ("performance", 6)]
+    assert [(c["metadata"]["nbgrader"]["grade_id"], c["metadata"]["nbgrader"]["points"]) for c in cells] == [
+        ("public", 2),
+        ("hidden", 2),
+        ("performance", 6),
+    ]
     assert "out_of=6" in "".join(cells[-1]["source"])
 
 
@@ -180,8 +193,9 @@ INSTRUCTOR_TARGETS = ("grade", "release", "test", "lint", "verify-gpu", "verify-
 
 
 def _make(folder, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=folder, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=folder, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture(scope="module")

@@ -20,19 +20,53 @@ BASIC_DEBUGGING = find_module("debugging/01-basic-debugging")
 NO_GPU = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
 
-def _record(module, public=(True, True), hidden=(True,), todos=0, starting=False, performance=None,
-            integrity=None, message="add() raised ValueError: wrong size\nsecond line") -> dict:
-    rows = [{"name": f"case {i}", "visibility": "public", "passed": ok, "kind": "" if ok else "error",
-             "message": "" if ok else message, "seconds": 0.1} for i, ok in enumerate(public)]
-    rows += [{"name": f"hidden case {i + 1}", "visibility": "hidden", "passed": ok, "kind": "" if ok else "wrong",
-              "message": "" if ok else "Hidden case failed: the output is wrong.", "seconds": 0.1}
-             for i, ok in enumerate(hidden)]
+def _record(
+    module,
+    public=(True, True),
+    hidden=(True,),
+    todos=0,
+    starting=False,
+    performance=None,
+    integrity=None,
+    message="add() raised ValueError: wrong size\nsecond line",
+) -> dict:
+    rows = [
+        {
+            "name": f"case {i}",
+            "visibility": "public",
+            "passed": ok,
+            "kind": "" if ok else "error",
+            "message": "" if ok else message,
+            "seconds": 0.1,
+        }
+        for i, ok in enumerate(public)
+    ]
+    rows += [
+        {
+            "name": f"hidden case {i + 1}",
+            "visibility": "hidden",
+            "passed": ok,
+            "kind": "" if ok else "wrong",
+            "message": "" if ok else "Hidden case failed: the output is wrong.",
+            "seconds": 0.1,
+        }
+        for i, ok in enumerate(hidden)
+    ]
     passed = sum(row["passed"] for row in rows)
-    return {"module": module.id, "submission_sha256": "ab" * 32, "device": "CPU (Triton interpreter)",
-            "graded_at": "2025-01-01T00:00:00+00:00", "summary": "", "load_error": None,
-            "todos": [f"TODO {n + 1} (line {10 + n}): something" for n in range(todos)], "starting_kernel": starting,
-            "cases": rows, "totals": {"passed": passed, "total": len(rows)}, "integrity": integrity,
-            "performance": dict(performance or NO_GPU)}
+    return {
+        "module": module.id,
+        "submission_sha256": "ab" * 32,
+        "device": "CPU (Triton interpreter)",
+        "graded_at": "2025-01-01T00:00:00+00:00",
+        "summary": "",
+        "load_error": None,
+        "todos": [f"TODO {n + 1} (line {10 + n}): something" for n in range(todos)],
+        "starting_kernel": starting,
+        "cases": rows,
+        "totals": {"passed": passed, "total": len(rows)},
+        "integrity": integrity,
+        "performance": dict(performance or NO_GPU),
+    }
 
 
 def _row(student, module, rec, scores) -> Row:
@@ -50,24 +84,48 @@ FULL_OPTIMIZATION = {"public": 2.0, "hidden": 2.0, "performance": 0.0}
 
 
 def test_totals_and_grades_csv_are_out_of_what_was_graded(tmp_path):
-    rows = [_row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
-            _row("ada", VECTOR_ADD, _record(VECTOR_ADD), {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
-            _row("bob", VECTOR_ADD, _record(VECTOR_ADD, performance={"graded": True, "credit": 0.5, "ratio": 0.6}),
-                 {"public": 4.0, "hidden": 4.0, "performance": 1.0}),
-            _row("cyd", VECTOR_ADD, _record(VECTOR_ADD, integrity={"violation": "torch", "message": "computed with "
-                                                                   "PyTorch"}), {"public": 0, "hidden": 0,
-                                                                                 "performance": 0})]
+    rows = [
+        _row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
+        _row("ada", VECTOR_ADD, _record(VECTOR_ADD), {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
+        _row(
+            "bob",
+            VECTOR_ADD,
+            _record(VECTOR_ADD, performance={"graded": True, "credit": 0.5, "ratio": 0.6}),
+            {"public": 4.0, "hidden": 4.0, "performance": 1.0},
+        ),
+        _row(
+            "cyd",
+            VECTOR_ADD,
+            _record(VECTOR_ADD, integrity={"violation": "torch", "message": "computed with PyTorch"}),
+            {"public": 0, "hidden": 0, "performance": 0},
+        ),
+    ]
     assert [report.out_of(row) for row in rows] == [4, 8, 10, 10]  # an integrity finding counts every part
     grading = _grading(tmp_path, rows)
     grading.out.mkdir()
     report.write_csv(grading, grading.out / "grades.csv")
     written = list(csv.DictReader(open(grading.out / "grades.csv")))
     assert list(written[0]) == report.CSV_COLUMNS and report.CSV_COLUMNS[:13] == [
-        "student", "module", "assignment", "public", "hidden", "performance", "total", "max_points",
-        "cases_passed", "cases_total", "status", "reason", "feedback"]  # the old columns first, in order
+        "student",
+        "module",
+        "assignment",
+        "public",
+        "hidden",
+        "performance",
+        "total",
+        "max_points",
+        "cases_passed",
+        "cases_total",
+        "status",
+        "reason",
+        "feedback",
+    ]  # the old columns first, in order
     assert [(r["total"], r["max_points"], r["left_out"], r["left_out_points"]) for r in written] == [
-        ("4.0", "4", "performance", "6"), ("8.0", "8", "performance", "2"), ("9.0", "10", "", "0"),
-        ("0", "10", "", "0")]
+        ("4.0", "4", "performance", "6"),
+        ("8.0", "8", "performance", "2"),
+        ("9.0", "10", "", "0"),
+        ("0", "10", "", "0"),
+    ]
     table = report.table(grading)
     assert "4/4" in table and "8/8" in table and "9/10" in table and "0/10*" in table
     assert "counts as 0" not in table and "out of 4 instead of 10" in table and "out of 8 instead of 10" in table
@@ -80,27 +138,44 @@ def test_the_note_on_left_out_points_is_absent_when_everything_was_graded(tmp_pa
 
 
 def test_each_modules_axis_ends_at_what_it_is_out_of(tmp_path):
-    rows = [_row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
-            _row("ada", VECTOR_ADD, _record(VECTOR_ADD), {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
-            _row("bob", VECTOR_ADD, None, {})]  # no grade: not plotted
+    rows = [
+        _row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
+        _row("ada", VECTOR_ADD, _record(VECTOR_ADD), {"public": 4.0, "hidden": 4.0, "performance": 0.0}),
+        _row("bob", VECTOR_ADD, None, {}),
+    ]  # no grade: not plotted
     data = report.plot_data(_grading(tmp_path, rows))
-    assert data == {SHARED_MEMORY.id: ({"edited": [4.0], "unchanged starting kernel": []}, 4,
-                                       "points out of 4 (performance not graded)"),
-                    VECTOR_ADD.id: ({"edited": [8.0], "unchanged starting kernel": []}, 8,
-                                    "points out of 8 (performance not graded)")}
+    assert data == {
+        SHARED_MEMORY.id: (
+            {"edited": [4.0], "unchanged starting kernel": []},
+            4,
+            "points out of 4 (performance not graded)",
+        ),
+        VECTOR_ADD.id: (
+            {"edited": [8.0], "unchanged starting kernel": []},
+            8,
+            "points out of 8 (performance not graded)",
+        ),
+    }
     rows.append(_row("cyd", SHARED_MEMORY, _record(SHARED_MEMORY, starting=True), FULL_OPTIMIZATION))
-    assert report.plot_data(_grading(tmp_path, rows))[SHARED_MEMORY.id][0] == \
-        {"edited": [4.0], "unchanged starting kernel": [4.0]}  # the same points, told apart
+    assert report.plot_data(_grading(tmp_path, rows))[SHARED_MEMORY.id][0] == {
+        "edited": [4.0],
+        "unchanged starting kernel": [4.0],
+    }  # the same points, told apart
     pytest.importorskip("matplotlib")
     assert report.plot(_grading(tmp_path, rows), tmp_path / "scores.png")
     assert (tmp_path / "scores.png").stat().st_size > 1000
 
 
 def test_report_md_says_which_file_counts_what_and_holds_the_class_view(tmp_path):
-    rows = [_row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
-            _row("bob", VECTOR_ADD, _record(VECTOR_ADD, public=(True, False), todos=2,
-                                            message="add() raised <b>|x|</b>"), {"public": 2, "hidden": 4,
-                                                                                 "performance": 0})]
+    rows = [
+        _row("ada", SHARED_MEMORY, _record(SHARED_MEMORY), FULL_OPTIMIZATION),
+        _row(
+            "bob",
+            VECTOR_ADD,
+            _record(VECTOR_ADD, public=(True, False), todos=2, message="add() raised <b>|x|</b>"),
+            {"public": 2, "hidden": 4, "performance": 0},
+        ),
+    ]
     grading = _grading(tmp_path, rows)
     report.write(grading)
     text = (grading.out / "report.md").read_text()
@@ -117,8 +192,10 @@ def test_report_md_says_which_file_counts_what_and_holds_the_class_view(tmp_path
 def test_the_starting_kernel_is_told_from_the_finished_file_everywhere(tmp_path):
     stub_record = _record(SHARED_MEMORY, todos=6, starting=True)
     done_record = _record(SHARED_MEMORY)
-    rows = [_row("still", SHARED_MEMORY, stub_record, FULL_OPTIMIZATION),
-            _row("done", SHARED_MEMORY, done_record, FULL_OPTIMIZATION)]
+    rows = [
+        _row("still", SHARED_MEMORY, stub_record, FULL_OPTIMIZATION),
+        _row("done", SHARED_MEMORY, done_record, FULL_OPTIMIZATION),
+    ]
     still, done = rows
     assert still.total == done.total  # the same points: traffic bars do not decide points on a CPU
     assert report.status(still) == "unchanged starting kernel" and report.status(done) == "graded"
@@ -192,7 +269,8 @@ def test_reason_counts_open_todos_whenever_cases_fail_and_else_names_the_failure
     assert report.reason(_row("bob", VECTOR_ADD, no_todos, {"public": 2})) == "add() raised ValueError: wrong size"
     stub = _record(VECTOR_ADD, public=(False, False), hidden=(False,), todos=6, starting=True)
     assert report.reason(_row("cyd", VECTOR_ADD, stub, {"public": 0})).startswith(
-        "unchanged starting kernel: 6 TODO(s) open; first failure:")
+        "unchanged starting kernel: 6 TODO(s) open; first failure:"
+    )
     assert report.reason(_row("dee", VECTOR_ADD, _record(VECTOR_ADD, todos=3), {"public": 4})) == ""
 
 
@@ -206,8 +284,10 @@ def test_a_hidden_failure_names_todos_only_where_the_call_reaches_them():
     assert note.startswith(" (") and "still open in the code add() runs" in note
     assert results.hidden_todo_note(stub, [], "add", VECTOR_ADD.track) == ""
     # a file that does not parse: which code runs is unknown, so the note says "may"
-    assert results.hidden_todo_note("def (:\n", todos, "add", VECTOR_ADD.track) == \
-        f" ({len(todos)} TODO(s) are still open in kernel.py; they may be the cause.)"
+    assert (
+        results.hidden_todo_note("def (:\n", todos, "add", VECTOR_ADD.track)
+        == f" ({len(todos)} TODO(s) are still open in kernel.py; they may be the cause.)"
+    )
 
 
 def test_in_the_debugging_track_planted_bugs_are_not_blamed_on_todos():

@@ -39,14 +39,19 @@ from grader.core.checks import build_inputs
 from grader.grade import judging, runphase
 from grader.sandbox.isolation import ChildEnded, GiB, Limits, Sandbox, offers
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.heavy,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # Limits count the child's CPU time, which a loaded machine hardly changes: far beyond what a
 # correct call needs (under 0.2 CPU-seconds for vector add).
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+)
 MARK = "written-by-writes-files"
 
 
@@ -117,8 +122,9 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     before = _snapshot(root)
 
     # The default workers, as a class is graded: min(4, CPUs), or 4 per GPU.
-    options = runphase.Options(limits=LIMITS, policy_gate=False,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+    options = runphase.Options(
+        limits=LIMITS, policy_gate=False, allow_unsafe=not offers(platform_protections, "processes")
+    )
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     connections = []
     try:
@@ -132,8 +138,7 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
 
 def _require(graded: Graded, what: str, example: str | None = None) -> None:
     if not offers(graded.protections, what) or (example and example not in graded.examples):
-        pytest.skip(f"this platform does not give the child that protection ({what}): "
-                    f"{json.dumps(graded.protections)}")
+        pytest.skip(f"this platform does not give the child that protection ({what}): {json.dumps(graded.protections)}")
 
 
 # --- normal submissions --------------------------------------------------------------------
@@ -175,8 +180,9 @@ def test_partial_passes_exactly_the_cases_a_rounded_down_grid_covers(graded):
         args, _kwargs = build_inputs(spec, case, on=device.torch_device())
         return args[0].numel() % 1024 == 0
 
-    expected = {c.name for c in public if covered(c)} | \
-               {f"hidden case {i}" for i, c in enumerate(hidden, start=1) if covered(c)}
+    expected = {c.name for c in public if covered(c)} | {
+        f"hidden case {i}" for i, c in enumerate(hidden, start=1) if covered(c)
+    }
     record = graded.record("partial")
     assert {row["name"] for row in record["cases"] if row["passed"]} == expected
     assert expected and record["totals"]["passed"] < record["totals"]["total"]
@@ -187,12 +193,15 @@ def test_partial_passes_exactly_the_cases_a_rounded_down_grid_covers(graded):
 # --- threat model rows -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("example, says", [
-    ("syntax-error", "syntax error at line"),
-    ("raises-at-import", "raised AttributeError while being imported"),
-    ("exits-at-import", "raised SystemExit while being imported"),
-    ("os-exit-at-import", "stopped the grading process while being imported"),
-])
+@pytest.mark.parametrize(
+    "example, says",
+    [
+        ("syntax-error", "syntax error at line"),
+        ("raises-at-import", "raised AttributeError while being imported"),
+        ("exits-at-import", "raised SystemExit while being imported"),
+        ("os-exit-at-import", "stopped the grading process while being imported"),
+    ],
+)
 def test_a_file_that_cannot_be_imported_scores_zero_with_a_clear_message(graded, example, says):
     record = graded.record(example)
     assert record["totals"]["passed"] == 0
@@ -213,6 +222,7 @@ def test_a_fork_bomb_is_contained_and_reported(graded):
 def _orphans(pids: list[int]) -> list[int]:
     """Those of ``pids`` no live sandbox started. Another grader on the machine (a second test
     run) may hold the same uid by now, for children of its own: those descend from its boot step."""
+
     def parent(pid: int) -> int:
         try:
             with open(f"/proc/{pid}/stat") as stat:
@@ -304,8 +314,11 @@ def test_writing_around_changes_nothing(graded):
     _require(graded, "view", "writes-files")
     record = graded.record("writes-files")
     assert record["totals"]["passed"] == record["totals"]["total"]
-    stray = [p for folder in (graded.results, graded.root, REPO_ROOT, Path("/tmp"), Path("/var/tmp"))
-             for p in folder.glob(f"**/{MARK}" if folder != Path("/tmp") else MARK)]
+    stray = [
+        p
+        for folder in (graded.results, graded.root, REPO_ROOT, Path("/tmp"), Path("/var/tmp"))
+        for p in folder.glob(f"**/{MARK}" if folder != Path("/tmp") else MARK)
+    ]
     for path in stray:  # never leave them behind, even when the test fails
         path.unlink()
     assert not stray
@@ -368,8 +381,11 @@ def test_a_deep_folder_chain_neither_crashes_nor_stops_the_run(graded):
     assert record["totals"]["total"] > 0
     assert graded.record("complete")["totals"]["passed"] == graded.record("complete")["totals"]["total"]
     # Nothing left behind in this process's sandboxes (other graders may share /tmp right now).
-    ours = [folder for folder in Path(tempfile.gettempdir()).glob("grader-sandbox-*")
-            if (folder / "owner").is_file() and (folder / "owner").read_text().split()[:1] == [str(os.getpid())]]
+    ours = [
+        folder
+        for folder in Path(tempfile.gettempdir()).glob("grader-sandbox-*")
+        if (folder / "owner").is_file() and (folder / "owner").read_text().split()[:1] == [str(os.getpid())]
+    ]
     assert not [child for folder in ours for child in folder.glob("child-*")]
 
 
@@ -416,6 +432,7 @@ def test_children_of_one_grading_share_a_folder_no_other_child_sees(tmp_path, pl
     write = "import os; open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin', 'w').write('compiled')"
     read = "import os; print('cache holds', open(os.environ['TRITON_CACHE_DIR'] + '/kernel.bin').read())"
     with Sandbox(workers=2, allow_unsafe=True) as sandbox:
+
         def run(slot, script, shared):
             child = sandbox.start(slot, {}, ["-S", "-c", script], {}, 1, "token", shared=shared)
             try:
@@ -468,17 +485,31 @@ def test_a_second_run_reuses_every_record_and_starts_no_process(graded, monkeypa
 
     monkeypatch.setattr(runphase, "make_sandbox", no_sandbox)
     before = _snapshot(graded.results / "records")
-    summary = runphase.run(graded.root, graded.results, [VECTOR_ADD], runphase.Options(limits=LIMITS),
-                           progress=False)
+    summary = runphase.run(graded.root, graded.results, [VECTOR_ADD], runphase.Options(limits=LIMITS), progress=False)
     assert summary.children_started == 0
     assert all(o.reused for o in summary.outcomes)
     assert _snapshot(graded.results / "records") == before
 
 
 def test_the_cli_reports_reused_records(graded):
-    result = subprocess.run([sys.executable, "-m", "grader", "run", str(graded.root), "--results",
-                             str(graded.results), "--module", VECTOR_ADD.id, "--quiet"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "run",
+            str(graded.root),
+            "--results",
+            str(graded.results),
+            "--module",
+            VECTOR_ADD.id,
+            "--quiet",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(graded.examples)} submission(s) graded" in result.stdout
     assert f"({len(graded.examples)} reused, 0 child process(es) started)" in result.stdout
@@ -512,8 +543,10 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
     (tmp_path / "course" / "solutions" / "hidden.py").write_text("SECRET = 1\n")
     (tmp_path / "course" / "public.txt").write_text("public\n")
     (tmp_path / "course").chmod(0o755)  # like a course installed under /opt
-    script = (f"import os; course = {str(tmp_path / 'course')!r}; "
-              "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))")
+    script = (
+        f"import os; course = {str(tmp_path / 'course')!r}; "
+        "print(sorted(os.listdir(course)), os.listdir(course + '/solutions'))"
+    )
     hidden = [tmp_path / "course" / "solutions"]
     with _script_child(script, expose=[tmp_path / "course"], hide=hidden) as (child, protections):
         with pytest.raises(ChildEnded):
@@ -526,9 +559,11 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
 def test_system_calls_no_exercise_needs_are_refused(platform_protections):
     if not platform_protections.get("syscall_filter", "").endswith("...)"):
         pytest.skip(f"no system-call filter on this platform: {platform_protections.get('syscall_filter')}")
-    script = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
-              "print('unshare', libc.unshare(0x40000000), ctypes.get_errno()); "
-              "print('child', os.fork() == 0 or os.wait()[1])")
+    script = (
+        "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+        "print('unshare', libc.unshare(0x40000000), ctypes.get_errno()); "
+        "print('child', os.fork() == 0 or os.wait()[1])"
+    )
     with _script_child(script) as (child, _):
         with pytest.raises(ChildEnded):
             child.next_event(time.monotonic() + 30)
@@ -541,13 +576,21 @@ def test_hidden_messages_hold_nothing_the_submission_chose():
     # How a hidden case failed is the submission's choice (what it raised, which elements it got
     # wrong, how its process ended): every failure reads the same, with nothing of the verdict.
     failures = [
-        judging.Verdict(False, "wrong", "output: 5 of 1029 elements are wrong (0.5%). First at index (1024,): got "
-                        "nan, expected 0.5.\n5 element(s) are NaN.\nPattern: only the last 5 element(s) are wrong."),
+        judging.Verdict(
+            False,
+            "wrong",
+            "output: 5 of 1029 elements are wrong (0.5%). First at index (1024,): got "
+            "nan, expected 0.5.\n5 element(s) are NaN.\nPattern: only the last 5 element(s) are wrong.",
+        ),
         judging.Verdict(False, "error", "add() raised ShapeIs_2049: (2049,)"),
         judging.Verdict(False, "error", "add() raised KeyError: 'x'"),
         judging.Verdict(False, "timeout", "add() did not return within 30 s of computing."),
-        judging.Verdict(False, "crash", "The process running add() was ended by SIGSEGV during this case.",
-                        crash=ChildEnded("was ended by SIGSEGV", -11)),
+        judging.Verdict(
+            False,
+            "crash",
+            "The process running add() was ended by SIGSEGV during this case.",
+            crash=ChildEnded("was ended by SIGSEGV", -11),
+        ),
         judging.Verdict(False, "unreadable", "The grader could not read what add() returned (x is 4194756 bytes)."),
         judging.Verdict(False, "torch", "add() computed with PyTorch (aten.add)."),
     ]
@@ -557,16 +600,23 @@ def test_hidden_messages_hold_nothing_the_submission_chose():
     assert "make check" in message and not re.search(r"\d", message)
     # The grader's own reasons are said: the time budget, a refused file.
     budget = judging.Verdict(False, "not_run", "Not run: the module's time budget (60 s of CPU time) was spent.")
-    assert judging.hidden_message(budget, "add") == \
-        "Hidden case not run: the module's time budget (60 s of CPU time) was spent."
+    assert (
+        judging.hidden_message(budget, "add")
+        == "Hidden case not run: the module's time budget (60 s of CPU time) was spent."
+    )
     refused = judging.Verdict(False, "policy", "Not run: the grader refused kernel.py before running it.")
     assert judging.hidden_message(refused, "add").startswith("Hidden case not run: the grader refused kernel.py")
 
 
-@pytest.mark.parametrize("example, violation", [
-    ("torch-compute", "torch"), ("caches-outputs", "cache"), ("returns-input", "alias"),
-    ("mutates-input", "mutation"),
-])
+@pytest.mark.parametrize(
+    "example, violation",
+    [
+        ("torch-compute", "torch"),
+        ("caches-outputs", "cache"),
+        ("returns-input", "alias"),
+        ("mutates-input", "mutation"),
+    ],
+)
 def test_cheating_withholds_every_point_of_the_module_with_a_named_reason(graded, example, violation):
     record = graded.record(example)
     assert record["integrity"]["violation"] == violation
@@ -591,18 +641,16 @@ def test_the_graders_verdict_names_overflow_on_large_inputs_as_make_check_does()
     out = torch.softmax(args[0].float(), dim=-1).to(case.dtype)
     out[0, :3] = float("nan")  # what exp() overflowing to inf, then inf / inf, leaves
     saved = {"outputs": [out], "args": args, "kwargs": kwargs}
-    verdict = judging.judge(spec, case, args, kwargs, {"returned": ["output"]}, lambda refs: saved,
-                             device.torch_device())
+    verdict = judging.judge(
+        spec, case, args, kwargs, {"returned": ["output"]}, lambda refs: saved, device.torch_device()
+    )
     assert not verdict.passed and "overflowed" in verdict.message, verdict.message
     assert "never written" not in verdict.message
 
 
 def test_a_paused_child_and_what_it_started_run_nothing_until_resumed():
     # How a timed child waits for the GPU: frozen, so that nothing of it runs during another's timing.
-    script = ("import os, time\n"
-              "if os.fork() == 0:\n"
-              "    while True: pass\n"
-              "while True: pass\n")
+    script = "import os, time\nif os.fork() == 0:\n    while True: pass\nwhile True: pass\n"
     with _script_child(script) as (child, _):
         deadline = time.monotonic() + 30
         while child.cpu_seconds() < 0.3 and time.monotonic() < deadline:
@@ -624,9 +672,14 @@ def test_the_modules_that_took_longest_before_are_graded_first(tmp_path):
     from grader.grade import runphase
     from grader.grade.profile import measured_seconds
 
-    lines = ['{"module": "a", "device": "this GPU", "total": 10}', '{"module": "a", "device": "this GPU", "total": 30}',
-             '{"module": "b", "device": "this GPU", "total": 50}', '{"module": "b", "device": "another", "total": 1}',
-             '{"module": "c", "device": "this GPU", "tot', "not json at all"]
+    lines = [
+        '{"module": "a", "device": "this GPU", "total": 10}',
+        '{"module": "a", "device": "this GPU", "total": 30}',
+        '{"module": "b", "device": "this GPU", "total": 50}',
+        '{"module": "b", "device": "another", "total": 1}',
+        '{"module": "c", "device": "this GPU", "tot',
+        "not json at all",
+    ]
     (tmp_path / "profile.jsonl").write_text("\n".join(lines) + "\n")
     assert measured_seconds(tmp_path, "this GPU") == {"a": 20.0, "b": 50.0}
     assert measured_seconds(tmp_path / "nowhere", "this GPU") == {}

@@ -20,13 +20,18 @@ from grader.grade import runphase
 from grader.sandbox.isolation import GiB, Limits, offers
 from grader.sandbox.policy import check_source, policy_for
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.heavy,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # Far beyond what a correct call needs, for the kernels that crash after a correct result.
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+)
 
 
 def _by_name(record: dict) -> dict[str, dict]:
@@ -92,8 +97,9 @@ def crashing(tmp_path_factory, platform_protections) -> runphase.RunSummary:
         (folder / "kernel.py").write_text(f"LATER = {later}\nSURFACES_AT_EXIT = {at_exit}\n{CRASHES_LATER}")
     # The public and hidden children side by side, as on a GPU (where PID namespaces allow it):
     # the crash bookkeeping must come out the same when both run at once.
-    options = runphase.Options(limits=LIMITS, policy_gate=False, side_by_side=True,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+    options = runphase.Options(
+        limits=LIMITS, policy_gate=False, side_by_side=True, allow_unsafe=not offers(platform_protections, "processes")
+    )
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
     return summary

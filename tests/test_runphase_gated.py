@@ -20,13 +20,18 @@ from grader.core.catalog import find_module
 from grader.grade import runphase
 from grader.sandbox.isolation import GiB, Limits, offers
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.heavy,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # Generous, as in test_runphase.py: no outcome of a correct submission depends on a busy machine.
-LIMITS = Limits(case_seconds=60, startup_seconds=120) if device.is_cuda() else \
-    Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+LIMITS = (
+    Limits(case_seconds=60, startup_seconds=120)
+    if device.is_cuda()
+    else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
+)
 
 
 @dataclass
@@ -47,8 +52,7 @@ def gated(tmp_path_factory, platform_protections) -> Gated:
     names = example_submissions.assemble(root, modules=[VECTOR_ADD])
     for name in ON_THEIR_OWN:
         shutil.rmtree(root / name)
-    options = runphase.Options(limits=LIMITS,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+    options = runphase.Options(limits=LIMITS, allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     # Only the examples of vector add (and not those graded on their own).
     names = [n for n in names if any(p.parent.name.endswith(VECTOR_ADD.slug) for p in (root / n).rglob("kernel.py"))]
@@ -95,8 +99,18 @@ REFUSED_FOR = {
 
 
 GATED = example_submissions.REFUSED_BY_THE_GATE_ALONE | {
-    "forges-result", "reads-files", "writes-files", "network", "fork-bomb", "deep-folders", "fifo-outputs",
-    "output-bomb", "leaks-hidden-cases", "patches-checks", *REFUSED_FOR}
+    "forges-result",
+    "reads-files",
+    "writes-files",
+    "network",
+    "fork-bomb",
+    "deep-folders",
+    "fifo-outputs",
+    "output-bomb",
+    "leaks-hidden-cases",
+    "patches-checks",
+    *REFUSED_FOR,
+}
 
 
 @pytest.mark.parametrize("example", sorted(GATED))

@@ -18,8 +18,10 @@ from grader.core.catalog import find_module
 from grader.grade import runphase
 from grader.sandbox.isolation import Limits
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.cuda]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.cuda,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 
@@ -43,8 +45,9 @@ def faults(tmp_path_factory) -> runphase.RunSummary:
 @pytest.fixture(scope="module")
 def timed_gpu(tmp_path_factory) -> runphase.RunSummary:
     """Gradings whose outcome rests on timing, or on having all of the GPU's memory to take."""
-    return _grade(tmp_path_factory, {"complete", "twice-the-work", "side-stream", "gpu-memory-hog",
-                                     "gpu-work-at-import"})
+    return _grade(
+        tmp_path_factory, {"complete", "twice-the-work", "side-stream", "gpu-memory-hog", "gpu-work-at-import"}
+    )
 
 
 TIMED_MODULES = [find_module("optimization/02-pipelining"), find_module("optimization/05-advanced-optimizations")]
@@ -59,8 +62,7 @@ def timed_around(tmp_path_factory) -> runphase.RunSummary:
         if folder.name not in {"complete", "remembers-timed-calls", "swaps-in-cublas"}:
             shutil.rmtree(folder)
     options = runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180))
-    return runphase.run(root, tmp_path_factory.mktemp("timed-around-results"), TIMED_MODULES, options,
-                        progress=False)
+    return runphase.run(root, tmp_path_factory.mktemp("timed-around-results"), TIMED_MODULES, options, progress=False)
 
 
 def _record(summary, student: str, module) -> dict:
@@ -129,12 +131,20 @@ def test_gpu_kernel_trace_names_the_pytorch_kernel(tmp_path, graded_record):
     root = tmp_path / "submissions"
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
     shutil.copytree(tmp_path / "examples" / "torch-compute", root / "torch-compute")
-    summary = runphase.run(root, tmp_path / "results", [VECTOR_ADD],
-                           runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)), progress=False)
+    summary = runphase.run(
+        root,
+        tmp_path / "results",
+        [VECTOR_ADD],
+        runphase.Options(limits=Limits(case_seconds=20, startup_seconds=180)),
+        progress=False,
+    )
     record = graded_record(summary, "torch-compute")
     assert "kernel trace" in record["evidence"] and record["integrity"]["violation"] == "torch"
-    assert any("not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
-               for row in record["cases"] if row["visibility"] == "public")
+    assert any(
+        "not your Triton kernels" in row["message"] and "CUDAFunctor_add" in row["message"]
+        for row in record["cases"]
+        if row["visibility"] == "public"
+    )
 
 
 @pytest.mark.timed

@@ -24,8 +24,10 @@ from grader.core.catalog import REPO_ROOT, find_module
 from grader.grade import judging, runphase
 from grader.sandbox.isolation import GiB, Limits, offers
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
-              pytest.mark.heavy]
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),
+    pytest.mark.heavy,
+]
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 # The endless loop's limit: above the 1.5-2 CPU-seconds that a process's first call takes under
@@ -74,8 +76,14 @@ def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     crasher.mkdir(parents=True)
     (crasher / "kernel.py").write_text(CRASHES_EVERY_CALL)
     # Public and hidden children side by side, as on a GPU: together they must stay in the budget.
-    options = runphase.Options(workers=2, limits=ENDLESS_LIMITS, module_seconds=SMALL_BUDGET, side_by_side=True,
-                               allow_unsafe=not offers(platform_protections, "processes"), policy_gate=False)
+    options = runphase.Options(
+        workers=2,
+        limits=ENDLESS_LIMITS,
+        module_seconds=SMALL_BUDGET,
+        side_by_side=True,
+        allow_unsafe=not offers(platform_protections, "processes"),
+        policy_gate=False,
+    )
     started = time.monotonic()
     summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
     summary.seconds = time.monotonic() - started
@@ -138,8 +146,22 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     example_submissions.assemble(examples, modules=[VECTOR_ADD])
     shutil.copytree(examples / "complete", root / "a-complete")
     shutil.copytree(examples / "endless-loop", root / "b-endless-loop")
-    command = [sys.executable, "-m", "grader", "run", str(root), "--results", str(results), "--module",
-               VECTOR_ADD.id, "--workers", "1", "--case-timeout", "30" if device.is_cuda() else "3", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "run",
+        str(root),
+        "--results",
+        str(results),
+        "--module",
+        VECTOR_ADD.id,
+        "--workers",
+        "1",
+        "--case-timeout",
+        "30" if device.is_cuda() else "3",
+        "--quiet",
+    ]
     if not offers(platform_protections, "processes"):
         command.append("--allow-unsafe")
     grader = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -153,8 +175,12 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     assert len(written) == 1, grader.stdout.read().decode()
     assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
 
-    options = runphase.Options(workers=1, limits=Limits(case_seconds=3, startup_seconds=60), module_seconds=20,
-                               allow_unsafe=not offers(platform_protections, "processes"))
+    options = runphase.Options(
+        workers=1,
+        limits=Limits(case_seconds=3, startup_seconds=60),
+        module_seconds=20,
+        allow_unsafe=not offers(platform_protections, "processes"),
+    )
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]
     assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
@@ -179,10 +205,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("to_a_worker, ignored_at_start", [(False, False), (True, False), (False, True)],
-                         ids=["to-the-process", "to-a-worker-thread", "ignored-when-started"])
-def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_protections, to_a_worker,
-                                                           ignored_at_start):
+@pytest.mark.parametrize(
+    "to_a_worker, ignored_at_start",
+    [(False, False), (True, False), (False, True)],
+    ids=["to-the-process", "to-a-worker-thread", "ignored-when-started"],
+)
+def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(
+    tmp_path, platform_protections, to_a_worker, ignored_at_start
+):
     """Ctrl-C stops a run within seconds, keeping its records: whichever thread the signal
     reaches, and even when the grader was started with SIGINT ignored (as a script's background
     job is)."""
@@ -190,14 +220,31 @@ def test_ctrl_c_stops_a_run_promptly_and_keeps_its_records(tmp_path, platform_pr
     example_submissions.assemble(tmp_path / "examples", modules=[VECTOR_ADD])
     shutil.copytree(tmp_path / "examples" / "complete", root / "a-complete")
     shutil.copytree(tmp_path / "examples" / "endless-loop", root / "b-endless-loop")
-    arguments = ["run", str(root), "--results", str(results), "--module", VECTOR_ADD.id, "--workers", "1",
-                 "--case-timeout", "600", "--quiet"]
+    arguments = [
+        "run",
+        str(root),
+        "--results",
+        str(results),
+        "--module",
+        VECTOR_ADD.id,
+        "--workers",
+        "1",
+        "--case-timeout",
+        "600",
+        "--quiet",
+    ]
     if not offers(platform_protections, "processes"):
         arguments.append("--allow-unsafe")
     launcher = [sys.executable, "-c", CTRL_C_TO_A_WORKER] if to_a_worker else [sys.executable, "-m", "grader"]
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored_at_start else None
-    grader = subprocess.Popen(launcher + arguments, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, preexec_fn=ignore)
+    grader = subprocess.Popen(
+        launcher + arguments,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=ignore,
+    )
     folder = results / "records" / VECTOR_ADD.track / VECTOR_ADD.slug
     if not to_a_worker:
         deadline = time.monotonic() + 300
@@ -228,8 +275,9 @@ runphase.exit_if_workers_linger(7)
 def test_a_stopped_run_does_not_wait_for_a_lingering_worker():
     """After Ctrl-C, a worker still busy when the process would exit is not waited for: the process
     ends at once with the code given, and says where each thread was."""
-    done = subprocess.run([sys.executable, "-c", LINGERING_WORKER], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", LINGERING_WORKER], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 7, done.stderr
     assert "1 worker(s) did not stop" in done.stderr
     assert "Thread 0x" in done.stderr  # faulthandler's dump of the threads

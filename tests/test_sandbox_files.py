@@ -65,6 +65,7 @@ def bind_socket(path: Path) -> None:
 # read_regular
 # ----------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(params=["lstat first", "fd checks only"])
 def precheck(request, monkeypatch):
     """Run each refusal twice: as written, and with the lstat look-ahead fooled into seeing a
@@ -185,6 +186,7 @@ def test_missing_file_is_file_not_found(scratch, precheck):
 # ----------------------------------------------------------------------------------------------
 # remove_tree
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def few_descriptors():
@@ -330,6 +332,7 @@ def test_path_that_is_a_file_is_unlinked(scratch):
 # ----------------------------------------------------------------------------------------------
 # tree_usage
 # ----------------------------------------------------------------------------------------------
+
 
 def test_usage_of_a_small_known_tree(scratch):
     top = scratch / "work"

@@ -121,9 +121,15 @@ def test_an_out_of_bounds_store_reported_by_many_threads_is_one_finding():
     assert (store.relation, store.distance, store.allocation_size, store.count) == ("after", 1, 44400, 3)
     assert store.allocation == 0x7F3A1E020000 and store.address == 0x7F3A1E02B580
     sentence = str(store)
-    for needed in ("write of 16 bytes at line 112 of kernel.py", "kernel add_bias_kernel", "program (2, 0, 0)",
-                   "thread (96, 0, 0)", "past the end of the nearest allocation", "44400 bytes",
-                   "2 more report(s)"):
+    for needed in (
+        "write of 16 bytes at line 112 of kernel.py",
+        "kernel add_bias_kernel",
+        "program (2, 0, 0)",
+        "thread (96, 0, 0)",
+        "past the end of the nearest allocation",
+        "44400 bytes",
+        "2 more report(s)",
+    ):
         assert needed in sentence, f"{needed!r} is missing from: {sentence}"
     assert api.kind == "api-error" and "cudaErrorLaunchFailure (error 719" in str(api)
     assert "echo of an earlier fault" in str(api)
@@ -133,7 +139,13 @@ def test_an_out_of_bounds_store_reported_by_many_threads_is_one_finding():
 def test_the_older_layout_names_the_kernel_and_line_too():
     (load,) = sanitizer.parse_report(MEMCHECK_OLD_LAYOUT)
     assert (load.kind, load.access, load.size, load.kernel, load.file, load.line) == (
-        "out-of-bounds", "read", 4, "shift_left_kernel", "/tmp/shift.py", 21)
+        "out-of-bounds",
+        "read",
+        4,
+        "shift_left_kernel",
+        "/tmp/shift.py",
+        21,
+    )
     assert load.relation == "" and "out of bounds of every allocation (address 0x7f0012fffffc)" in str(load)
     assert sanitizer.reported_errors(MEMCHECK_OLD_LAYOUT) == 1
 
@@ -143,14 +155,22 @@ def test_a_misaligned_load_and_the_hardware_exception_it_causes():
     assert (load.kind, load.address, load.line) == ("misaligned", 0x7F3A1E000002, 202)
     assert "misaligned" in str(load) and "pointer's dtype" in str(load)
     assert (exception.kind, exception.detail, exception.block) == (
-        "hardware-exception", "Warp Misaligned Address", (1, 0, 0))
+        "hardware-exception",
+        "Warp Misaligned Address",
+        (1, 0, 0),
+    )
     assert str(exception).startswith("Warp Misaligned Address at line 202 of kernel.py (kernel scale_kernel)")
 
 
 def test_initcheck_reads_of_memory_nothing_wrote():
     atomic, copy = sanitizer.parse_report(INITCHECK_ACCUMULATOR, tool="initcheck")
     assert (atomic.tool, atomic.kind, atomic.kernel, atomic.line, atomic.address) == (
-        "initcheck", "uninitialised-read", "dot_kernel", 76, 0x7F3A1E000000)
+        "initcheck",
+        "uninitialised-read",
+        "dot_kernel",
+        76,
+        0x7F3A1E000000,
+    )
     assert "reads global memory that nothing has written since it was allocated" in str(atomic)
     assert (copy.kind, copy.detail, copy.size) == ("uninitialised-read", "cudaMemcpyAsync source", 4)
     assert str(copy).startswith("cudaMemcpyAsync source copied 4 bytes")
@@ -159,14 +179,24 @@ def test_initcheck_reads_of_memory_nothing_wrote():
 def test_racecheck_reports_shared_memory_races_in_both_layouts():
     modern, older = sanitizer.parse_report(RACECHECK_SHARED, tool="racecheck")
     assert (modern.kind, modern.access, modern.space, modern.line, modern.hazards) == (
-        "race", "write", "shared", 30, 128)
+        "race",
+        "write",
+        "shared",
+        30,
+        128,
+    )
     assert modern.other == "read at line 33 of reduce.py"
     sentence = str(modern)
     assert "race in shared memory: a write at line 30 of reduce.py" in sentence
     assert "and a read at line 33 of reduce.py" in sentence and "(128 hazards)" in sentence
     assert "racecheck looks at shared memory only" in sentence
     assert (older.kind, older.access, older.line, older.block, older.thread) == (
-        "race", "WAR hazard", 33, (1, 0, 0), (3, 0, 0))
+        "race",
+        "WAR hazard",
+        33,
+        (1, 0, 0),
+        (3, 0, 0),
+    )
     assert older.other == "write at line 30 of reduce.py"
     assert sanitizer.reported_errors(RACECHECK_SHARED) == 2
 
@@ -207,12 +237,14 @@ def _stand_in(tmp_path, report: str):
     then prints ``report`` as the real tool would."""
     (tmp_path / "report").write_text(report)
     script = tmp_path / "compute-sanitizer"
-    script.write_text("#!/bin/sh\n"
-                      f'echo "$@" > "{tmp_path}/args"\n'
-                      f'echo "$PYTORCH_NO_CUDA_MEMORY_CACHING" > "{tmp_path}/caching"\n'
-                      "shift 4\n"
-                      '"$@"\n'
-                      f'cat "{tmp_path}/report"\n')
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > "{tmp_path}/args"\n'
+        f'echo "$PYTORCH_NO_CUDA_MEMORY_CACHING" > "{tmp_path}/caching"\n'
+        "shift 4\n"
+        '"$@"\n'
+        f'cat "{tmp_path}/report"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -242,10 +274,8 @@ def test_a_clean_run_says_so(tmp_path):
 
 MODULE = "debugging/04-memory-debugging"
 DRIVERS = {
-    "add_bias": ("x = torch.randn(37, 300, device='cuda')\n"
-                 "kernel.add_bias(x, torch.randn(300, device='cuda'))\n"),
-    "dot": ("x = torch.randn(5000, device='cuda')\n"
-            "kernel.dot(x, x)\n"),
+    "add_bias": ("x = torch.randn(37, 300, device='cuda')\nkernel.add_bias(x, torch.randn(300, device='cuda'))\n"),
+    "dot": ("x = torch.randn(5000, device='cuda')\nkernel.dot(x, x)\n"),
 }
 
 
@@ -256,11 +286,12 @@ def _sanitized(tmp_path, source: str, function: str, tool: str):
         pytest.skip("compute-sanitizer is not on PATH nor in $CUDA_HOME/bin or /usr/local/cuda/bin")
     (tmp_path / "kernel.py").write_text(source)
     driver = tmp_path / "driver.py"
-    driver.write_text("import importlib.util\nimport torch\n\n\ndef main():\n"
-                      f"    spec = importlib.util.spec_from_file_location('planted', {str(tmp_path / 'kernel.py')!r})\n"
-                      "    kernel = importlib.util.module_from_spec(spec)\n"
-                      "    spec.loader.exec_module(kernel)\n"
-                      + textwrap.indent(DRIVERS[function], "    "))
+    driver.write_text(
+        "import importlib.util\nimport torch\n\n\ndef main():\n"
+        f"    spec = importlib.util.spec_from_file_location('planted', {str(tmp_path / 'kernel.py')!r})\n"
+        "    kernel = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(kernel)\n" + textwrap.indent(DRIVERS[function], "    ")
+    )
     return sanitizer.run_function(driver, "main", tool=tool, timeout=900)
 
 
@@ -270,7 +301,7 @@ def _reference_and_bug(text: str) -> tuple[str, str, int]:
     solution = (find_module(MODULE).solution_dir / "kernel.py").read_text()
     bug = next(b for b in planted_bugs(solution) if b.text.startswith(text))
     planted = solution.replace(bug.correct, bug.buggy)
-    line = planted[:planted.index(bug.buggy.strip())].count("\n") + 1
+    line = planted[: planted.index(bug.buggy.strip())].count("\n") + 1
     return solution, planted, line
 
 
@@ -279,8 +310,7 @@ def test_memcheck_finds_the_planted_store_past_the_end(tmp_path):
     _, planted, line = _reference_and_bug("the store has no mask")
     run = _sanitized(tmp_path, planted, "add_bias", "memcheck")
     found = [f for f in run.in_kernel("add_bias_kernel") if f.kind == "out-of-bounds"]
-    assert found, (f"memcheck reported no out-of-bounds access in add_bias_kernel:\n{run.report()}\n"
-                   f"{run.output[-3000:]}")
+    assert found, f"memcheck reported no out-of-bounds access in add_bias_kernel:\n{run.report()}\n{run.output[-3000:]}"
     assert found[0].line == line and found[0].file.endswith("kernel.py"), str(found[0])
     assert "past the end" in str(found[0]), str(found[0])
 
@@ -297,5 +327,6 @@ def test_initcheck_finds_the_accumulator_nothing_cleared(tmp_path):
     _, planted, _ = _reference_and_bug("the accumulator is allocated without a value")
     run = _sanitized(tmp_path, planted, "dot", "initcheck")
     found = [f for f in run.in_kernel("dot_kernel") if f.kind == "uninitialised-read"]
-    assert found, (f"initcheck reported no read of uninitialised memory in dot_kernel:\n{run.report()}\n"
-                   f"{run.output[-3000:]}")
+    assert found, (
+        f"initcheck reported no read of uninitialised memory in dot_kernel:\n{run.report()}\n{run.output[-3000:]}"
+    )

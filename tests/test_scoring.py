@@ -25,15 +25,20 @@ def test_part_points_are_a_share_of_the_part_clamped_and_rounded():
 
 
 def test_cases_are_counted_by_visibility():
-    rows = [{"visibility": "public", "passed": True}, {"visibility": "public", "passed": False},
-            {"visibility": "hidden", "passed": True}]
+    rows = [
+        {"visibility": "public", "passed": True},
+        {"visibility": "public", "passed": False},
+        {"visibility": "hidden", "passed": True},
+    ]
     assert scoring.case_share(rows, "public") == (1, 2) and scoring.case_share(rows, "hidden") == (1, 1)
 
 
 def test_an_integrity_finding_withholds_every_part():
     assert scoring.withheld({"integrity": None}) is None
-    assert scoring.withheld({"integrity": {"violation": "torch", "message": "computed with PyTorch"}}) == \
-        "computed with PyTorch"
+    assert (
+        scoring.withheld({"integrity": {"violation": "torch", "message": "computed with PyTorch"}})
+        == "computed with PyTorch"
+    )
 
 
 def test_performance_left_out_is_none_not_zero():
@@ -44,6 +49,7 @@ def test_performance_left_out_is_none_not_zero():
 
 def test_graded_parts_leave_out_performance_that_was_not_graded():
     from grader.grade.scoring import graded_parts
+
     cpu = {"performance": {"graded": False, "reason": "no CUDA GPU"}}
     assert graded_parts(cpu, "optimization") == {"public": 2, "hidden": 2}
     assert graded_parts({"performance": {"graded": True, "credit": 0.5}}, "optimization")["performance"] == 6
@@ -54,6 +60,7 @@ def test_graded_parts_leave_out_performance_that_was_not_graded():
 
 def test_cases_the_starting_kernel_passes_show_no_work_and_breaking_one_costs_a_case():
     from grader.grade.scoring import work_share
+
     rows = [{"name": n, "passed": p} for n, p in [("a", True), ("b", True), ("c", False), ("d", False)]]
     assert work_share(rows, {"a", "b"}) == (0.0, 2, 0)  # the untouched file: nothing earned
     rows[2]["passed"] = rows[3]["passed"] = True
@@ -67,10 +74,17 @@ def test_feedback_counts_only_the_cases_the_starting_kernel_fails():
     from grader.grade.record import part_report, with_given
 
     def record(passes):
-        return {"module": "debugging/02-error-handling", "cases_sha256": "c", "submission_sha256": "f" * 64,
-                "device": "cpu", "graded_at": "now",
-                "cases": [{"name": n, "visibility": "public", "passed": p, "message": "" if p else "wrong"}
-                          for n, p in passes.items()]}
+        return {
+            "module": "debugging/02-error-handling",
+            "cases_sha256": "c",
+            "submission_sha256": "f" * 64,
+            "device": "cpu",
+            "graded_at": "now",
+            "cases": [
+                {"name": n, "visibility": "public", "passed": p, "message": "" if p else "wrong"}
+                for n, p in passes.items()
+            ],
+        }
 
     starting = record({"a": True, "b": True, "c": False, "d": False})
     untouched = with_given(record({"a": True, "b": True, "c": False, "d": False}), starting)
@@ -78,15 +92,19 @@ def test_feedback_counts_only_the_cases_the_starting_kernel_fails():
     assert points == 0 and "already pass in the starting kernel" in text
     assert part_report(with_given(record({"a": True, "b": True, "c": True, "d": True}), starting), "public", 4)[1] == 4
     other_cases = {**starting, "cases_sha256": "other"}  # a starting record of other cases says nothing
-    assert part_report(with_given(record({"a": True, "b": True, "c": False, "d": False}), other_cases),
-                       "public", 4)[1] == 2
+    assert (
+        part_report(with_given(record({"a": True, "b": True, "c": False, "d": False}), other_cases), "public", 4)[1]
+        == 2
+    )
 
 
 def test_the_parts_of_a_module_count_as_their_points_whatever_their_number_of_cases():
     from grader.grade.scoring import parts_share, work_share
+
     # Part "scan" has 2 cases, "norms" 8: a finished scan is its weight's share, not 2 cases in 10.
-    rows = [{"name": f"n{i}", "passed": False, "part": "norms"} for i in range(8)] + \
-        [{"name": f"s{i}", "passed": True, "part": "scan"} for i in range(2)]
+    rows = [{"name": f"n{i}", "passed": False, "part": "norms"} for i in range(8)] + [
+        {"name": f"s{i}", "passed": True, "part": "scan"} for i in range(2)
+    ]
     weights = {"norms": 0.7, "scan": 0.3}
     assert parts_share(rows, set(), weights) == (pytest.approx(0.3), 10, 2)
     assert work_share(rows, set())[0] == pytest.approx(0.2), "unweighted, the scan's work would count 2 in 10"
@@ -102,18 +120,36 @@ def test_the_parts_of_a_module_count_as_their_points_whatever_their_number_of_ca
 def test_a_module_of_several_parts_reports_each_part_s_cases_and_speed():
     from grader.grade import record
 
-    parts = [{"name": "norms", "title": "the norms", "weight": 0.5},
-             {"name": "scan", "title": "the scan", "weight": 0.5}]
-    rows = [{"name": "n", "visibility": "public", "passed": True, "message": "", "part": "norms"},
-            {"name": "s1", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
-            {"name": "s2", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
-            {"name": "s3", "visibility": "public", "passed": True, "message": "", "part": "scan"}]
-    performance = {"graded": True, "credit": 0.5, "ratio": 0.7,
-                   "parts": {"norms": {"reason": "1.02 x the reference's speed"},
-                             "scan": {"reason": "not timed: the kernel must pass every case of the scan part first"}}}
-    rec = {"module": "mastery/04-training-kernels", "cases": rows, "parts": parts, "given": [],
-           "submission_sha256": "0" * 64, "device": "cpu", "graded_at": "now", "integrity": None,
-           "performance": performance}
+    parts = [
+        {"name": "norms", "title": "the norms", "weight": 0.5},
+        {"name": "scan", "title": "the scan", "weight": 0.5},
+    ]
+    rows = [
+        {"name": "n", "visibility": "public", "passed": True, "message": "", "part": "norms"},
+        {"name": "s1", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
+        {"name": "s2", "visibility": "public", "passed": False, "message": "wrong", "part": "scan"},
+        {"name": "s3", "visibility": "public", "passed": True, "message": "", "part": "scan"},
+    ]
+    performance = {
+        "graded": True,
+        "credit": 0.5,
+        "ratio": 0.7,
+        "parts": {
+            "norms": {"reason": "1.02 x the reference's speed"},
+            "scan": {"reason": "not timed: the kernel must pass every case of the scan part first"},
+        },
+    }
+    rec = {
+        "module": "mastery/04-training-kernels",
+        "cases": rows,
+        "parts": parts,
+        "given": [],
+        "submission_sha256": "0" * 64,
+        "device": "cpu",
+        "graded_at": "now",
+        "integrity": None,
+        "performance": performance,
+    }
     text, points = record.part_report(rec, "public", 4)
     assert points == pytest.approx(4 * (0.5 * 1 + 0.5 * 1 / 3), abs=0.01), "each part half, not 2 cases in 4"
     assert "part 1, the norms (50%): 1 of 1 pass; part 2, the scan (50%): 1 of 3 pass" in text

@@ -57,7 +57,8 @@ def test_the_graded_timing_measures_the_gpu_not_the_host(module):
     assert busy >= BUSY, (
         f"{module.id}: on {case.name} the reference's GPU work fills only {busy:.0%} of its timed "
         f"loop ({plan.reference_ms:.4f} ms a call): the grade would time the host. Make the module's "
-        "first benchmark case larger.")
+        "first benchmark case larger."
+    )
 
 
 @pytest.mark.cuda
@@ -78,10 +79,12 @@ def test_starting_kernel_earns_nothing_and_the_reference_everything(module):
     print(f"{module.id}: starting kernel {start_ratio:.3f}, reference again {reference_ratio:.3f} x the reference")
     assert scoring.credit(start_ratio, spec.learner_threshold, spec.floor) == 0.0, (
         f"{module.id}: the starting kernel runs at {start_ratio:.2f} x the reference on {case.name}, above "
-        f"the floor of {spec.floor:.2f}: it would earn performance credit without any of the TODOs.")
+        f"the floor of {spec.floor:.2f}: it would earn performance credit without any of the TODOs."
+    )
     assert scoring.credit(reference_ratio, spec.learner_threshold, spec.floor) == 1.0, (
         f"{module.id}: the reference timed twice gives {reference_ratio:.2f}, below the threshold of "
-        f"{spec.learner_threshold:.2f}: timing noise alone would cost a finished kernel credit.")
+        f"{spec.learner_threshold:.2f}: timing noise alone would cost a finished kernel credit."
+    )
 
 
 def test_make_check_reports_every_benchmark_case_against_the_bar(monkeypatch):
@@ -95,14 +98,19 @@ def test_make_check_reports_every_benchmark_case_against_the_bar(monkeypatch):
     spec, _ = cases.public(module)
     timed = {"yours": 2.0, "reference": 1.0, "pytorch": 3.0}
     monkeypatch.setattr(bench, "copy_bandwidth_gbs", lambda: 3000.0)
-    monkeypatch.setattr(bench, "measure", lambda spec, case, impls: [
-        bench.Measurement(case, name, timed[name], 1000.0, None) for name in impls])
+    monkeypatch.setattr(
+        bench,
+        "measure",
+        lambda spec, case, impls: [bench.Measurement(case, name, timed[name], 1000.0, None) for name in impls],
+    )
     out = io.StringIO()
     assert speed.report_speed(module, "learner", out) is False  # make check: not done yet
     text = out.getvalue()
     assert text.count("Speed on ") == len(spec.bench_cases) == 2
-    assert "runs at 0.50 x the reference speed (1.50 x PyTorch's): it is below the course's bar of 0.90 x " \
-           "(no performance credit at or below 0.60 x)" in text
+    assert (
+        "runs at 0.50 x the reference speed (1.50 x PyTorch's): it is below the course's bar of 0.90 x "
+        "(no performance credit at or below 0.60 x)" in text
+    )
     timed["yours"] = 1.05
     assert speed.report_speed(module, "learner", io.StringIO()) is True
     assert speed.report_speed(module, "solutions", io.StringIO()) is None  # nothing to compare with

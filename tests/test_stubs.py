@@ -3,7 +3,7 @@ import pytest
 from grader.authoring.mistakes import Mistake
 from grader.core.markers import MarkerError, file_parts, generate_stub, is_marker, open_todos, planted_bugs, todo_named
 
-SOLUTION = '''\
+SOLUTION = """\
 def f(x):
     # TODO: double x
     # HINT: multiply
@@ -17,17 +17,19 @@ def f(x):
     # TODO: return it
     return z
     # END TODO
-'''
+"""
 
 
 def test_regions_become_numbered_todos_hints_and_stub_lines():
     stub = generate_stub(SOLUTION)
-    assert stub == ('def f(x):\n'
-                    '    # TODO 1: double x\n'
-                    '    #   Hint: multiply\n'
-                    '    y = ...\n'
-                    '    z = y + 1\n'
-                    '    # TODO 2: return it\n')
+    assert stub == (
+        "def f(x):\n"
+        "    # TODO 1: double x\n"
+        "    #   Hint: multiply\n"
+        "    y = ...\n"
+        "    z = y + 1\n"
+        "    # TODO 2: return it\n"
+    )
     assert [(t.number, t.line, t.text) for t in open_todos(stub)] == [(1, 2, "double x"), (2, 6, "return it")]
 
 
@@ -35,18 +37,21 @@ def test_solution_itself_has_no_open_todos():
     assert open_todos(SOLUTION) == []
 
 
-@pytest.mark.parametrize("broken", [
-    "# TODO: a\nx = 1\n",                       # never closed
-    "# END TODO\n",                             # closed without opening
-    "# TODO: a\n# TODO: b\n# END TODO\n",       # nested
-    "# TODO: a\nx = 1\n# END BUG\n",            # wrong closer
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "# TODO: a\nx = 1\n",  # never closed
+        "# END TODO\n",  # closed without opening
+        "# TODO: a\n# TODO: b\n# END TODO\n",  # nested
+        "# TODO: a\nx = 1\n# END BUG\n",  # wrong closer
+    ],
+)
 def test_malformed_markers_are_reported(broken):
     with pytest.raises(MarkerError):
         generate_stub(broken)
 
 
-PARTED = '''\
+PARTED = """\
 import torch
 
 # PART 1: the backward passes
@@ -64,29 +69,36 @@ def g(x):
     # TODO: halve x
     return x / 2
     # END TODO
-'''
+"""
 
 
 def test_parts_number_their_todos_afresh_and_keep_their_marker_lines():
     stub = generate_stub(PARTED)
-    assert stub == ('import torch\n'
-                    '\n'
-                    '# PART 1: the backward passes\n'
-                    'def f(x):\n'
-                    '    # TODO 1.1: double x\n'
-                    '    y = ...\n'
-                    '    # TODO 1.2: return it\n'
-                    '\n'
-                    '# PART 2: the optimizer step\n'
-                    'def g(x):\n'
-                    '    # TODO 2.1: halve x\n')
+    assert stub == (
+        "import torch\n"
+        "\n"
+        "# PART 1: the backward passes\n"
+        "def f(x):\n"
+        "    # TODO 1.1: double x\n"
+        "    y = ...\n"
+        "    # TODO 1.2: return it\n"
+        "\n"
+        "# PART 2: the optimizer step\n"
+        "def g(x):\n"
+        "    # TODO 2.1: halve x\n"
+    )
     todos = open_todos(stub)
-    assert [(t.part, t.number, t.label, t.line) for t in todos] == [(1, 1, "1.1", 5), (1, 2, "1.2", 7),
-                                                                  (2, 1, "2.1", 11)]
+    assert [(t.part, t.number, t.label, t.line) for t in todos] == [
+        (1, 1, "1.1", 5),
+        (1, 2, "1.2", 7),
+        (2, 1, "2.1", 11),
+    ]
     assert str(todos[2]) == "TODO 2.1 (line 11): halve x"
     assert str(open_todos(generate_stub(SOLUTION))[1]) == "TODO 2 (line 6): return it"  # no parts: as before
     assert [(p.number, p.title, p.first_line, p.last_line) for p in file_parts(stub)] == [
-        (1, "the backward passes", 3, 8), (2, "the optimizer step", 9, 11)]
+        (1, "the backward passes", 3, 8),
+        (2, "the optimizer step", 9, 11),
+    ]
     assert [(p.first_line, p.last_line) for p in file_parts(PARTED)] == [(3, 12), (13, 17)]  # the solution's lines
     assert file_parts(SOLUTION) == [] and is_marker("# PART 2: the optimizer step") and not is_marker("# PARTS")
     with pytest.raises(MarkerError, match="PART 3 where PART 2 was expected"):
@@ -110,15 +122,22 @@ def test_the_todo_a_failure_names_is_found_by_its_label():
     assert todo_named(plain, [f"See {plain[1]}"]) == plain[1]
 
 
-@pytest.mark.parametrize("broken, why", [
-    (PARTED.replace("# PART 2:", "# PART 3:"), "PART 3 where PART 2 was expected"),  # a part skipped
-    (PARTED.replace("# PART 1:", "# PART 2:").replace("# PART 2: the opt", "# PART 1: the opt"),
-     "PART 2 where PART 1 was expected"),  # out of order
-    (PARTED.replace("    # TODO: return it\n", "    # TODO: return it\n# PART 2: early\n"),
-     "inside the TODO region"),  # a part begins inside a region
-    (PARTED.replace("# PART 2: the optimizer step", "    # PART 2: the optimizer step"), "beginning of the line"),
-    ("# TODO: a\nx = 1\n# END TODO\n" + PARTED, "TODO before PART 1"),
-])
+@pytest.mark.parametrize(
+    "broken, why",
+    [
+        (PARTED.replace("# PART 2:", "# PART 3:"), "PART 3 where PART 2 was expected"),  # a part skipped
+        (
+            PARTED.replace("# PART 1:", "# PART 2:").replace("# PART 2: the opt", "# PART 1: the opt"),
+            "PART 2 where PART 1 was expected",
+        ),  # out of order
+        (
+            PARTED.replace("    # TODO: return it\n", "    # TODO: return it\n# PART 2: early\n"),
+            "inside the TODO region",
+        ),  # a part begins inside a region
+        (PARTED.replace("# PART 2: the optimizer step", "    # PART 2: the optimizer step"), "beginning of the line"),
+        ("# TODO: a\nx = 1\n# END TODO\n" + PARTED, "TODO before PART 1"),
+    ],
+)
 def test_parts_out_of_order_or_inside_a_region_are_refused(broken, why):
     with pytest.raises(MarkerError, match=why):
         generate_stub(broken)
@@ -158,15 +177,23 @@ def test_each_bug_region_is_a_planted_bug_with_its_symptom():
     assert generate_stub(source) == generate_stub(SOLUTION)  # the symptom is not shown
     (bug,) = planted_bugs(source)
     assert (bug.text, bug.correct, bug.buggy, bug.symptom, bug.line) == (
-        "off by one", "    z = y", "    z = y + 1", "one too large", 7)
+        "off by one",
+        "    z = y",
+        "    z = y + 1",
+        "one too large",
+        7,
+    )
     planted = Mistake(bug.text, bug.correct, bug.buggy, bug.symptom).apply(source)
     assert "\n    z = y + 1\n" in planted and "\n    z = y\n" not in planted
 
 
-@pytest.mark.parametrize("broken", [
-    SOLUTION,  # a BUG region must say what the tests report
-    SOLUTION.replace("    # HINT: multiply\n", "    # SYMPTOM: x\n"),  # a symptom outside a BUG region
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        SOLUTION,  # a BUG region must say what the tests report
+        SOLUTION.replace("    # HINT: multiply\n", "    # SYMPTOM: x\n"),  # a symptom outside a BUG region
+    ],
+)
 def test_bug_regions_need_a_symptom_and_todo_regions_refuse_one(broken):
     with pytest.raises(MarkerError):
         planted_bugs(broken)

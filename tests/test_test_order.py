@@ -6,8 +6,10 @@ from grader.authoring import test_order
 
 
 def test_the_files_that_test_every_module_split_by_track():
-    assert test_order.work_unit("tests/test_mistakes.py::test_x[optimization/02-pipelining: a]") == \
-        "tests/test_mistakes.py:optimization"
+    assert (
+        test_order.work_unit("tests/test_mistakes.py::test_x[optimization/02-pipelining: a]")
+        == "tests/test_mistakes.py:optimization"
+    )
     assert test_order.work_unit("tests/test_runphase.py::test_y") == "tests/test_runphase.py"
     assert test_order.work_unit("tests/test_x.py::test_z[abc/def]") == "tests/test_x.py"
 
@@ -28,7 +30,10 @@ def test_a_run_merges_its_timings_per_device_mode(tmp_path):
     clock.add("tests/test_mistakes.py::t[mastery/05-production-ready: m]", 4.0)
     clock.save()
     assert test_order.read_history(tmp_path, "cuda") == {
-        "old": 9.0, "tests/test_a.py": 3.2, "tests/test_mistakes.py:mastery": 4.0}
+        "old": 9.0,
+        "tests/test_a.py": 3.2,
+        "tests/test_mistakes.py:mastery": 4.0,
+    }
     assert test_order.read_history(tmp_path, "interpreter") == {"x": 1.0}
 
 
@@ -58,9 +63,11 @@ def test_the_shipped_timings_name_units_of_this_suite():
     """A renamed or split file leaves its old timing behind: the shipped file must be refreshed."""
     from grader.core.catalog import REPO_ROOT
 
-    units = {test_order.work_unit(f"{path.relative_to(REPO_ROOT).as_posix()}::t[{track}/x]")
-             for path in [*REPO_ROOT.glob("tests/test_*.py"), *REPO_ROOT.glob("tracks/*/*/test_kernel.py")]
-             for track in ("missing-elements", "optimization", "debugging", "mastery")}
+    units = {
+        test_order.work_unit(f"{path.relative_to(REPO_ROOT).as_posix()}::t[{track}/x]")
+        for path in [*REPO_ROOT.glob("tests/test_*.py"), *REPO_ROOT.glob("tracks/*/*/test_kernel.py")]
+        for track in ("missing-elements", "optimization", "debugging", "mastery")
+    }
     units |= {unit.split(":")[0] for unit in units}
     for mode in ("cuda", "interpreter"):
         shipped = test_order.read_history(REPO_ROOT, mode, test_order.SHIPPED_FILE)

@@ -72,8 +72,14 @@ def _grading():
 
     spec = Spec(api="f", make_inputs=None, reference=None)
     let_in = []  # the children told to go on after their imports
-    return SimpleNamespace(limits=Limits(case_seconds=2, startup_seconds=3), log=[], plan=SimpleNamespace(spec=spec),
-                           profile=Profile(), let_in=let_in.append, went_on=let_in)
+    return SimpleNamespace(
+        limits=Limits(case_seconds=2, startup_seconds=3),
+        log=[],
+        plan=SimpleNamespace(spec=spec),
+        profile=Profile(),
+        let_in=let_in.append,
+        went_on=let_in,
+    )
 
 
 def _target(grading):
@@ -119,9 +125,11 @@ def test_the_timed_window_ends_with_the_loop_and_the_outputs_are_checked_after_i
     the last window, saves the outputs; a child that never saves them gets no credit."""
     from grader.grade import timing
 
-    child = _ScriptedChild({"event": "timing_start", "received_at": 10.0},
-                           {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0},
-                           {"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}})
+    child = _ScriptedChild(
+        {"event": "timing_start", "received_at": 10.0},
+        {"event": "timing_end", "received_at": 10.5, "event_ms": 480.0},
+        {"event": "timing_kernels", "counts": {"k": 100}, "times_us": {"k": 5.0}},
+    )
     window = timing._timed_window(_target(_grading()), child, 100, retune=True, save=True, windows=1)
     assert (window.ms, window.event_ms) == (500.0, [480.0])
     assert window.traces == [{"counts": {"k": 100}, "times_us": {"k": 5.0}}]
@@ -143,9 +151,11 @@ def test_the_grade_takes_the_fastest_of_several_windows_each_with_its_own_trace(
 
     events = []
     for index, (start, end) in enumerate([(10.0, 10.30), (11.0, 11.20), (12.0, 12.25)]):
-        events += [{"event": "timing_start", "received_at": start},
-                   {"event": "timing_end", "received_at": end, "event_ms": 190.0 + index},
-                   {"event": "timing_kernels", "counts": {"k": 100 + index}, "times_us": {"k": 5.0}}]
+        events += [
+            {"event": "timing_start", "received_at": start},
+            {"event": "timing_end", "received_at": end, "event_ms": 190.0 + index},
+            {"event": "timing_kernels", "counts": {"k": 100 + index}, "times_us": {"k": 5.0}},
+        ]
     child = _ScriptedChild(*events)
     window = timing._timed_window(_target(_grading()), child, 100, windows=3)
     assert child.orders[0]["windows"] == 3
@@ -174,8 +184,10 @@ AUDIT = {"kernel_counts": {"add_kernel": 1, "FillFunctor": 1}, "kernel_us": {"ad
 
 
 def _window(launches: int, us: float, **more) -> dict:
-    return {"counts": {"add_kernel": launches, **{name: n for name, (n, _) in more.items()}},
-            "times_us": {"add_kernel": us, **{name: t for name, (_, t) in more.items()}}}
+    return {
+        "counts": {"add_kernel": launches, **{name: n for name, (n, _) in more.items()}},
+        "times_us": {"add_kernel": us, **{name: t for name, (_, t) in more.items()}},
+    }
 
 
 def test_timed_calls_that_do_the_judged_work_pass():
@@ -184,8 +196,9 @@ def test_timed_calls_that_do_the_judged_work_pass():
     assert timed_work_problem(50, _window(50, 4900.0), AUDIT, OWN) is None
     copies = _window(50, 4900.0, **{"Memcpy DtoD (Device -> Device)": (50, 300.0)})
     assert timed_work_problem(50, copies, AUDIT, OWN) is None, "data movement around the launch is allowed"
-    assert timed_work_problem(50, _window(50, 4100.0), AUDIT, OWN) is None, \
+    assert timed_work_problem(50, _window(50, 4100.0), AUDIT, OWN) is None, (
         "the judged call's fill of its outputs is not the kernel's work, and some jitter is allowed"
+    )
 
 
 def test_timed_calls_that_skip_or_remember_work_are_caught():
@@ -230,8 +243,13 @@ def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs
     from grader.grade import timing
     from grader.grade.judging import Verdict
 
-    monkeypatch.setattr(timing, "judge", lambda *a, **k: Verdict(True) if audit_passes else
-                        Verdict(False, "torch", "f() computed with PyTorch (aten.mm)"))
+    monkeypatch.setattr(
+        timing,
+        "judge",
+        lambda *a, **k: (
+            Verdict(True) if audit_passes else Verdict(False, "torch", "f() computed with PyTorch (aten.mm)")
+        ),
+    )
     monkeypatch.setattr(timing, "_timed_outputs_problem", lambda grading, child, plan: outputs_problem)
     grading = _grading()
     grading.own_kernels, grading.on = OWN, None
@@ -322,8 +340,9 @@ def test_a_part_is_timed_once_its_own_cases_pass_whatever_the_others_do():
     trials = [SimpleNamespace(id=i) for i in range(4)]
     owner = {0: parts[0], 1: parts[0], 2: parts[1], 3: parts[1]}
     verdicts = {0: SimpleNamespace(passed=True), 1: SimpleNamespace(passed=True), 2: SimpleNamespace(passed=False)}
-    grading = SimpleNamespace(plan=SimpleNamespace(trials=trials, parts=parts), verdicts=verdicts,
-                              part_of=owner.__getitem__)
+    grading = SimpleNamespace(
+        plan=SimpleNamespace(trials=trials, parts=parts), verdicts=verdicts, part_of=owner.__getitem__
+    )
     assert timing._every_case_passed(grading, parts[0])
     assert not timing._every_case_passed(grading, parts[1]), "a failed case of the part"
     assert not timing._every_case_passed(grading, None), "the whole module: every case"
@@ -344,6 +363,7 @@ def test_a_timing_that_began_on_a_busy_gpu_counts_but_says_so(monkeypatch):
         @contextmanager
         def exclusive():
             yield gpu_idle.Idle(idle, 30.0, 97 if idle is False else 0)
+
         return SimpleNamespace(exclusive=exclusive)
 
     def measured(idle):
@@ -355,6 +375,7 @@ def test_a_timing_that_began_on_a_busy_gpu_counts_but_says_so(monkeypatch):
                 if alone.idle is False:
                     busy.append(alone)
             return {"graded": True, "credit": 0.5, "ratio": 0.6}
+
         monkeypatch.setattr(timing, "_timed", timed)
         return timing._measure(target, None)
 

@@ -11,8 +11,11 @@ import triton.language as tl
 from grader.core import device, traffic
 from grader.core.instrument import Access, AccessRecorder
 
-pytestmark = pytest.mark.skipif(device.is_cuda(), reason="the instrumentation watches the interpreter: "
-                                "run this file with GRADER_DEVICE=cpu to test it on a GPU machine")
+pytestmark = pytest.mark.skipif(
+    device.is_cuda(),
+    reason="the instrumentation watches the interpreter: "
+    "run this file with GRADER_DEVICE=cpu to test it on a GPU machine",
+)
 
 
 @triton.jit
@@ -52,6 +55,7 @@ def test_recorder_sees_every_access_with_program_lane_kernel_and_line():
 
 def test_recorders_nest_and_leave_the_interpreter_as_they_found_it():
     from triton.runtime import interpreter
+
     original = interpreter._interpreter
     x = torch.ones(8)
     y, counts = torch.empty_like(x), torch.zeros(1, dtype=torch.int32)
@@ -71,14 +75,18 @@ def _access(offsets, itemsize=4, active=None, base=1 << 20) -> Access:
     return Access("load", (0, 0, 0), addresses, mask, itemsize, "k", "kernel.py", 1)
 
 
-@pytest.mark.parametrize("offsets, itemsize, expected", [
-    (np.arange(32), 4, (1, 4, 4, 32)),  # 32 neighbouring floats: 128 bytes, 4 sectors
-    (np.arange(32), 2, (1, 2, 2, 32)),  # halves: 64 bytes
-    (np.arange(32) * 64, 4, (1, 32, 4, 32)),  # one float from each of 32 rows
-    (np.arange(64) * 2, 4, (2, 16, 8, 64)),  # every other float: half of each sector wasted
-    (np.arange(32).reshape(4, 8), 4, (1, 4, 4, 32)),  # a 2-D block read row by row
-    (np.arange(32).reshape(8, 4).T, 4, (1, 4, 4, 32)),  # contiguous down axis 0: lanes follow it
-], ids=["fp32 contiguous", "fp16 contiguous", "strided rows", "stride 2", "2-D", "2-D transposed"])
+@pytest.mark.parametrize(
+    "offsets, itemsize, expected",
+    [
+        (np.arange(32), 4, (1, 4, 4, 32)),  # 32 neighbouring floats: 128 bytes, 4 sectors
+        (np.arange(32), 2, (1, 2, 2, 32)),  # halves: 64 bytes
+        (np.arange(32) * 64, 4, (1, 32, 4, 32)),  # one float from each of 32 rows
+        (np.arange(64) * 2, 4, (2, 16, 8, 64)),  # every other float: half of each sector wasted
+        (np.arange(32).reshape(4, 8), 4, (1, 4, 4, 32)),  # a 2-D block read row by row
+        (np.arange(32).reshape(8, 4).T, 4, (1, 4, 4, 32)),  # contiguous down axis 0: lanes follow it
+    ],
+    ids=["fp32 contiguous", "fp16 contiguous", "strided rows", "stride 2", "2-D", "2-D transposed"],
+)
 def test_sectors_per_warp_follow_the_contiguous_axis(offsets, itemsize, expected):
     assert traffic.warp_sectors(_access(offsets, itemsize)) == expected
 
@@ -114,11 +122,13 @@ def test_report_tells_a_strided_transpose_from_a_tiled_one():
     M, N = 64, 48
     x = torch.randn(M, N)
     y = torch.empty(N, M)
-    flat = traffic.measure(lambda: _transpose_flat[(triton.cdiv(M * N, 128),)](x, y, M, N, BLOCK=128),
-                           minimum_bytes=2 * x.nbytes)
+    flat = traffic.measure(
+        lambda: _transpose_flat[(triton.cdiv(M * N, 128),)](x, y, M, N, BLOCK=128), minimum_bytes=2 * x.nbytes
+    )
     assert torch.equal(y, x.t())
-    tiled = traffic.measure(lambda: _transpose_tiled[(M // 16, N // 16)](x, y, M, N, BLOCK=16),
-                            minimum_bytes=2 * x.nbytes)
+    tiled = traffic.measure(
+        lambda: _transpose_tiled[(M // 16, N // 16)](x, y, M, N, BLOCK=16), minimum_bytes=2 * x.nbytes
+    )
     assert torch.equal(y, x.t())
     assert flat.sectors_per_access("load") == 32.0 and flat.excess("store") == 1.0
     assert tiled.excess("load") == 1.0 and tiled.excess("store") == 1.0

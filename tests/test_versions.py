@@ -27,8 +27,9 @@ def test_the_package_pins_are_the_supported_ranges():
     assert _bounds(re.search(r'requires-python = "([^"]*)"', project)[1]) == versions.PYTHON
     makefile = (REPO_ROOT / "Makefile").read_text()
     oldest, newest = versions.SUPPORTED["torch"]
-    assert f'"torch>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}"' in makefile, \
+    assert f'"torch>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}"' in makefile, (
         "the Makefile's CUDA install of PyTorch names the same range"
+    )
 
 
 def test_an_older_triton_is_named_with_what_to_do():

@@ -19,8 +19,10 @@ def _forged(storages, tensors, value, payload=b""):
 def test_values_layouts_and_shared_storage_survive_the_trip():
     base = torch.randn(6, 20)
     x, y = base[:, :5], torch.randn(4, 3).t()
-    sent = {"args": [x, y, None, 1e-5, (1, 2)], "kwargs": {"dtype": torch.float16, "x_again": base[1:],
-                                                            "half": torch.randn(3).half()}}
+    sent = {
+        "args": [x, y, None, 1e-5, (1, 2)],
+        "kwargs": {"dtype": torch.float16, "x_again": base[1:], "half": torch.randn(3).half()},
+    }
     got = wire.parse(wire.dump(sent), 1000)
     assert torch.equal(got["args"][0], x) and got["args"][0].stride() == x.stride()
     assert torch.equal(got["args"][1], y) and got["args"][1].stride() == (1, 3)
@@ -30,24 +32,76 @@ def test_values_layouts_and_shared_storage_survive_the_trip():
     assert got["args"][0].untyped_storage().data_ptr() == got["kwargs"]["x_again"].untyped_storage().data_ptr()
 
 
-@pytest.mark.parametrize("data, says", [
-    (b"PK\x03\x04 a torch.save zip", "not a tensor file"),
-    (wire.MAGIC + struct.pack("<I", 10_000) + b"{}", "header runs past"),
-    (_forged([1 << 31], [{"storage": 0, "dtype": "float32", "shape": [1 << 29], "stride": [1], "offset": 0}],
-             [{"$tensor": 0}], bytes(8)), "do not match"),
-    (_forged([8], [{"storage": 0, "dtype": "float32", "shape": [1 << 29], "stride": [0], "offset": 0}],
-             [{"$tensor": 0}], bytes(8)), "more than the 1000 expected"),
-    (_forged([8], [{"storage": 0, "dtype": "float32", "shape": [100], "stride": [1], "offset": 0}],
-             [{"$tensor": 0}], bytes(8)), "past the end of its storage"),
-    (_forged([8], [{"storage": 0, "dtype": "float32", "shape": [2], "stride": [-1], "offset": 1}],
-             [{"$tensor": 0}], bytes(8)), "not valid"),
-    (_forged([8], [{"storage": 3, "dtype": "float32", "shape": [2], "stride": [1], "offset": 0}],
-             [{"$tensor": 0}], bytes(8)), "not valid"),
-    (_forged([8], [{"storage": 0, "dtype": "object", "shape": [2], "stride": [1], "offset": 0}],
-             [{"$tensor": 0}], bytes(8)), "not valid"),
-    (_forged([7], [{"storage": 0, "dtype": "float32", "shape": [1], "stride": [1], "offset": 0}],
-             [{"$tensor": 0}], bytes(7)), "whole number"),
-])
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b"PK\x03\x04 a torch.save zip", "not a tensor file"),
+        (wire.MAGIC + struct.pack("<I", 10_000) + b"{}", "header runs past"),
+        (
+            _forged(
+                [1 << 31],
+                [{"storage": 0, "dtype": "float32", "shape": [1 << 29], "stride": [1], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "do not match",
+        ),
+        (
+            _forged(
+                [8],
+                [{"storage": 0, "dtype": "float32", "shape": [1 << 29], "stride": [0], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "more than the 1000 expected",
+        ),
+        (
+            _forged(
+                [8],
+                [{"storage": 0, "dtype": "float32", "shape": [100], "stride": [1], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "past the end of its storage",
+        ),
+        (
+            _forged(
+                [8],
+                [{"storage": 0, "dtype": "float32", "shape": [2], "stride": [-1], "offset": 1}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "not valid",
+        ),
+        (
+            _forged(
+                [8],
+                [{"storage": 3, "dtype": "float32", "shape": [2], "stride": [1], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "not valid",
+        ),
+        (
+            _forged(
+                [8],
+                [{"storage": 0, "dtype": "object", "shape": [2], "stride": [1], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(8),
+            ),
+            "not valid",
+        ),
+        (
+            _forged(
+                [7],
+                [{"storage": 0, "dtype": "float32", "shape": [1], "stride": [1], "offset": 0}],
+                [{"$tensor": 0}],
+                bytes(7),
+            ),
+            "whole number",
+        ),
+    ],
+)
 def test_forged_files_are_refused_before_anything_large_is_allocated(data, says):
     with pytest.raises(wire.WireError, match=says):
         wire.parse(data, 1000)
@@ -66,8 +120,13 @@ def test_objects_outside_the_format_cannot_be_sent():
 def test_storages_of_any_size_start_aligned_and_are_read_where_they_lie():
     """Odd-sized storages (3 bools, one half) do not misalign the ones after them, and a parsed
     bytearray's tensors are views of its bytes, not copies."""
-    sent = [torch.tensor([True, False, True]), torch.randn(1).half(), torch.randn(5, dtype=torch.float64),
-            torch.empty(0), torch.arange(7, dtype=torch.int64)]
+    sent = [
+        torch.tensor([True, False, True]),
+        torch.randn(1).half(),
+        torch.randn(5, dtype=torch.float64),
+        torch.empty(0),
+        torch.arange(7, dtype=torch.int64),
+    ]
     data = wire.dump(sent)
     got = wire.parse(data, 1000)
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(got, sent))

@@ -28,13 +28,20 @@ HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
 # the gate refuses (computing in a thread, in a heuristic or in numpy, forging the child's channel).
 # Patching the monitor is also caught behind the gate now, by the canary after each call
 # (tests/test_child_hardening.py grades it so).
-REFUSED_BY_THE_GATE_ALONE = frozenset({"patches-monitor", "disables-dispatch", "computes-in-thread",
-                                       "computes-in-heuristics", "computes-in-kernel-body", "numpy-interop",
-                                       "forges-channel"})
+REFUSED_BY_THE_GATE_ALONE = frozenset(
+    {
+        "patches-monitor",
+        "disables-dispatch",
+        "computes-in-thread",
+        "computes-in-heuristics",
+        "computes-in-kernel-body",
+        "numpy-interop",
+        "forges-channel",
+    }
+)
 
 
-def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool = True,
-             gpu: bool = False) -> list[str]:
+def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool = True, gpu: bool = False) -> list[str]:
     """Write the example students into ``dest``; return their names."""
     modules = modules if modules is not None else modules_with_solutions()
     dest.mkdir(parents=True, exist_ok=True)
@@ -51,8 +58,7 @@ def assemble(dest: Path, modules: list[Module] | None = None, handwritten: bool 
     if gpu:
         folders += sorted(p for p in HANDWRITTEN_GPU.iterdir() if p.is_dir())
     for folder in folders:
-        shutil.copytree(folder, dest / folder.name, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(PATCH))
+        shutil.copytree(folder, dest / folder.name, dirs_exist_ok=True, ignore=shutil.ignore_patterns(PATCH))
         for patch in folder.rglob(PATCH):
             (dest / folder.name / patch.parent.relative_to(folder) / "kernel.py").write_text(derived(patch))
     return sorted(p.name for p in dest.iterdir() if p.is_dir())
@@ -76,8 +82,9 @@ def make_patch(base_label: str, edited: str) -> str:
     """The patch that turns ``base_label`` (``solutions/<track>/<slug>/kernel.py``, or ``stub of
     <track>/<slug>``) into ``edited``."""
     base, edited = (text if text.endswith("\n") else text + "\n" for text in (_base(base_label), edited))
-    lines = difflib.unified_diff(base.splitlines(keepends=True), edited.splitlines(keepends=True),
-                                 fromfile=base_label, tofile="kernel.py", n=2)
+    lines = difflib.unified_diff(
+        base.splitlines(keepends=True), edited.splitlines(keepends=True), fromfile=base_label, tofile="kernel.py", n=2
+    )
     return "".join(lines)
 
 
@@ -91,10 +98,12 @@ def derived(patch: Path) -> str:
     base_label = header[4:].strip()
     base, result, cursor = _base(base_label).splitlines(keepends=True), [], 0
     for old, new in _hunks(text):
-        at = next((i for i in range(cursor, len(base) - len(old) + 1) if base[i:i + len(old)] == old), None)
+        at = next((i for i in range(cursor, len(base) - len(old) + 1) if base[i : i + len(old)] == old), None)
         if at is None:
-            raise PatchError(f"{patch} no longer applies to {base_label} (near: {''.join(old)[:120]!r}); "
-                             "edit a copy of the new base and write the patch again with make_patch")
+            raise PatchError(
+                f"{patch} no longer applies to {base_label} (near: {''.join(old)[:120]!r}); "
+                "edit a copy of the new base and write the patch again with make_patch"
+            )
         result += base[cursor:at] + new
         cursor = at + len(old)
     return "".join(result + base[cursor:])
@@ -104,7 +113,7 @@ def _base(label: str) -> str:
     from grader.core.catalog import find_module
 
     if label.startswith(STUB_OF):
-        return stub_for(find_module(label[len(STUB_OF):]))
+        return stub_for(find_module(label[len(STUB_OF) :]))
     return (REPO_ROOT / label).read_text()
 
 

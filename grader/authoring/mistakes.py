@@ -17,8 +17,10 @@ from grader.core.markers import planted_bugs
 
 # Why 16-bit rounding around tl.dot shows only in the interpreter: the GPU's fp32 tolerance is
 # looser because tl.dot computes fp32 in TF32 there.
-TF32_ROUNDING = ("On a GPU, tl.dot rounds fp32 operands to TF32 (10-bit mantissa, like fp16), so the GPU "
-                 "tolerance (5e-3) admits 16-bit rounding; the interpreter computes in fp32 and checks at 1e-4.")
+TF32_ROUNDING = (
+    "On a GPU, tl.dot rounds fp32 operands to TF32 (10-bit mantissa, like fp16), so the GPU "
+    "tolerance (5e-3) admits 16-bit rounding; the interpreter computes in fp32 and checks at 1e-4."
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,10 @@ class Mistake:
     def apply(self, source: str) -> str:
         count = source.count(self.before)
         if count != 1:
-            raise ValueError(f"mistake {self.name!r}: its text occurs {count} times in the reference; "
-                             "make `before` match exactly once.")
+            raise ValueError(
+                f"mistake {self.name!r}: its text occurs {count} times in the reference; "
+                "make `before` match exactly once."
+            )
         return source.replace(self.before, self.after)
 
     def named_by(self, diagnosis: str) -> bool:
@@ -58,5 +62,12 @@ def for_module(module: Module) -> list[Mistake]:
     solution = module.solution_dir / "kernel.py"
     bugs = planted_bugs(solution.read_text(), str(solution))
     return list(listing.MISTAKES) + [
-        Mistake(f"planted bug (line {bug.line}): {bug.text}", bug.correct, bug.buggy,
-                cause=bug.symptom, interpreter_only=interpreter_only) for bug in bugs]
+        Mistake(
+            f"planted bug (line {bug.line}): {bug.text}",
+            bug.correct,
+            bug.buggy,
+            cause=bug.symptom,
+            interpreter_only=interpreter_only,
+        )
+        for bug in bugs
+    ]

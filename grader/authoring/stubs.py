@@ -24,8 +24,12 @@ def out_of_date() -> list[Path]:
 def committed_text(path: Path) -> str | None:
     """The file as the checkout's last commit holds it (None without git or outside a commit)."""
     try:
-        result = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{path.relative_to(REPO_ROOT)}"],
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "show", f"HEAD:{path.relative_to(REPO_ROOT)}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
     return result.stdout if result.returncode == 0 else None

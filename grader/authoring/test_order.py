@@ -49,6 +49,7 @@ def read_history(root: Path, mode: str, name: str = HISTORY_FILE) -> dict[str, f
 def longest_first(units: dict[str, list], history: dict[str, float], heavy: set[str]) -> list[str]:
     """The units' names, longest expected first. A unit never measured counts as longer than all
     others when marked heavy, and as the shortest otherwise; ties go to the unit with more tests."""
+
     def expected(name: str) -> float:
         if name in history:
             return history[name]

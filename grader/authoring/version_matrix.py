@@ -31,8 +31,15 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 MATRIX_DIR = REPO_ROOT / "build" / "versions"
 # What else the rows run beside every module's public tests: the parts that lean on Triton's and
 # PyTorch's internals (the interpreter hooks, the launch counter, the sandboxed child, the wire format).
-SUITE = ("tests/test_versions.py", "tests/test_memcheck.py", "tests/test_traffic.py", "tests/test_wire.py",
-         "tests/test_policy.py", "tests/test_diagnosis.py", "tests/test_child_hardening.py")
+SUITE = (
+    "tests/test_versions.py",
+    "tests/test_memcheck.py",
+    "tests/test_traffic.py",
+    "tests/test_wire.py",
+    "tests/test_policy.py",
+    "tests/test_diagnosis.py",
+    "tests/test_child_hardening.py",
+)
 
 
 @dataclass
@@ -48,10 +55,18 @@ def _shown(version: tuple[int, int]) -> str:
 
 
 ROWS = {
-    "oldest": Row("oldest", _shown(versions.PYTHON[0]), _shown(versions.SUPPORTED["torch"][0]),
-                  _shown(versions.SUPPORTED["triton"][0])),
-    "newest": Row("newest", _shown(versions.PYTHON[1]), _shown(versions.SUPPORTED["torch"][1]),
-                  _shown(versions.SUPPORTED["triton"][1])),
+    "oldest": Row(
+        "oldest",
+        _shown(versions.PYTHON[0]),
+        _shown(versions.SUPPORTED["torch"][0]),
+        _shown(versions.SUPPORTED["triton"][0]),
+    ),
+    "newest": Row(
+        "newest",
+        _shown(versions.PYTHON[1]),
+        _shown(versions.SUPPORTED["torch"][1]),
+        _shown(versions.SUPPORTED["triton"][1]),
+    ),
 }
 
 
@@ -73,8 +88,9 @@ def parse_row(text: str) -> Row:
         return ROWS[text]
     parts = text.split(":")
     if len(parts) != 3 or not all(re.fullmatch(r"\d+\.\d+", p) for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: name a row ({', '.join(ROWS)}) or give python:torch:triton, "
-                                         "e.g. 3.12:2.14:3.8")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name a row ({', '.join(ROWS)}) or give python:torch:triton, e.g. 3.12:2.14:3.8"
+        )
     return Row(text.replace(":", "-"), *parts)
 
 
@@ -117,12 +133,13 @@ def build(row: Row, folder: Path, log, fresh: bool) -> str:
     shutil.rmtree(folder, ignore_errors=True)
     pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q"]
     index = ["--extra-index-url", TORCH_CPU_INDEX] if _cpu_index_reachable() else []
-    steps = [[python, "-m", "venv", str(folder)],
-             pip + ["--upgrade", "pip"],
-             pip + [f"torch=={row.torch}.*", f"triton=={row.triton}.*", *index],
-             # The course itself, its pins checked against the row's versions, and the test runner.
-             pip + ["-e", str(REPO_ROOT), f"torch=={row.torch}.*", f"triton=={row.triton}.*", "pytest-xdist>=3",
-                    *index]]
+    steps = [
+        [python, "-m", "venv", str(folder)],
+        pip + ["--upgrade", "pip"],
+        pip + [f"torch=={row.torch}.*", f"triton=={row.triton}.*", *index],
+        # The course itself, its pins checked against the row's versions, and the test runner.
+        pip + ["-e", str(REPO_ROOT), f"torch=={row.torch}.*", f"triton=={row.triton}.*", "pytest-xdist>=3", *index],
+    ]
     for step in steps:
         if _run(step, log) != 0:
             return f"`{' '.join(step[-4:])}` failed (see the log)"
@@ -131,11 +148,14 @@ def build(row: Row, folder: Path, log, fresh: bool) -> str:
 
 
 def installed(folder: Path) -> tuple[dict, str]:
-    probe = ("import sys, platform, torch, triton, numpy; "
-             "print(platform.python_version(), torch.__version__, triton.__version__, numpy.__version__, "
-             "'CUDA' if torch.version.cuda else 'CPU')")
-    out = subprocess.run([str(folder / "bin" / "python"), "-c", probe], capture_output=True, text=True,
-                         check=False).stdout.split()
+    probe = (
+        "import sys, platform, torch, triton, numpy; "
+        "print(platform.python_version(), torch.__version__, triton.__version__, numpy.__version__, "
+        "'CUDA' if torch.version.cuda else 'CPU')"
+    )
+    out = subprocess.run(
+        [str(folder / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=False
+    ).stdout.split()
     if len(out) != 5:
         return {}, ""
     return dict(zip(("python", "torch", "triton", "numpy"), out[:4])), out[4]
@@ -174,12 +194,29 @@ def run_row(row: Row, fresh: bool = False, workers: int = 2) -> Outcome:
         outcome.installed, outcome.build = installed(folder)
         outcome.size_gb = size_gb(folder)
         started = time.monotonic()
-        command = [str(folder / "bin" / "python"), "-m", "pytest", "-q", "--impl=solutions", "-n", str(workers),
-                   "--dist", "loadfile", "tracks", *SUITE]
+        command = [
+            str(folder / "bin" / "python"),
+            "-m",
+            "pytest",
+            "-q",
+            "--impl=solutions",
+            "-n",
+            str(workers),
+            "--dist",
+            "loadfile",
+            "tracks",
+            *SUITE,
+        ]
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
-        result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
-                                env={**os.environ, "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu")})
+        result = subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu")},
+        )
         log.write(result.stdout + result.stderr)
         outcome.test_seconds = time.monotonic() - started
         outcome.tests = pytest_counts(result.stdout)
@@ -189,23 +226,39 @@ def run_row(row: Row, fresh: bool = False, workers: int = 2) -> Outcome:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| row | Python | PyTorch | Triton | NumPy | install (s, GB) | references and suite | test time (s) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| row | Python | PyTorch | Triton | NumPy | install (s, GB) | references and suite | test time (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for o in outcomes:
         v = o.installed
         tests = ", ".join(f"{n} {k}" for k, n in o.tests.items()) or "-"
-        cells = [o.row.name, v.get("python", o.row.python), f"{v.get('torch', o.row.torch)} {o.build}",
-                 v.get("triton", o.row.triton), v.get("numpy", "-"), f"{o.install_seconds:.0f}, {o.size_gb:.1f}",
-                 tests + (f"; {o.problem}" if o.problem else ""), f"{o.test_seconds:.0f}"]
+        cells = [
+            o.row.name,
+            v.get("python", o.row.python),
+            f"{v.get('torch', o.row.torch)} {o.build}",
+            v.get("triton", o.row.triton),
+            v.get("numpy", "-"),
+            f"{o.install_seconds:.0f}, {o.size_gb:.1f}",
+            tests + (f"; {o.problem}" if o.problem else ""),
+            f"{o.test_seconds:.0f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.authoring.version_matrix", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--row", action="append", type=parse_row,
-                        help="a row to run: oldest, newest, or python:torch:triton (default: oldest and newest)")
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.authoring.version_matrix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--row",
+        action="append",
+        type=parse_row,
+        help="a row to run: oldest, newest, or python:torch:triton (default: oldest and newest)",
+    )
     parser.add_argument("--fresh", action="store_true", help="rebuild the rows' environments")
     parser.add_argument("--workers", type=int, default=2, help="pytest workers per row (default 2)")
     args = parser.parse_args(argv)

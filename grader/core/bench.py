@@ -65,8 +65,10 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurem
         if problems and name == "pytorch":
             # how far off it is; the diagnosis lines after it are advice for a learner's kernel
             off = problems[0].split("\nPattern:")[0].replace("\n", " ")
-            note = (f"PyTorch's own result on {case.name} is outside this module's tolerance; it is timed "
-                    f"as the baseline all the same. {off}")
+            note = (
+                f"PyTorch's own result on {case.name} is outside this module's tolerance; it is timed "
+                f"as the baseline all the same. {off}"
+            )
         elif problems:
             raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
         once = protocols.timed(spec.protocol, fn, spec.api)
@@ -88,8 +90,7 @@ def ceiling_ratio(spec: Spec, row: Measurement, rows: list[Measurement], copy_gb
 def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
     ceiling = "x copy" if spec.ceiling == "copy" else "x PyTorch"
     header = f"{'case':<34} {'impl':<10} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}"
-    lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header,
-             "-" * len(header)]
+    lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header, "-" * len(header)]
     for row in rows:
         gbs = f"{row.gbs:8.0f}" if row.gbs is not None else f"{'':>8}"
         tflops = f"{row.tflops:8.1f}" if row.tflops is not None else f"{'':>8}"
@@ -111,8 +112,10 @@ def plot(spec: Spec, rows: list[Measurement], copy_gbs: float, title: str, path)
     width = 0.8 / len(impls)
     fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(cases)), 4))
     for i, impl in enumerate(impls):
-        values = [next((ceiling_ratio(spec, r, rows, copy_gbs) for r in rows
-                        if r.impl == impl and r.case.name == c), 0) for c in cases]
+        values = [
+            next((ceiling_ratio(spec, r, rows, copy_gbs) for r in rows if r.impl == impl and r.case.name == c), 0)
+            for c in cases
+        ]
         ax.bar([x + i * width for x in range(len(cases))], values, width, label=impl)
     ax.axhline(spec.target, color="black", linestyle="--", linewidth=1, label="reference target")
     ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(cases))])

@@ -28,13 +28,13 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (2e-3, 2e-3),
     torch.bfloat16: (1.6e-2, 1.6e-2),
 }
-SHORT_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-               torch.float64: "fp64"}
+SHORT_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64"}
 
 
 @dataclass(frozen=True)
 class Case:
     """One input configuration: ``params`` go to the spec's ``make_inputs``."""
+
     params: dict[str, Any]
     dtype: torch.dtype = torch.float32
     label: str = ""  # why the case exists: "tail", "size 1", "non-contiguous"
@@ -73,8 +73,9 @@ class Rand:
         values = torch.randn(shape, generator=self.generator, device=self.device, dtype=torch.float32)
         return (values * scale).to(dtype)
 
-    def matrix(self, rows: int, cols: int, layout: str = "row-major", dtype: torch.dtype = torch.float32,
-               scale: float = 1.0) -> torch.Tensor:
+    def matrix(
+        self, rows: int, cols: int, layout: str = "row-major", dtype: torch.dtype = torch.float32, scale: float = 1.0
+    ) -> torch.Tensor:
         """A (rows, cols) random matrix stored as ``layout`` says: "row-major"; "transposed" (the
         transpose of a row-major (cols, rows) matrix); "sliced" (every other column of a matrix
         twice as wide); "padded" (the corner of a larger matrix whose other elements are NaN, so
@@ -102,6 +103,7 @@ Inputs = tuple[tuple, dict]
 @dataclass(frozen=True)
 class Spec:
     """Everything the harness needs to test and time one module's API function."""
+
     api: str
     make_inputs: Callable[[Case, Rand], Inputs]
     # Computes the expected result from float64 copies of the inputs (same args and kwargs).
@@ -197,15 +199,28 @@ def matmul_bytes(case: Case) -> int:
     return (M * K + K * N + M * N) * case.dtype.itemsize
 
 
-def refusal(spec: Spec, inputs: Callable[[Rand], Inputs], errors: tuple[type[Exception], ...], *needles: str,
-            why: str, label: str) -> Case:
+def refusal(
+    spec: Spec,
+    inputs: Callable[[Rand], Inputs],
+    errors: tuple[type[Exception], ...],
+    *needles: str,
+    why: str,
+    label: str,
+) -> Case:
     """A case where ``spec``'s function must refuse the inputs that ``inputs(rand)`` makes: raise
     one of ``errors`` with a message matching every regular expression of ``needles`` (ignoring
     case); ``why`` says what the message must tell its reader, ``label`` what is wrong with the
     inputs ("refuses integer tensors"). Graded like any case, from the module's CASES."""
-    refused = replace(spec, make_inputs=lambda case, rand: inputs(rand), reference=_refused, mutates=(),
-                      protocol=Raises(tuple(e.__name__ for e in errors), needles, why), judge=None,
-                      bench_cases=(), torch_baseline=None)  # nothing to time or compare with PyTorch
+    refused = replace(
+        spec,
+        make_inputs=lambda case, rand: inputs(rand),
+        reference=_refused,
+        mutates=(),
+        protocol=Raises(tuple(e.__name__ for e in errors), needles, why),
+        judge=None,
+        bench_cases=(),
+        torch_baseline=None,
+    )  # nothing to time or compare with PyTorch
     return Case({}, label=label, spec=refused)
 
 
@@ -258,6 +273,7 @@ def public_spec(module_id: str, name: str) -> Spec:
     ``spec``: the one bound to ``name`` there (``"GLU_BACKWARD"``, where one function has several
     Specs), else the only one whose function is called ``name``."""
     from grader.core.catalog import find_module
+
     # The imported file itself, not sys.modules' entry for it: another thread importing the same
     # file at the same time replaces that entry with a module still being executed.
     tests = _public_tests(find_module(module_id))
@@ -265,13 +281,18 @@ def public_spec(module_id: str, name: str) -> Spec:
     named = getattr(tests, name, None)
     if isinstance(named, Spec):
         return named
-    found = [candidate for candidate in specs_of(spec, public_cases)
-             if candidate.api == name and not isinstance(candidate.protocol, (Raises, Warns))]  # not a result
+    found = [
+        candidate
+        for candidate in specs_of(spec, public_cases)
+        if candidate.api == name and not isinstance(candidate.protocol, (Raises, Warns))
+    ]  # not a result
     if len(found) == 1:
         return found[0]
     if found:
-        raise LookupError(f"{module_id}'s public tests have {len(found)} Specs for {name}(): name one by "
-                          "the variable it is bound to in test_kernel.py")
+        raise LookupError(
+            f"{module_id}'s public tests have {len(found)} Specs for {name}(): name one by "
+            "the variable it is bound to in test_kernel.py"
+        )
     raise LookupError(f"{module_id}'s public tests have no Spec for {name}()")
 
 
@@ -281,6 +302,7 @@ class Part:
     functions it covers, the Spec whose first benchmark case times it, and its share of the
     module's points. Each part is graded on its own cases and timed on its own function, so that
     a part's work shows in its own points whatever the others' number of cases."""
+
     name: str  # what ``make check K=`` and the feedback call it: "optimizer"
     title: str  # "the optimizer step"
     functions: tuple[str, ...]

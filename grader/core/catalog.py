@@ -47,8 +47,10 @@ class Module:
 
 
 def _track(track: str, *rows: tuple) -> list[Module]:
-    return [Module(track, number, f"{number:02d}-{name}", title, api, *rest)
-            for number, (name, title, api, *rest) in enumerate(rows, start=1)]
+    return [
+        Module(track, number, f"{number:02d}-{name}", title, api, *rest)
+        for number, (name, title, api, *rest) in enumerate(rows, start=1)
+    ]
 
 
 MODULES: list[Module] = [
@@ -70,24 +72,63 @@ MODULES: list[Module] = [
     ),
     *_track(
         "debugging",
-        ("basic-debugging", "Finding wrong results",
-         ("row_max", "row_mean", "transpose", "boundary_sizes", "first_mismatch")),
+        (
+            "basic-debugging",
+            "Finding wrong results",
+            ("row_max", "row_mean", "transpose", "boundary_sizes", "first_mismatch"),
+        ),
         ("error-handling", "Errors, validation and fallbacks", ("softmax", "matmul", "launch_with_retry")),
-        ("performance-profiling", "Timing and profiling",
-         ("bias_act", "bench", "WallClock", "quantile", "cache_flusher", "achieved_gbps", "achieved_tflops",
-          "roofline")),
-        ("memory-debugging", "Memory errors and races",
-         ("dot", "add_bias", "column_sum", "scale", "guarded_empty", "check_guards", "poisoned_empty",
-          "never_written")),
+        (
+            "performance-profiling",
+            "Timing and profiling",
+            (
+                "bias_act",
+                "bench",
+                "WallClock",
+                "quantile",
+                "cache_flusher",
+                "achieved_gbps",
+                "achieved_tflops",
+                "roofline",
+            ),
+        ),
+        (
+            "memory-debugging",
+            "Memory errors and races",
+            (
+                "dot",
+                "add_bias",
+                "column_sum",
+                "scale",
+                "guarded_empty",
+                "check_guards",
+                "poisoned_empty",
+                "never_written",
+            ),
+        ),
     ),
     *_track(
         "mastery",
         ("custom-kernels", "Custom element-wise kernels", ("silu", "poly_act", "glu", "complex_mul")),
         ("fused-operations", "Fused operations", ("layer_norm_act", "linear_bias_act", "layer_norm_linear")),
         ("attention-kernels", "FlashAttention", ("attention", "attention_forward", "naive_attention")),
-        ("training-kernels", "Training kernels",
-         ("rms_norm", "layer_norm", "swiglu", "silu_and_mul", "relu", "dropout", "dropout_with_mask",
-          "adamw", "sgd", "unscale_grads", "selective_scan")),
+        (
+            "training-kernels",
+            "Training kernels",
+            (
+                "rms_norm",
+                "layer_norm",
+                "swiglu",
+                "silu_and_mul",
+                "relu",
+                "dropout",
+                "dropout_with_mask",
+                "adamw",
+                "sgd",
+                "unscale_grads",
+                "selective_scan",
+            ),
+        ),
         ("production-ready", "Production-ready operators", ("layer_norm_gelu", "bias_gelu_residual")),
     ),
 ]
@@ -114,13 +155,17 @@ def find_module(name: str) -> Module:
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
-        raise LookupError(f"{name!r} matches {len(matches)} modules: {', '.join(m.id for m in matches)}. "
-                          "Name one of them.")
+        raise LookupError(
+            f"{name!r} matches {len(matches)} modules: {', '.join(m.id for m in matches)}. Name one of them."
+        )
     ids = [m.id for m in available_modules()]
     by_name = {**{m.slug: m.id for m in available_modules()}, **{i: i for i in ids}}
     close = difflib.get_close_matches(wanted, list(by_name), n=1, cutoff=0.6)
     if close:
-        raise LookupError(f"No module matches {name!r}. Did you mean {by_name[close[0]]}? "
-                          "(`make progress` lists every module.)")
-    raise LookupError(f"No module matches {name!r}. Give a track and folder, such as "
-                      f"{ids[0]}, or a unique part of one; `make progress` lists every module.")
+        raise LookupError(
+            f"No module matches {name!r}. Did you mean {by_name[close[0]]}? (`make progress` lists every module.)"
+        )
+    raise LookupError(
+        f"No module matches {name!r}. Give a track and folder, such as "
+        f"{ids[0]}, or a unique part of one; `make progress` lists every module."
+    )

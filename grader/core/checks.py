@@ -49,8 +49,10 @@ def changed_input(before: list[torch.Tensor], after: list[torch.Tensor], api: st
     """The learner-facing message if a call changed one of its inputs."""
     for position, (old, new) in enumerate(zip(before, after)):
         if not same_values(old, new):
-            return (f"{api}() changed its input #{position + 1} (shape {tuple(new.shape)}). Write "
-                    "results to a new output tensor and leave the inputs as they are.")
+            return (
+                f"{api}() changed its input #{position + 1} (shape {tuple(new.shape)}). Write "
+                "results to a new output tensor and leave the inputs as they are."
+            )
     return None
 
 
@@ -58,10 +60,11 @@ def aliased_output(outputs: tuple, inputs: list[torch.Tensor], api: str) -> str 
     """The learner-facing message if a call returned (a view of) one of its inputs."""
     input_storages = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
     for out in outputs:
-        if isinstance(out, torch.Tensor) and out.numel() and \
-                out.untyped_storage().data_ptr() in input_storages:
-            return (f"{api}() returned one of its inputs (or a view of it). Allocate a fresh "
-                    "output tensor and have the kernel write it.")
+        if isinstance(out, torch.Tensor) and out.numel() and out.untyped_storage().data_ptr() in input_storages:
+            return (
+                f"{api}() returned one of its inputs (or a view of it). Allocate a fresh "
+                "output tensor and have the kernel write it."
+            )
     return None
 
 
@@ -79,8 +82,7 @@ def as_tuple(outputs) -> tuple:
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
-def build_inputs(spec: Spec, case: Case, secret: int = 0,
-                 on: torch.device | None = None) -> tuple[tuple, dict]:
+def build_inputs(spec: Spec, case: Case, secret: int = 0, on: torch.device | None = None) -> tuple[tuple, dict]:
     spec = spec_for(case, spec)
     return spec.make_inputs(case, Rand(case.seed(secret), on or device.torch_device()))
 
@@ -110,7 +112,7 @@ def output_names(spec: Spec, count: int, inputs=None) -> list[str]:
     names = list(spec.output_names)
     if spec.mutates and inputs is not None:
         extra = protocols.mutated_names(input_names(spec.reference), inputs[0], spec.mutates)
-        names = names[:max(count - len(extra), 0)] + extra
+        names = names[: max(count - len(extra), 0)] + extra
     return names[:count] + [f"output #{i + 1}" for i in range(len(names), count)]
 
 
@@ -148,12 +150,20 @@ def numpy_too_new(error: BaseException) -> str:
     version = tuple(int(part) for part in re.findall(r"\d+", numpy.__version__)[:2])
     if version < (2, 4):
         return ""
-    return (f"\nNumPy {numpy.__version__} is installed, and this error usually means Triton's interpreter is "
-            "older than it: the course pins numpy<2.4 (pip install 'numpy<2.4', or pip install -e . again).")
+    return (
+        f"\nNumPy {numpy.__version__} is installed, and this error usually means Triton's interpreter is "
+        "older than it: the course pins numpy<2.4 (pip install 'numpy<2.4', or pip install -e . again)."
+    )
 
 
-def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
-             mutates: tuple[int, ...] = (), arg_names: list[str] | None = None) -> tuple:
+def call_api(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    api: str = "the function",
+    mutates: tuple[int, ...] = (),
+    arg_names: list[str] | None = None,
+) -> tuple:
     """Call ``fn`` (the API, or its protocol from ``grader.core.protocols.calling``, watched as a
     whole) with poisoned allocations, and return its outputs after a device sync (not the
     arguments it updates in place).
@@ -166,8 +176,11 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
     passed = protocols.tensors_in(protocols.as_passed(args, kwargs))
     inputs = protocols.frozen_inputs(args, kwargs, mutates)
     snapshots = [t.detach().clone() for t in inputs]
-    checker = (memcheck.MemoryChecker(known=_named_tensors(args, kwargs))
-               if memcheck.enabled() and not device.is_cuda() else nullcontext())
+    checker = (
+        memcheck.MemoryChecker(known=_named_tensors(args, kwargs))
+        if memcheck.enabled() and not device.is_cuda()
+        else nullcontext()
+    )
     try:
         with poisoned_memory(), checker:
             outputs = returned_values(fn(*args, **kwargs), mutates)
@@ -182,10 +195,13 @@ def call_api(fn: Callable, args: tuple, kwargs: dict, api: str = "the function",
             message += "\nA `...` placeholder is still in kernel.py: replace it with your code."
         message += numpy_too_new(error)
         raise KernelCallError(message) from None
-    problem = changed_input(snapshots, inputs, api) or \
-        protocols.moved_input(passed, tensors_in((args, kwargs)), api,
-                              protocols.tensor_names(list(arg_names or ()), args, kwargs)) or \
-        aliased_output(outputs, passed, api)
+    problem = (
+        changed_input(snapshots, inputs, api)
+        or protocols.moved_input(
+            passed, tensors_in((args, kwargs)), api, protocols.tensor_names(list(arg_names or ()), args, kwargs)
+        )
+        or aliased_output(outputs, passed, api)
+    )
     if not problem and isinstance(checker, memcheck.MemoryChecker):
         problem = memory_problem(checker, api)
     if problem:
@@ -222,8 +238,11 @@ def memory_problem(checker: memcheck.MemoryChecker, api: str) -> str | None:
 
 def largest_magnitude(inputs) -> float:
     """The largest finite magnitude among the tensors in ``inputs`` (0 when there are none)."""
-    sizes = [float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) for t in tensors_in(inputs)
-             if t.numel() and (t.is_floating_point() or t.is_complex())]
+    sizes = [
+        float(t.detach().abs().nan_to_num(0.0, 0.0, 0.0).max())
+        for t in tensors_in(inputs)
+        if t.numel() and (t.is_floating_point() or t.is_complex())
+    ]
     return max(sizes, default=0.0)
 
 
@@ -243,14 +262,16 @@ def expected_dtypes(spec: Spec, case: Case, references: tuple, inputs=None) -> l
         for k, tensor in enumerate(updated):
             known[count - len(updated) + k] = (tensor.dtype, " (the dtype of the tensor it updates)")
         if isinstance(spec.protocol, protocols.Backward):
-            forward_args = args[:len(args) - spec.protocol.upstream]
+            forward_args = args[: len(args) - spec.protocol.upstream]
             arg_names = input_names(spec.reference)
             first = count - len(updated) - len(spec.protocol.wrt)
             for k, position in enumerate(spec.protocol.wrt):
                 if position < len(forward_args) and isinstance(forward_args[position], torch.Tensor):
                     input_name = arg_names[position] if position < len(arg_names) else f"input #{position + 1}"
-                    known[first + k] = (forward_args[position].dtype,
-                                        f", the dtype of {input_name}: a gradient has the dtype of its input")
+                    known[first + k] = (
+                        forward_args[position].dtype,
+                        f", the dtype of {input_name}: a gradient has the dtype of its input",
+                    )
     found = []
     for index, (name, ref) in enumerate(zip(names, references)):
         declared = spec.output_dtypes.get(name.split("[")[0])
@@ -273,26 +294,36 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
     names = output_names(spec, len(references), inputs)
     if len(outputs) != len(references):
         in_place = len(protocols.mutated(inputs[0], spec.mutates)) if inputs is not None else 0
-        return [f"{spec.api}() returned {len(outputs) - in_place} value(s); it should return "
-                f"{len(references) - in_place}: {', '.join(names[:len(references) - in_place])}."]
+        return [
+            f"{spec.api}() returned {len(outputs) - in_place} value(s); it should return "
+            f"{len(references) - in_place}: {', '.join(names[: len(references) - in_place])}."
+        ]
     problems, right, wrong_values = [], [], []
     largest = largest_magnitude(inputs) if inputs is not None else 0.0
-    inf_seen = any(isinstance(out, torch.Tensor) and out.is_floating_point() and out.shape == ref.shape
-                   and bool((torch.isinf(out.detach().to(ref.device)) & torch.isfinite(ref)).any())
-                   for out, ref in zip(outputs, references))
-    for name, out, ref, (expected_dtype, why) in zip(names, outputs, references,
-                                                      expected_dtypes(spec, case, references, inputs)):
+    inf_seen = any(
+        isinstance(out, torch.Tensor)
+        and out.is_floating_point()
+        and out.shape == ref.shape
+        and bool((torch.isinf(out.detach().to(ref.device)) & torch.isfinite(ref)).any())
+        for out, ref in zip(outputs, references)
+    )
+    for name, out, ref, (expected_dtype, why) in zip(
+        names, outputs, references, expected_dtypes(spec, case, references, inputs)
+    ):
         if not isinstance(out, torch.Tensor):
-            problems.append(f"{name} should be a torch.Tensor, got {type(out).__name__}."
-                            + (" A `...` placeholder is still in kernel.py: replace it with your code."
-                               if out is Ellipsis else ""))
+            problems.append(
+                f"{name} should be a torch.Tensor, got {type(out).__name__}."
+                + (" A `...` placeholder is still in kernel.py: replace it with your code." if out is Ellipsis else "")
+            )
             continue
         if out.dtype != expected_dtype:
             problems.append(f"{name} has dtype {out.dtype}, expected {expected_dtype}{why}.")
             continue
         if tuple(out.shape) != tuple(ref.shape):
-            problems.append(f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
-                            "allocate it with the shape the function documents.")
+            problems.append(
+                f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
+                "allocate it with the shape the function documents."
+            )
             continue
         if spec.judge is not None:
             right.append(name)
@@ -306,9 +337,11 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
             right.append(name)
     if wrong_values and right:  # wrong values beside right ones (not a dtype or a shape): what differs
         only = "; ".join(spec.output_notes[n] for n in wrong_values if n in spec.output_notes)
-        problems.append(f"{' and '.join(right)} {'is' if len(right) == 1 else 'are'} right, so look at "
-                        f"what only {' and '.join(wrong_values)} depend{'s' if len(wrong_values) == 1 else ''} on"
-                        + (f": {only}." if only else "."))
+        problems.append(
+            f"{' and '.join(right)} {'is' if len(right) == 1 else 'are'} right, so look at "
+            f"what only {' and '.join(wrong_values)} depend{'s' if len(wrong_values) == 1 else ''} on"
+            + (f": {only}." if only else ".")
+        )
     if not problems and spec.judge is not None:
         args, kwargs = inputs if inputs is not None else ((), {})
         # A judge reads outputs against inputs: both on the references' device (the grader reads
@@ -333,8 +366,14 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     guard = memcheck.BoundsGuard().install() if spec.kernel_writes_outputs and not device.is_cuda() else None
     try:
         called = monitor.watching(protocols.calling(spec.protocol, fn, spec.api), ALLOWED_OPS | spec.allowed_ops)
-        outputs = call_api(called if guard is None else guard.call(called, args, kwargs), args, kwargs, spec.api,
-                           spec.mutates, input_names(spec.reference))
+        outputs = call_api(
+            called if guard is None else guard.call(called, args, kwargs),
+            args,
+            kwargs,
+            spec.api,
+            spec.mutates,
+            input_names(spec.reference),
+        )
         report = monitor.report()
         if guard is not None:
             report["unwritten_by_kernel"] = guard.unwritten(outputs)
@@ -346,8 +385,9 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
     outputs = with_mutated(spec, outputs, args)
     problems = compare(spec, case, outputs, references, (args, kwargs))
     if not problems:
-        found = judge_evidence(spec.api, report, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs),
-                               spec=spec)
+        found = judge_evidence(
+            spec.api, report, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs), spec=spec
+        )
         problems = [found[1]] if found else []
     return CaseResult(case, not problems, "\n".join(problems))
 
@@ -375,12 +415,12 @@ def explained(kernel: LoadedKernel, what: str):
         raise AssertionError(f"{error}{todos}") from None
     except Exception as error:  # the learner's code can raise anything
         text = str(error).strip().splitlines()
-        raise AssertionError(f"{what} raised {type(error).__name__}: {text[0] if text else ''}"
-                             f"{numpy_too_new(error)}{todos}") from None
+        raise AssertionError(
+            f"{what} raised {type(error).__name__}: {text[0] if text else ''}{numpy_too_new(error)}{todos}"
+        ) from None
 
 
-def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "",
-                 **kwargs: Any) -> None:
+def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "", **kwargs: Any) -> None:
     """Assert that ``fn(*args, **kwargs)`` rejects its input with a clear Python error."""
     try:
         fn(*args, **kwargs)
@@ -390,21 +430,36 @@ def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match
         return
     except Exception as error:
         names = " or ".join(e.__name__ for e in errors)
-        raise AssertionError(f"Expected a {names} explaining the bad input, got "
-                             f"{type(error).__name__}: {short_error(error, 3)}") from None
+        raise AssertionError(
+            f"Expected a {names} explaining the bad input, got {type(error).__name__}: {short_error(error, 3)}"
+        ) from None
     names = " or ".join(e.__name__ for e in errors)
-    raise AssertionError(f"Expected a {names} for this bad input, but the call succeeded. "
-                         "Validate the inputs before launching the kernel.")
+    raise AssertionError(
+        f"Expected a {names} for this bad input, but the call succeeded. "
+        "Validate the inputs before launching the kernel."
+    )
 
 
 def matmul_refusals(spec: Spec) -> list[Case]:
     """The refusals every matmul of the course is graded on: operands whose inner dimensions
     differ, and operands of two dtypes, each refused with a message that names the problem."""
     return [
-        refusal(spec, lambda rand: ((rand.randn(4, 5), rand.randn(6, 3)), {}), (ValueError, TypeError),
-                r"inner dimension", why="say that the inner dimensions differ", label="refuses mismatched inner dims"),
-        refusal(spec, lambda rand: ((rand.randn(4, 5), rand.randn(5, 3, dtype=torch.float16)), {}),
-                (ValueError, TypeError), r"dtype", why="say that the dtypes differ", label="refuses mixed dtypes"),
+        refusal(
+            spec,
+            lambda rand: ((rand.randn(4, 5), rand.randn(6, 3)), {}),
+            (ValueError, TypeError),
+            r"inner dimension",
+            why="say that the inner dimensions differ",
+            label="refuses mismatched inner dims",
+        ),
+        refusal(
+            spec,
+            lambda rand: ((rand.randn(4, 5), rand.randn(5, 3, dtype=torch.float16)), {}),
+            (ValueError, TypeError),
+            r"dtype",
+            why="say that the dtypes differ",
+            label="refuses mixed dtypes",
+        ),
     ]
 
 
@@ -413,8 +468,7 @@ def expect_matmul_input_errors(fn: Callable) -> None:
     operands of two dtypes, each with a message that names the problem."""
     where = device.torch_device()
     expect_error(fn, torch.ones(4, 5, device=where), torch.ones(6, 3, device=where), match="inner dimension")
-    expect_error(fn, torch.ones(4, 5, device=where), torch.ones(5, 3, device=where, dtype=torch.float16),
-                 match="dtype")
+    expect_error(fn, torch.ones(4, 5, device=where), torch.ones(5, 3, device=where, dtype=torch.float16), match="dtype")
 
 
 def case_outcome(spec: Spec, case: Case, passed: bool) -> Outcome:

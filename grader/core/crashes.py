@@ -18,10 +18,12 @@ MEMORY_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGABRT"})
 
 # Most learners have no GPU: the interpreter's memory checker, which `make check` switches on, is
 # the tool that names the faulty line for them; compute-sanitizer needs a CUDA GPU.
-_MASKS = ("Under the interpreter this almost always means a load or store outside a tensor: check every "
-          "mask. On a CPU, `make check M={module}` finds it: its memory checker (on unless MEMCHECK=0) stops "
-          "at the first access out of bounds and names its line. On a GPU, `python -m grader sanitize "
-          "kernel.py` runs compute-sanitizer, which does the same.")
+_MASKS = (
+    "Under the interpreter this almost always means a load or store outside a tensor: check every "
+    "mask. On a CPU, `make check M={module}` finds it: its memory checker (on unless MEMCHECK=0) stops "
+    "at the first access out of bounds and names its line. On a GPU, `python -m grader sanitize "
+    "kernel.py` runs compute-sanitizer, which does the same."
+)
 
 # An exception as checks.call_api reports it: "add() raised TypeError: ...".
 _RAISED = re.compile(r"\(\) raised (?P<error>\w+)")
@@ -56,16 +58,20 @@ def follow_on(message: str, returncode: int | None) -> str:
     raised = _RAISED.search(message)
     if raised is None or signal_name(returncode) not in MEMORY_SIGNALS:
         return message
-    return (f"{message}\nThis {raised['error']} is probably a consequence of the memory error that crashed the "
-            "process (an access outside a tensor overwrote memory that Python or PyTorch was using), not a "
-            "separate mistake: fix the memory access first.")
+    return (
+        f"{message}\nThis {raised['error']} is probably a consequence of the memory error that crashed the "
+        "process (an access outside a tensor overwrote memory that Python or PyTorch was using), not a "
+        "separate mistake: fix the memory access first."
+    )
 
 
 def check_message(returncode: int, module: str = "<track>/<module>") -> str:
     """`make check`'s report of a test process that ``returncode`` says was killed by a signal."""
     text = f"kernel.py crashed the Python process ({signal_name(returncode)}) while the tests ran. "
     if signal_name(returncode) in MEMORY_SIGNALS:
-        text += (f"{explain(returncode, module)} An error that a test reported just before the crash (a "
-                 "TypeError from new_empty, say) is probably a consequence of the same memory error, not a "
-                 "separate mistake.")
+        text += (
+            f"{explain(returncode, module)} An error that a test reported just before the crash (a "
+            "TypeError from new_empty, say) is probably a consequence of the same memory error, not a "
+            "separate mistake."
+        )
     return text.rstrip()

@@ -186,16 +186,22 @@ class _FirstConfig:
 
 def _config_key(config) -> tuple:
     """What a config compiles to: its meta-parameters and launch options."""
-    return (tuple(sorted(config.kwargs.items())), getattr(config, "num_warps", None),
-            getattr(config, "num_stages", None))
+    return (
+        tuple(sorted(config.kwargs.items())),
+        getattr(config, "num_warps", None),
+        getattr(config, "num_stages", None),
+    )
 
 
 @functools.cache
 def _resource_errors() -> tuple[type[BaseException], ...]:
     """The compile errors after which the autotuner tries the next config (Triton 3.x names)."""
     found = []
-    for module, name in (("triton.runtime.errors", "OutOfResources"), ("triton.runtime.errors", "PTXASError"),
-                         ("triton.compiler.errors", "CompileTimeAssertionFailure")):
+    for module, name in (
+        ("triton.runtime.errors", "OutOfResources"),
+        ("triton.runtime.errors", "PTXASError"),
+        ("triton.compiler.errors", "CompileTimeAssertionFailure"),
+    ):
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):

@@ -43,23 +43,31 @@ def _tail(n_bad: int, start: int, unwritten: bool) -> str | None:
     where = f"from flat index {start} on"
     if n_bad <= 2:
         if start % _SMALLEST_BLOCK == 0:
-            return (f"only the last {n_bad} element(s) are wrong ({where}): the mask is off by one "
-                    "(offsets < n, not n - 1), or the last, partial block is not launched (the grid "
-                    "must round up: triton.cdiv).")
-        return (f"only the last {n_bad} element(s) are wrong ({where}): the mask is probably off by "
-                "one (keep offsets < n; not n - 1, not <=).")
+            return (
+                f"only the last {n_bad} element(s) are wrong ({where}): the mask is off by one "
+                "(offsets < n, not n - 1), or the last, partial block is not launched (the grid "
+                "must round up: triton.cdiv)."
+            )
+        return (
+            f"only the last {n_bad} element(s) are wrong ({where}): the mask is probably off by "
+            "one (keep offsets < n; not n - 1, not <=)."
+        )
     if not unwritten:
         return None
     block = start & -start  # the largest power of two that divides start
     if start % _SMALLEST_BLOCK or n_bad >= block:
-        return (f"the last {n_bad} elements were never written ({where}): more than one block "
-                f"ending at index {start} could leave, so it is not just the last block missing. "
-                "The usual cause: the programs' start offsets are not multiplied by the block size "
-                "(program pid must start at pid times the block size), so the programs overlap and "
-                "none reaches the end (or the grid has far too few programs).")
-    return (f"the last {n_bad} elements were never written ({where}): the last, partial block is "
-            "probably not launched (the grid must round up: triton.cdiv(n, BLOCK_SIZE)) or its "
-            "mask cuts it short.")
+        return (
+            f"the last {n_bad} elements were never written ({where}): more than one block "
+            f"ending at index {start} could leave, so it is not just the last block missing. "
+            "The usual cause: the programs' start offsets are not multiplied by the block size "
+            "(program pid must start at pid times the block size), so the programs overlap and "
+            "none reaches the end (or the grid has far too few programs)."
+        )
+    return (
+        f"the last {n_bad} elements were never written ({where}): the last, partial block is "
+        "probably not launched (the grid must round up: triton.cdiv(n, BLOCK_SIZE)) or its "
+        "mask cuts it short."
+    )
 
 
 def _common_factor(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> float | None:
@@ -75,8 +83,9 @@ def _common_factor(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor) -> 
     return factor
 
 
-def _row_factors(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, atol: float,
-                 rtol: float) -> tuple[float, float] | None:
+def _row_factors(
+    got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, atol: float, rtol: float
+) -> tuple[float, float] | None:
     """(smallest, largest) factor when every row (along the last dimension) that holds a wrong
     element is the right row times a positive factor of its own, within the tolerance; else None."""
     if got.dim() < 2 or got.shape[-1] < 4:
@@ -84,8 +93,11 @@ def _row_factors(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, atol:
     rows_bad = bad.reshape(-1, bad.shape[-1]).any(1)
     rows_got = got.reshape(-1, got.shape[-1])[rows_bad]
     rows_want = want.reshape(-1, want.shape[-1])[rows_bad]
-    if not bool(torch.isfinite(rows_got).all()) or not bool(torch.isfinite(rows_want).all()) or \
-            not bool((rows_want.abs().amax(1) > 0).all()):
+    if (
+        not bool(torch.isfinite(rows_got).all())
+        or not bool(torch.isfinite(rows_want).all())
+        or not bool((rows_want.abs().amax(1) > 0).all())
+    ):
         return None
     scale = (rows_got * rows_want).sum(1) / (rows_want * rows_want).sum(1)
     fits = (rows_got - scale[:, None] * rows_want).abs() <= atol + rtol * (scale[:, None] * rows_want).abs()
@@ -105,13 +117,17 @@ def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: 
     if dtype == torch.float32:
         if relative < 1e-4:
             return None
-        return (f"every wrong element is off by at most {relative:.1g} of its value: the size of "
-                "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits). A value is "
-                "probably converted to a 16-bit type on the way (an operand of tl.dot, the "
-                "accumulator, or the result before the store): keep float32 throughout.")
-    return (f"every wrong element is off by at most {relative:.1g} of its value: a few roundings "
-            f"of {str(dtype).removeprefix('torch.')} adding up. Compute in float32 (x.to(tl.float32) "
-            "after loading) and round once, when storing.")
+        return (
+            f"every wrong element is off by at most {relative:.1g} of its value: the size of "
+            "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits). A value is "
+            "probably converted to a 16-bit type on the way (an operand of tl.dot, the "
+            "accumulator, or the result before the store): keep float32 throughout."
+        )
+    return (
+        f"every wrong element is off by at most {relative:.1g} of its value: a few roundings "
+        f"of {str(dtype).removeprefix('torch.')} adding up. Compute in float32 (x.to(tl.float32) "
+        "after loading) and round once, when storing."
+    )
 
 
 def _periodic(flags: torch.Tensor, candidates: tuple[int, ...] = ()) -> bool:
@@ -143,30 +159,42 @@ def _factors_text(factors: tuple[float, float], n_bad_rows: int, n_rows: int) ->
     low, high = (f"{f:.3g}" for f in factors)
     # One factor for many rows (rounding apart): a count, not the rows' data, is off.
     if n_bad_rows >= 4 and factors[1] <= 1.005 * factors[0]:
-        return (f"{which} the right row times about the same factor ({low}): the values within a row are right "
-                "and what the row is divided by is off by a constant, so probably a count: divide by the row "
-                "length N, not by the block size (nor N - 1), and check for a missing or extra normalisation.")
-    return (f"{which} the right row times a factor of its own ({low} to {high}): the values within a row are "
-            "right, what the row is divided by (its sum) is not. Usually a running sum carried from one block of "
-            "the row to the next is not rescaled when the maximum grows (multiply it by exp(old max - new max)); "
-            "else masked lanes count in the sum (they must not change it).")
+        return (
+            f"{which} the right row times about the same factor ({low}): the values within a row are right "
+            "and what the row is divided by is off by a constant, so probably a count: divide by the row "
+            "length N, not by the block size (nor N - 1), and check for a missing or extra normalisation."
+        )
+    return (
+        f"{which} the right row times a factor of its own ({low} to {high}): the values within a row are "
+        "right, what the row is divided by (its sum) is not. Usually a running sum carried from one block of "
+        "the row to the next is not rescaled when the maximum grows (multiply it by exp(old max - new max)); "
+        "else masked lanes count in the sum (they must not change it)."
+    )
 
 
-def _rows_pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
-                  atol: float, rtol: float) -> str | None:
+def _rows_pattern(
+    bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float
+) -> str | None:
     """The pattern of the wrong rows (along the last dimension) of an output of two dimensions or more."""
     rows = bad.reshape(-1, bad.shape[-1])
     n_rows, n_cols = rows.shape
     row_bad = rows.any(dim=1)
     bad_rows = row_bad.nonzero().flatten()
     bad_cols = rows.any(dim=0).nonzero().flatten()
-    if bad_rows.numel() > 1 and bool((bad_rows % 2 == bad_rows[0] % 2).all()) and \
-            bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2:
-        return ("every other row is wrong: the row stride is probably wrong (use the tensor's "
-                "stride, e.g. x.stride(0), not the row length).")
+    if (
+        bad_rows.numel() > 1
+        and bool((bad_rows % 2 == bad_rows[0] % 2).all())
+        and bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2
+    ):
+        return (
+            "every other row is wrong: the row stride is probably wrong (use the tensor's "
+            "stride, e.g. x.stride(0), not the row length)."
+        )
     if bad_cols.numel() < n_cols and int(bad_cols[-1]) == n_cols - 1 and _runs(bad_cols):
-        return (f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
-                "cover the whole row, or the column mask cuts it short.")
+        return (
+            f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
+            "cover the whole row, or the column mask cuts it short."
+        )
     factors = _row_factors(got, want, bad, atol, rtol)
     if factors is not None:
         return _factors_text(factors, int(bad_rows.numel()), n_rows)
@@ -174,41 +202,68 @@ def _rows_pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor,
         first = int(bad_rows[0])
         rows_text = f"only rows {first}..{n_rows - 1} are wrong"
         if bool(unwritten.reshape(rows.shape)[bad_rows].all()):
-            return (f"{rows_text}, and never written: the grid launches too few programs, or the "
-                    "programs are mapped to the wrong rows (which program_id axis is which).")
+            return (
+                f"{rows_text}, and never written: the grid launches too few programs, or the "
+                "programs are mapped to the wrong rows (which program_id axis is which)."
+            )
         if first >= _SMALLEST_BLOCK and first % _SMALLEST_BLOCK == 0:
-            return (f"{rows_text}, the first {first} right, and {first} is a block boundary: the programs "
-                    "after the first probably start at the wrong row (pid * BLOCK_M rows, each the row stride "
-                    "long). Or, where a row's work grows with its index (a causal mask: row i sees i + 1 keys), "
-                    "the rows longer than one block are wrong: a running value carried from one block to the next "
-                    "is probably not rescaled or not carried.")
-        return (f"{rows_text} while the rows before are right: the row offset is probably wrong "
-                "(row i starts at i * the tensor's row stride, e.g. x.stride(0)).")
+            return (
+                f"{rows_text}, the first {first} right, and {first} is a block boundary: the programs "
+                "after the first probably start at the wrong row (pid * BLOCK_M rows, each the row stride "
+                "long). Or, where a row's work grows with its index (a causal mask: row i sees i + 1 keys), "
+                "the rows longer than one block are wrong: a running value carried from one block to the next "
+                "is probably not rescaled or not carried."
+            )
+        return (
+            f"{rows_text} while the rows before are right: the row offset is probably wrong "
+            "(row i starts at i * the tensor's row stride, e.g. x.stride(0))."
+        )
     if bad_cols.numel() < n_cols and _runs(bad_cols) and bad_rows.numel() == n_rows:
-        return (f"columns {int(bad_cols[0])}..{int(bad_cols[-1])} are wrong in every row: check the "
-                "column offsets of the block that covers them.")
+        return (
+            f"columns {int(bad_cols[0])}..{int(bad_cols[-1])} are wrong in every row: check the "
+            "column offsets of the block that covers them."
+        )
     per_matrix = bad.shape[-2] if bad.dim() >= 3 else n_rows
-    if bad_rows.numel() < n_rows and 2 * int(rows.sum()) >= bad_rows.numel() * n_cols and \
-            _scattered(row_bad, per_matrix):
+    if (
+        bad_rows.numel() < n_rows
+        and 2 * int(rows.sum()) >= bad_rows.numel() * n_cols
+        and _scattered(row_bad, per_matrix)
+    ):
         start = int((bad_rows % per_matrix).min())
-        before = (f" (none in the first {start} rows of {'any matrix' if bad.dim() >= 3 else 'the output'})"
-                  if start >= _SMALLEST_BLOCK else "")
-        return (f"{bad_rows.numel()} of the {n_rows} rows are wrong, scattered in no regular order{before}: each "
-                "row's values decide, not its position. Usually a value carried from one block of the row to the "
-                "next (running maximum, sum or accumulator) is not rescaled when a later block raises the maximum, "
-                "or not carried: rows that a later block changes go wrong, rows that fit one block stay right.")
+        before = (
+            f" (none in the first {start} rows of {'any matrix' if bad.dim() >= 3 else 'the output'})"
+            if start >= _SMALLEST_BLOCK
+            else ""
+        )
+        return (
+            f"{bad_rows.numel()} of the {n_rows} rows are wrong, scattered in no regular order{before}: each "
+            "row's values decide, not its position. Usually a value carried from one block of the row to the "
+            "next (running maximum, sum or accumulator) is not rescaled when a later block raises the maximum, "
+            "or not carried: rows that a later block changes go wrong, rows that fit one block stay right."
+        )
     if bad_rows.numel() < n_rows and bool(rows[bad_rows].all()):
-        return (f"{bad_rows.numel()} whole row(s) are wrong, the others right: check how a program "
-                "finds its row (program_id and the row stride).")
+        return (
+            f"{bad_rows.numel()} whole row(s) are wrong, the others right: check how a program "
+            "finds its row (program_id and the row stride)."
+        )
     if bool(unwritten[bad].all()):
-        return ("a block-shaped region was never written: the grid launches too few programs "
-                "along one axis, or the program_id axes are swapped (axis 0 is the grid's first "
-                "number).")
+        return (
+            "a block-shaped region was never written: the grid launches too few programs "
+            "along one axis, or the program_id axes are swapped (axis 0 is the grid's first "
+            "number)."
+        )
     return None
 
 
-def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor,
-             dtype: torch.dtype, atol: float, rtol: float) -> str | None:
+def _pattern(
+    bad: torch.Tensor,
+    unwritten: torch.Tensor,
+    got: torch.Tensor,
+    want: torch.Tensor,
+    dtype: torch.dtype,
+    atol: float,
+    rtol: float,
+) -> str | None:
     """Name the shape of the wrong region, with its usual cause (``unwritten``: still NaN)."""
     flat = bad.flatten()
     total = flat.numel()
@@ -222,9 +277,11 @@ def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want
             return text
     factor = _common_factor(got, want, bad)
     if factor is not None:
-        return (f"every wrong element is the right value times {factor:.6g}: a scale factor is "
-                "off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
-                "normalisation).")
+        return (
+            f"every wrong element is the right value times {factor:.6g}: a scale factor is "
+            "off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
+            "normalisation)."
+        )
     precision = _precision(got, want, bad, dtype)
     if precision:
         return precision
@@ -234,11 +291,15 @@ def _pattern(bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want
         factors = _row_factors(got, want, bad, atol, rtol) if bad.dim() >= 2 else None
         if factors is not None:
             return _factors_text(factors, n_bad // row_length, n_bad // row_length)
-        return ("every element is wrong: the computation itself is off (check the loads, the "
-                "formula and which tensor each pointer points to).")
+        return (
+            "every element is wrong: the computation itself is off (check the loads, the "
+            "formula and which tensor each pointer points to)."
+        )
     if _runs(where):
-        return (f"one contiguous stretch is wrong (flat indices {start}..{int(where[-1])}): "
-                "look at the program(s) that handle that stretch, and at the offsets.")
+        return (
+            f"one contiguous stretch is wrong (flat indices {start}..{int(where[-1])}): "
+            "look at the program(s) that handle that stretch, and at the offsets."
+        )
     return None
 
 
@@ -266,8 +327,15 @@ def _all_close_on(where: torch.device, out: torch.Tensor, ref: torch.Tensor, ato
     return True
 
 
-def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-             name: str = "output", largest_input: float = 0.0, inf_elsewhere: bool = False) -> str | None:
+def diagnose(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    atol: float,
+    rtol: float,
+    name: str = "output",
+    largest_input: float = 0.0,
+    inf_elsewhere: bool = False,
+) -> str | None:
     """None when ``out`` matches ``ref`` within ``atol + rtol * |ref|``, else the diagnosis.
 
     ``largest_input`` (the largest finite magnitude among the case's inputs) and ``inf_elsewhere``
@@ -275,8 +343,10 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     from NaN that was never written: the poison fill writes NaN, never inf.
     """
     if tuple(out.shape) != tuple(ref.shape):
-        return (f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
-                "allocate it with the shape the function documents.")
+        return (
+            f"{name} has shape {tuple(out.shape)} but should have shape {tuple(ref.shape)}: "
+            "allocate it with the shape the function documents."
+        )
     if out.numel() == 0:
         return None
     if ref.device.type != "cpu" and _all_close_on(ref.device, out, ref, atol, rtol):
@@ -290,46 +360,55 @@ def diagnose(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
 
     n_bad, total = int(bad.sum()), bad.numel()
     first = _index(int(bad.flatten().nonzero()[0]), tuple(bad.shape))
-    lines = [f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). "
-             f"First at index {first}: got {got[first].item():.6g}, expected {want[first].item():.6g}."]
+    lines = [
+        f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). "
+        f"First at index {first}: got {got[first].item():.6g}, expected {want[first].item():.6g}."
+    ]
     finite_bad = bad & torch.isfinite(got) & finite_ref
     if bool(finite_bad.any()):
-        lines.append(f"Largest error {error[finite_bad].max().item():.3g} "
-                     f"(allowed: {atol:g} + {rtol:g} x |expected|).")
+        lines.append(f"Largest error {error[finite_bad].max().item():.3g} (allowed: {atol:g} + {rtol:g} x |expected|).")
     n_nan = int(nan_out.sum())
     non_finite = bool((~torch.isfinite(got) & finite_ref).any())
     large = largest_input >= _OVERFLOW_INPUT
     if non_finite and (large or inf_elsewhere or bool((torch.isinf(got) & finite_ref).any())):
         why = f"this case's inputs reach {largest_input:.4g}, so " if large else ""
-        lines.append(f"Pattern: inf or NaN where the result is finite, and computed rather than left "
-                     f"unwritten: {why}an intermediate value probably overflowed or was divided by "
-                     "zero (exp() overflows float32 above about 88; 1 / sqrt(0) is inf, and inf - inf "
-                     "or 0 * inf is NaN).")
+        lines.append(
+            f"Pattern: inf or NaN where the result is finite, and computed rather than left "
+            f"unwritten: {why}an intermediate value probably overflowed or was divided by "
+            "zero (exp() overflows float32 above about 88; 1 / sqrt(0) is inf, and inf - inf "
+            "or 0 * inf is NaN)."
+        )
         return "\n".join(lines)
     dropped = bad & torch.isnan(want) & torch.isfinite(got)
     if bool(dropped.any()) and bool(dropped.eq(bad).all()):
-        lines.append("Pattern: the wrong elements are exactly those whose result is NaN (PyTorch keeps NaN "
-                     "through), and yours are numbers there: an operation dropped the NaN. tl.maximum, "
-                     "tl.minimum and selects by comparison (tl.where(x > 0, x, 0)) turn NaN into a number, "
-                     "since every comparison with NaN is False; write the formula so that NaN goes through "
-                     "(for ReLU, tl.where(x < 0, 0, x)).")
+        lines.append(
+            "Pattern: the wrong elements are exactly those whose result is NaN (PyTorch keeps NaN "
+            "through), and yours are numbers there: an operation dropped the NaN. tl.maximum, "
+            "tl.minimum and selects by comparison (tl.where(x > 0, x, 0)) turn NaN into a number, "
+            "since every comparison with NaN is False; write the formula so that NaN goes through "
+            "(for ReLU, tl.where(x < 0, 0, x))."
+        )
         return "\n".join(lines)
     if n_nan == total:
-        pattern = ("every element is NaN, which is what outputs hold before the call. Most often "
-                   "nothing was written: check that the kernel is launched with at least one "
-                   "program (a grid computed with // is 0 for inputs smaller than a block: use "
-                   "triton.cdiv), that its store runs, and that the store's mask is not always "
-                   "False (an off-by-one such as offsets < n - 1 is False everywhere when n is 1). "
-                   "Otherwise the NaN came in through a load: one missing its mask reads outside an "
-                   "input, and masked-off lanes loaded without `other=` hold no defined value, which "
-                   "a reduction such as tl.max then takes in.")
+        pattern = (
+            "every element is NaN, which is what outputs hold before the call. Most often "
+            "nothing was written: check that the kernel is launched with at least one "
+            "program (a grid computed with // is 0 for inputs smaller than a block: use "
+            "triton.cdiv), that its store runs, and that the store's mask is not always "
+            "False (an off-by-one such as offsets < n - 1 is False everywhere when n is 1). "
+            "Otherwise the NaN came in through a load: one missing its mask reads outside an "
+            "input, and masked-off lanes loaded without `other=` hold no defined value, which "
+            "a reduction such as tl.max then takes in."
+        )
     else:
         pattern = _pattern(bad, nan_out, got, want, out.dtype, atol, rtol)
     if n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
-        lines.append(f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
-                     "these were probably never written: check the mask and that the grid covers "
-                     "every element. (Or NaN was read from outside an input by a load missing its "
-                     "mask or other=, or computed, e.g. exp of -inf minus -inf.)")
+        lines.append(
+            f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
+            "these were probably never written: check the mask and that the grid covers "
+            "every element. (Or NaN was read from outside an input by a load missing its "
+            "mask or other=, or computed, e.g. exp of -inf minus -inf.)"
+        )
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)
@@ -342,9 +421,11 @@ def gist(message: str) -> str:
 
 # ---- across the cases of one run ----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Outcome:
     """What ``across_cases`` needs to know of one case: its parameters, inputs and verdict."""
+
     case: object  # grader.core.cases.Case
     passed: bool
     non_contiguous: frozenset = frozenset()  # names of the inputs that are not contiguous
@@ -354,16 +435,21 @@ class Outcome:
 def input_names(reference) -> list[str]:
     """The names of the reference's positional parameters: the API's input names."""
     try:
-        return [p.name for p in inspect.signature(reference).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return [
+            p.name
+            for p in inspect.signature(reference).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return []
 
 
 def non_contiguous_inputs(args: tuple, names: list[str]) -> frozenset:
-    return frozenset(names[i] if i < len(names) else f"input {i + 1}"
-                     for i, arg in enumerate(args)
-                     if isinstance(arg, torch.Tensor) and not arg.is_contiguous())
+    return frozenset(
+        names[i] if i < len(names) else f"input {i + 1}"
+        for i, arg in enumerate(args)
+        if isinstance(arg, torch.Tensor) and not arg.is_contiguous()
+    )
 
 
 def _power_of_two(n) -> bool:
@@ -375,10 +461,12 @@ def _is_size(value) -> bool:
 
 
 # What failing exactly where a size does not fill its last block usually means.
-_PARTIAL_BLOCK = ("A block is a power of two long, so what differs is the lanes past the end: mask them and pad "
-                  "them (other=) with a value that cannot change the result (-inf for a maximum, 0 for a sum), "
-                  "and divide by the real length N, not by the block size (they are equal only when N fills "
-                  "the block).")
+_PARTIAL_BLOCK = (
+    "A block is a power of two long, so what differs is the lanes past the end: mask them and pad "
+    "them (other=) with a value that cannot change the result (-inf for a maximum, 0 for a sum), "
+    "and divide by the real length N, not by the block size (they are equal only when N fills "
+    "the block)."
+)
 
 
 def _sizes(outcome: Outcome) -> dict[str, int]:
@@ -427,7 +515,8 @@ def _size_features(outcomes: list[Outcome]) -> list[dict[str, str]]:
                         "so look at what happens from the second on: the grid, the loop's pointer steps, and "
                         "values carried from one step to the next (an accumulator overwritten instead of added "
                         "to, acc = tl.dot(a, b) where acc += tl.dot(a, b) is meant; a running maximum or sum not "
-                        "rescaled when a later block changes it).")
+                        "rescaled when a later block changes it)."
+                    )
         if name != "the row length":  # (a row-wise API's rows have their own condition above)
             for conditions, value in zip(found, values):
                 if value and not _power_of_two(value):  # (an empty case has no block to fill)
@@ -439,7 +528,8 @@ def _size_features(outcomes: list[Outcome]) -> list[dict[str, str]]:
                     conditions[f"{name} is not a multiple of {block}"] = (
                         f"Those sizes end in a partial block (of {block} or a divisor of it): mask the lanes past "
                         "the end and pad them (other=) with a value that cannot change the result, and divide "
-                        "by the real length N, not by the block size.")
+                        "by the real length N, not by the block size."
+                    )
     return found
 
 
@@ -450,11 +540,13 @@ def _features(outcome: Outcome) -> dict[str, str]:
     for name in sorted(outcome.non_contiguous):
         found[f"{name} is not contiguous"] = (
             f"Step through {name} with its own strides ({name}.stride(0), ...) rather than assuming "
-            "packed rows, or make it contiguous in the launcher.")
+            "packed rows, or make it contiguous in the launcher."
+        )
     if outcome.non_contiguous:
         found["the inputs are not contiguous (non-contiguous inputs)"] = (
             "Step through each input with its own strides (x.stride(0), ...) rather than assuming "
-            "packed rows, or make the inputs contiguous in the launcher (x.contiguous()).")
+            "packed rows, or make the inputs contiguous in the launcher (x.contiguous())."
+        )
     shape = case.params.get("shape")
     if outcome.row_wise and isinstance(shape, tuple) and shape and not _power_of_two(shape[-1]):
         found["the rows are not a power of two long"] = _PARTIAL_BLOCK
@@ -462,7 +554,8 @@ def _features(outcome: Outcome) -> dict[str, str]:
     if case.dtype in short:
         found[f"the dtype is {short[case.dtype]}"] = (
             "Look at what depends on the dtype: the output's dtype, a conversion, or precision "
-            "(compute in float32, round once when storing).")
+            "(compute in float32, round once when storing)."
+        )
     for key, value in case.params.items():
         if key != "shape":
             found[f"{key} is set"] = "Look at what these cases do that the others do not."
@@ -484,6 +577,7 @@ def across_cases(outcomes: list[Outcome]) -> str | None:
         order += [key for key in extra if key not in order and key not in found]
         for key, text in extra.items():
             found.setdefault(key, text)
+
     def advice(key):
         return next(found[key] for found in features if key in found)
 
@@ -501,11 +595,16 @@ def across_cases(outcomes: list[Outcome]) -> str | None:
     weak = []
     for key in order:
         with_it = [o for found, o in zip(features, outcomes) if key in found]
-        if all(key in found for found, o in zip(features, outcomes) if not o.passed) and \
-                2 * len(failing) >= len(with_it) and len(with_it) < len(outcomes):
+        if (
+            all(key in found for found, o in zip(features, outcomes) if not o.passed)
+            and 2 * len(failing) >= len(with_it)
+            and len(with_it) < len(outcomes)
+        ):
             weak.append((-len(failing) / len(with_it), len(weak), key))
     if weak:
         key = min(weak)[2]
-        return (f"Across the cases: every case that fails is one where {key}{labels(failing)}, "
-                f"and every case where it does not hold passes. {advice(key)}")
+        return (
+            f"Across the cases: every case that fails is one where {key}{labels(failing)}, "
+            f"and every case where it does not hold passes. {advice(key)}"
+        )
     return None

@@ -30,7 +30,8 @@ from grader.core.protocols import Raises
 # during the call (add, mul, mm, softmax, sum, exp, ...) means that PyTorch did the work. Reading
 # a value into Python (`.item()`, `float(t)`, `bool(t)`: _local_scalar_dense, is_nonzero) is not
 # here: a Python loop over such values computes outside the kernel just the same.
-ALLOWED_OPS = frozenset("""
+ALLOWED_OPS = frozenset(
+    """
     empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones
     ones_like new_ones full full_like new_full arange scalar_tensor lift_fresh lift_fresh_copy
     fill fill_ zero zero_ copy copy_ clone _to_copy to contiguous detach detach_ alias
@@ -41,7 +42,8 @@ ALLOWED_OPS = frozenset("""
     view_as_real view_as_complex is_same_size record_stream
     sym_size sym_stride sym_numel sym_storage_offset _has_compatible_shallow_copy_type
     pin_memory _pin_memory is_pinned
-""".split())
+""".split()
+)
 
 # Tensor methods that hand the values to NumPy or Python, where they could be computed unseen.
 ESCAPES = frozenset({"numpy", "tolist", "__array__", "__dlpack__"})
@@ -101,8 +103,10 @@ class Monitor:
 
         import triton
 
-        for module_name, class_name in (("triton.runtime.interpreter", "InterpretedFunction"),
-                                        ("triton.runtime.jit", "JITFunction")):
+        for module_name, class_name in (
+            ("triton.runtime.interpreter", "InterpretedFunction"),
+            ("triton.runtime.jit", "JITFunction"),
+        ):
             try:
                 cls = getattr(importlib.import_module(module_name), class_name)
             except (ImportError, AttributeError):
@@ -170,8 +174,11 @@ class Monitor:
         return watched
 
     def report(self) -> dict:
-        return {"launches": max(self.launches, self.hook_launches),
-                "ops": dict(sorted(self.ops.items())), "escapes": sorted(self.escapes)}
+        return {
+            "launches": max(self.launches, self.hook_launches),
+            "ops": dict(sorted(self.ops.items())),
+            "escapes": sorted(self.escapes),
+        }
 
 
 # Operator namespaces of PyTorch itself, whose operators are named and judged as a whole; an
@@ -181,6 +188,7 @@ _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims"})
 
 def _opens_up(func) -> bool:
     import torch
+
     return isinstance(func, torch._ops.OpOverload) and func.namespace not in _TORCH_NAMESPACES
 
 
@@ -188,6 +196,7 @@ def _below_python(args, kwargs):
     """The dispatch keys to run an operator's own kernel with: those of its tensor arguments after
     the Python key (where a dispatch mode is called), else the CPU's."""
     import torch
+
     after = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
     keys = None
     for value in [*args, *(kwargs or {}).values()]:
@@ -257,17 +266,16 @@ def shared_monitor() -> Monitor:
 
 EVIDENCE = {
     "cuda": "the GPU's kernel trace (CUPTI) and the PyTorch operator log, recorded in the child; "
-            "the policy gate keeps kernel.py from reaching either",
+    "the policy gate keeps kernel.py from reaching either",
     "cuda-no-trace": "the PyTorch operator log, recorded in the child (no kernel trace: CUPTI was not "
-                     "available); the policy gate keeps kernel.py from reaching it",
+    "available); the policy gate keeps kernel.py from reaching it",
     "interpreter": "the PyTorch operator log, recorded in the child; under the interpreter the kernel "
-                   "is Python too, so the policy gate is what keeps kernel.py from reaching the log",
+    "is Python too, so the policy gate is what keeps kernel.py from reaching the log",
 }
 
 # What the wrapper may run around its launch: copy-engine transfers and ATen kernels that only
 # fill or copy (torch.zeros, .contiguous(), .to(dtype), torch.cat). Names as CUPTI reports them.
-_DATA_MOVEMENT = ("Memcpy ", "Memset ", "FillFunctor", "copy_kernel", "CatArrayBatchedCopy",
-                  "direct_copy_kernel")
+_DATA_MOVEMENT = ("Memcpy ", "Memset ", "FillFunctor", "copy_kernel", "CatArrayBatchedCopy", "direct_copy_kernel")
 
 
 class KernelTrace:
@@ -303,8 +311,11 @@ class KernelTrace:
 
             torch.cuda.synchronize()
             self._profile.__exit__(None, None, None)
-            events = [event for event in self._profile.function_events
-                      if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
+            events = [
+                event
+                for event in self._profile.function_events
+                if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA
+            ]
             self.names = sorted({event.name for event in events})[:200]
             counts: dict[str, int] = {}
             times: dict[str, float] = {}
@@ -335,11 +346,15 @@ def triton_kernel_names(source: str) -> set[str]:
 
     def is_jit(decorator) -> bool:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        return (isinstance(target, ast.Attribute) and target.attr == "jit") or \
-            (isinstance(target, ast.Name) and target.id == "jit")
+        return (isinstance(target, ast.Attribute) and target.attr == "jit") or (
+            isinstance(target, ast.Name) and target.id == "jit"
+        )
 
-    return {node.name for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef) and any(is_jit(d) for d in node.decorator_list)}
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and any(is_jit(d) for d in node.decorator_list)
+    }
 
 
 # Fills carry none of the inputs' values: allowed even where moving data is the exercise.
@@ -351,12 +366,12 @@ def foreign_kernels(kernels: list[str], own: set[str], moves_data: bool = False)
     ``moves_data``: moving data is the exercise (a Spec's ``kernel_writes_outputs``): a copy
     kernel may have produced the output, so only fills are let through."""
     allowed = _FILLS if moves_data else _DATA_MOVEMENT
-    return [name for name in kernels
-            if name not in own and not any(marker in name for marker in allowed)]
+    return [name for name in kernels if name not in own and not any(marker in name for marker in allowed)]
 
 
-def judge_evidence(api: str, report: dict, produced_output: bool,
-                   own_kernels: set[str] | None = None, spec=None) -> tuple[str, str] | None:
+def judge_evidence(
+    api: str, report: dict, produced_output: bool, own_kernels: set[str] | None = None, spec=None
+) -> tuple[str, str] | None:
     """(kind, learner-facing message) when the call went around the exercise, else None.
 
     ``produced_output``: the call returned at least one non-empty tensor (an empty result needs
@@ -367,9 +382,11 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
     kernel in a CUDA trace).
     A report that carries a canary (the grader's child) counts only if the canary was seen."""
     if "canary" in report and report["canary"] is not True:
-        return "tampered", (f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
-                         "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
-                         "grader, PyTorch or Triton; compute in your Triton kernel.")
+        return "tampered", (
+            f"the grader's monitor was tampered with: after {api}() returned, the grader's own "
+            "PyTorch operation and Triton launch went unseen. kernel.py must not change the "
+            "grader, PyTorch or Triton; compute in your Triton kernel."
+        )
     if getattr(spec, "fallback", False) or isinstance(getattr(spec, "protocol", None), Raises):
         # A fallback's result is PyTorch's by design; a refusal returns nothing, and formatting its
         # message (a tensor shown in it) may run PyTorch kernels that compute no result.
@@ -381,33 +398,51 @@ def judge_evidence(api: str, report: dict, produced_output: bool,
         if foreign:
             shown = ", ".join(name[:80] for name in foreign[:3])
             if moves_data and not foreign_kernels([str(k) for k in kernels], own_kernels):
-                return "moved", (f"{api}() ran GPU copy kernels that are not your Triton kernels ({shown}): "
-                                 "moving the data is this exercise, so the output must be written by your "
-                                 "kernel's tl.store, not copied or rearranged with PyTorch (.t(), .contiguous(), "
-                                 ".clone(), copy_).")
-            return "torch", (f"{api}() ran GPU kernels that are not your Triton kernels ({shown}): it "
-                             "computed with PyTorch. Around the launch, only allocate, reshape and copy tensors.")
+                return "moved", (
+                    f"{api}() ran GPU copy kernels that are not your Triton kernels ({shown}): "
+                    "moving the data is this exercise, so the output must be written by your "
+                    "kernel's tl.store, not copied or rearranged with PyTorch (.t(), .contiguous(), "
+                    ".clone(), copy_)."
+                )
+            return "torch", (
+                f"{api}() ran GPU kernels that are not your Triton kernels ({shown}): it "
+                "computed with PyTorch. Around the launch, only allocate, reshape and copy tensors."
+            )
         if produced_output and not own_kernels.intersection(kernels):
-            return "no_launch", (f"no Triton kernel ran on the GPU: {api}() returned without launching one "
-                                 "of the @triton.jit kernels of kernel.py.")
+            return "no_launch", (
+                f"no Triton kernel ran on the GPU: {api}() returned without launching one "
+                "of the @triton.jit kernels of kernel.py."
+            )
     ops = report.get("ops") or {}
     if ops:
         names = ", ".join(f"aten.{name}" for name in list(ops)[:6])
-        return "torch", (f"{api}() computed with PyTorch ({names}) instead of a Triton kernel. Around the "
-                         "launch, only allocate, reshape and copy tensors; printing a tensor or reading "
-                         "its values (.item(), float(t)) counts too.")
+        return "torch", (
+            f"{api}() computed with PyTorch ({names}) instead of a Triton kernel. Around the "
+            "launch, only allocate, reshape and copy tensors; printing a tensor or reading "
+            "its values (.item(), float(t)) counts too."
+        )
     if report.get("escapes"):
-        return "torch", (f"{api}() handed tensor values to NumPy or Python ({', '.join(report['escapes'])}); "
-                         "compute them in the Triton kernel instead.")
+        return "torch", (
+            f"{api}() handed tensor values to NumPy or Python ({', '.join(report['escapes'])}); "
+            "compute them in the Triton kernel instead."
+        )
     if not report.get("launches") and produced_output:
-        return "no_launch", (f"no Triton kernel ran: {api}() returned without launching one. The work must "
-                             "happen in your @triton.jit kernel, launched as kernel[grid](...).")
+        return "no_launch", (
+            f"no Triton kernel ran: {api}() returned without launching one. The work must "
+            "happen in your @triton.jit kernel, launched as kernel[grid](...)."
+        )
     unwritten = report.get("unwritten_by_kernel")
     if moves_data and unwritten and isinstance(unwritten, list):
         names = list(getattr(spec, "output_names", ()) or ())
-        shown = ", ".join(names[i] if 0 <= i < len(names) else f"output #{i + 1}"
-                          for i in unwritten[:4] if isinstance(i, int)) or "an output"
-        return "moved", (f"{api}() returned values that no Triton kernel of yours stored ({shown}): the output "
-                         "must be written by your kernel's tl.store, not copied or rearranged with PyTorch "
-                         "(.t(), .contiguous(), .clone(), copy_, .to()) after or instead of the launch.")
+        shown = (
+            ", ".join(
+                names[i] if 0 <= i < len(names) else f"output #{i + 1}" for i in unwritten[:4] if isinstance(i, int)
+            )
+            or "an output"
+        )
+        return "moved", (
+            f"{api}() returned values that no Triton kernel of yours stored ({shown}): the output "
+            "must be written by your kernel's tl.store, not copied or rearranged with PyTorch "
+            "(.t(), .contiguous(), .clone(), copy_, .to()) after or instead of the launch."
+        )
     return None

@@ -39,6 +39,7 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 @dataclass
 class Launch:
     """One specialisation of a kernel as a CPU run launched it (JSON-ready)."""
+
     name: str  # the kernel's name in its file
     signature: dict  # argument name -> Triton type ("*fp32", "i32", "constexpr")
     constexprs: dict  # argument name -> encoded value (see ``_encode``)
@@ -84,6 +85,7 @@ def _shown(value) -> str:
 @dataclass
 class LaunchRecorder:
     """Records the distinct specialisations launched under the interpreter while active."""
+
     launches: dict = field(default_factory=dict)  # key -> Launch, in launch order
     skipped: int = 0  # launches whose constexprs could not be encoded
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -174,8 +176,7 @@ class Compiled:
     chosen: int  # specialisations chosen (those of kernels made inside functions are not checked)
 
 
-def compile_launches(kernel_file: Path, launches: list[Launch], limit: int = 16,
-                     timeout: float = 600) -> Compiled:
+def compile_launches(kernel_file: Path, launches: list[Launch], limit: int = 16, timeout: float = 600) -> Compiled:
     """What of ``launches`` (from ``kernel_file``) would not run on the course's GPU, compiled
     in a fresh process (see the module's doc); at most ``limit`` specialisations."""
     todo = chosen(launches, limit)
@@ -184,8 +185,15 @@ def compile_launches(kernel_file: Path, launches: list[Launch], limit: int = 16,
     request = {"kernel": str(kernel_file), "launches": [launch.__dict__ for launch in todo]}
     env = {**os.environ, "GRADER_DEVICE": "compile"}
     env.pop("TRITON_INTERPRET", None)
-    result = subprocess.run([sys.executable, "-m", "grader.core.gpu_compile"], input=json.dumps(request),
-                            capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "grader.core.gpu_compile"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
     findings, checked = [], 0
     for line in result.stdout.splitlines():
         if line.startswith("{"):
@@ -202,6 +210,7 @@ def compile_launches(kernel_file: Path, launches: list[Launch], limit: int = 16,
 # ----------------------------------------------------------------------------------------------
 # The compiling process
 # ----------------------------------------------------------------------------------------------
+
 
 def _decode(value, namespace: dict):
     if isinstance(value, dict) and "$dtype" in value:
@@ -239,9 +248,11 @@ def compile_one(namespace: dict, launch: Launch) -> str | None:
         return _compile_error(error, _def_line(kernel.fn), Path(kernel.fn.__code__.co_filename).name)
     shared = int(getattr(compiled.metadata, "shared", 0) or 0)
     if shared > MAX_SHARED_BYTES:
-        return (f"it needs {shared} bytes of shared memory per program, and {TARGET_NAME} has at most "
-                f"{MAX_SHARED_BYTES}: a GPU refuses to launch it (OutOfResources). Use smaller blocks or fewer "
-                "num_stages.")
+        return (
+            f"it needs {shared} bytes of shared memory per program, and {TARGET_NAME} has at most "
+            f"{MAX_SHARED_BYTES}: a GPU refuses to launch it (OutOfResources). Use smaller blocks or fewer "
+            "num_stages."
+        )
     return None
 
 
@@ -258,11 +269,16 @@ def _def_line(fn) -> int | None:
 
 # What some of the compiler's refusals mean for a kernel that the interpreter ran.
 MEANINGS = (
-    (r"Loop-carried variable", "a value updated in a loop must keep one dtype: create it with the type "
-                               "the loop gives it (for example tl.zeros(..., dtype=tl.float32))"),
+    (
+        r"Loop-carried variable",
+        "a value updated in a loop must keep one dtype: create it with the type "
+        "the loop gives it (for example tl.zeros(..., dtype=tl.float32))",
+    ),
     (r"power of 2", "block sizes given to tl.arange must be powers of two: round up and mask the extra lanes"),
-    (r"AST node type: (Break|Continue)", "a kernel's loops cannot break or continue: compute a mask or "
-                                         "use tl.where instead"),
+    (
+        r"AST node type: (Break|Continue)",
+        "a kernel's loops cannot break or continue: compute a mask or use tl.where instead",
+    ),
 )
 
 
@@ -272,15 +288,17 @@ def _compile_error(error: Exception, first_line: int | None, file_name: str) -> 
     text = str(error).strip()
     lines = text.splitlines()
     marks = [i for i, line in enumerate(lines) if line.strip() == "^"]
-    message = " ".join(line.strip() for line in lines[marks[-1] + 1:]) if marks else (lines[-1] if lines else "")
+    message = " ".join(line.strip() for line in lines[marks[-1] + 1 :]) if marks else (lines[-1] if lines else "")
     wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", message, re.S)
     message = (wrapped[2] if wrapped else message) or type(error).__name__
     where = re.match(r"at (\d+):(\d+)", lines[0]) if lines else None
     line = f" (line {first_line + int(where[1]) - 1} of {file_name})" if where and first_line else ""
     meaning = next((m for pattern, m in MEANINGS if re.search(pattern, message)), "")
-    return (f"Triton's compiler refuses it for {TARGET_NAME}{line}: {message.rstrip('.')}."
-            + (f" That means {meaning}." if meaning else "")
-            + " The interpreter runs such a kernel on a CPU; a GPU does not.")
+    return (
+        f"Triton's compiler refuses it for {TARGET_NAME}{line}: {message.rstrip('.')}."
+        + (f" That means {meaning}." if meaning else "")
+        + " The interpreter runs such a kernel on a CPU; a GPU does not."
+    )
 
 
 def _main() -> int:

@@ -108,6 +108,7 @@ def _sync() -> None:
     """Stand in for triton's ``_interpreter`` while anyone listens or guards; restore it after."""
     global _original
     from triton.runtime import interpreter
+
     if (_listeners or _guards) and _original is None:
         _original = interpreter._interpreter
         interpreter._interpreter = _RecordingInterpreter(_original)
@@ -161,12 +162,22 @@ class _RecordingInterpreter:
 
 def _report(kind: str, ptrs, mask, itemsize: int, values=None) -> None:
     from triton.runtime import interpreter
+
     addresses = np.array(ptrs, dtype=np.uint64, copy=True)
     active = np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape).copy()
     grid_idx = getattr(interpreter.interpreter_builder, "grid_idx", None) or (0, 0, 0)
     kernel, file, line = where()
-    access = Access(kind, tuple(int(i) for i in grid_idx), addresses, active, itemsize, kernel, file, line,
-                    None if values is None else np.asarray(values))
+    access = Access(
+        kind,
+        tuple(int(i) for i in grid_idx),
+        addresses,
+        active,
+        itemsize,
+        kernel,
+        file,
+        line,
+        None if values is None else np.asarray(values),
+    )
     for listener in list(_listeners):
         listener(access)
 
@@ -179,6 +190,7 @@ def where() -> tuple[str, str, int]:
     global _TRITON_DIR
     if _TRITON_DIR is None:
         import triton
+
         _TRITON_DIR = tuple({str(Path(triton.__file__).parent), str(Path(triton.__file__).resolve().parent)})
     frames = []  # innermost first
     frame = sys._getframe(1)

@@ -32,11 +32,15 @@ def todo_summary(todos: list[Todo], limit: int = 5, track: str = "") -> str:
     shown = "\n".join(f"  - {todo}" for todo in todos[:limit])
     more = f"\n  ... and {len(todos) - limit} more" if len(todos) > limit else ""
     if track == "debugging":
-        return (f"{len(todos)} TODO(s) still open in kernel.py (the tools this module asks you to write; "
-                f"wrong results of the kernels come from the bugs planted in them, which no TODO marks):\n"
-                f"{shown}{more}")
-    return (f"{len(todos)} TODO(s) still open in kernel.py, which is the likely cause:\n"
-            f"{shown}{more}\nComplete them (and delete each `# TODO` line once done).")
+        return (
+            f"{len(todos)} TODO(s) still open in kernel.py (the tools this module asks you to write; "
+            f"wrong results of the kernels come from the bugs planted in them, which no TODO marks):\n"
+            f"{shown}{more}"
+        )
+    return (
+        f"{len(todos)} TODO(s) still open in kernel.py, which is the likely cause:\n"
+        f"{shown}{more}\nComplete them (and delete each `# TODO` line once done)."
+    )
 
 
 @dataclass
@@ -63,8 +67,11 @@ def kernel_path(module: Module, impl: str | Path = "learner") -> Path:
     given = Path(impl)
     if given.is_file():
         return given
-    for candidate in (given / module.track / module.slug / "kernel.py",
-                      given / module.slug / "kernel.py", given / "kernel.py"):
+    for candidate in (
+        given / module.track / module.slug / "kernel.py",
+        given / module.slug / "kernel.py",
+        given / "kernel.py",
+    ):
         if candidate.is_file():
             return candidate
     return given / module.track / module.slug / "kernel.py"
@@ -73,20 +80,30 @@ def kernel_path(module: Module, impl: str | Path = "learner") -> Path:
 def missing_kernel(module: Module, impl: str | Path, path: Path) -> str:
     """Why there is no kernel.py at ``path``, and what to try."""
     if impl == "solutions":
-        return (f"There is no kernel.py at {path}: this copy of the course has no reference solutions "
-                "(the learners' bundle leaves them out). Check your own kernel with IMPL=learner, the default.")
+        return (
+            f"There is no kernel.py at {path}: this copy of the course has no reference solutions "
+            "(the learners' bundle leaves them out). Check your own kernel with IMPL=learner, the default."
+        )
     if impl == "learner":
         if not (module.solution_dir / "kernel.py").is_file():  # the learners' bundle: no solutions to generate from
-            return (f"There is no kernel.py at {path}. The starting file is also in "
-                    f"release/{module.track}-{module.slug}/kernel.py: copy it back to start again.")
-        return (f"There is no kernel.py at {path}. `make stubs` recreates a missing learner file "
-                "(it never overwrites one that holds your work).")
+            return (
+                f"There is no kernel.py at {path}. The starting file is also in "
+                f"release/{module.track}-{module.slug}/kernel.py: copy it back to start again."
+            )
+        return (
+            f"There is no kernel.py at {path}. `make stubs` recreates a missing learner file "
+            "(it never overwrites one that holds your work)."
+        )
     if not Path(impl).exists():
-        return (f"There is no kernel.py at {path}: {str(impl)!r} is neither a file nor a folder here. IMPL "
-                "takes learner (the default), solutions, a kernel.py, or a folder that holds "
-                f"{module.track}/{module.slug}/kernel.py.")
-    return (f"There is no kernel.py at {path}. The folder you gave should hold "
-            f"{module.track}/{module.slug}/kernel.py, {module.slug}/kernel.py or kernel.py.")
+        return (
+            f"There is no kernel.py at {path}: {str(impl)!r} is neither a file nor a folder here. IMPL "
+            "takes learner (the default), solutions, a kernel.py, or a folder that holds "
+            f"{module.track}/{module.slug}/kernel.py."
+        )
+    return (
+        f"There is no kernel.py at {path}. The folder you gave should hold "
+        f"{module.track}/{module.slug}/kernel.py, {module.slug}/kernel.py or kernel.py."
+    )
 
 
 def _unique_name(path: Path) -> str:
@@ -110,10 +127,11 @@ def load_kernel(module: Module, impl: str | Path = "learner") -> LoadedKernel:
     try:
         compile(source, str(path), "exec")
     except SyntaxError as error:
-        raise LoadError(f"kernel.py has a syntax error at line {error.lineno}: {error.msg}.\n"
-                        f"    {(error.text or '').rstrip()}\n"
-                        f"Fix that line (look at brackets, colons and indentation) and run again."
-                        + (f"\n{hint}" if hint else "")) from None
+        raise LoadError(
+            f"kernel.py has a syntax error at line {error.lineno}: {error.msg}.\n"
+            f"    {(error.text or '').rstrip()}\n"
+            f"Fix that line (look at brackets, colons and indentation) and run again." + (f"\n{hint}" if hint else "")
+        ) from None
 
     name = _unique_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
@@ -124,14 +142,16 @@ def load_kernel(module: Module, impl: str | Path = "learner") -> LoadedKernel:
     except (Exception, SystemExit) as error:  # a learner's file may even call sys.exit
         sys.modules.pop(name, None)
         where = _import_error_line(error, path)
-        raise LoadError(f"kernel.py raised {type(error).__name__} while being imported{where}: "
-                        f"{error}\nImporting must only define functions; fix the error above."
-                        + (f"\n{hint}" if hint else "")) from None
+        raise LoadError(
+            f"kernel.py raised {type(error).__name__} while being imported{where}: "
+            f"{error}\nImporting must only define functions; fix the error above." + (f"\n{hint}" if hint else "")
+        ) from None
 
     missing = [fn for fn in module.api if not callable(getattr(namespace, fn, None))]
     if missing:
         names = ", ".join(f"`{fn}`" for fn in missing)
-        raise LoadError(f"kernel.py does not define {names}, which the tests call. "
-                        f"Keep the function names and signatures of the original file."
-                        + (f"\n{hint}" if hint else ""))
+        raise LoadError(
+            f"kernel.py does not define {names}, which the tests call. "
+            f"Keep the function names and signatures of the original file." + (f"\n{hint}" if hint else "")
+        )
     return LoadedKernel(module, path, namespace, todos)

@@ -72,6 +72,7 @@ class Todo:
 class FilePart:
     """One ``# PART <number>: <title>`` of a file, and the lines it spans (1-based, inclusive:
     from its marker to the line before the next part's marker, or to the end of the file)."""
+
     number: int
     title: str
     first_line: int
@@ -87,11 +88,15 @@ def _next_part(marker: re.Match, previous: int, origin: str, line: int) -> int:
     """The number of the part that ``marker`` (a PART line at ``line``) opens after part
     ``previous`` (0 before the first), or MarkerError when it is indented or out of order."""
     if marker["indent"]:
-        raise MarkerError(f"{origin}:{line}: a PART marker must start at the beginning of the line "
-                          "(a part is a stretch of the file, not of a function)")
+        raise MarkerError(
+            f"{origin}:{line}: a PART marker must start at the beginning of the line "
+            "(a part is a stretch of the file, not of a function)"
+        )
     if int(marker["number"]) != previous + 1:
-        raise MarkerError(f"{origin}:{line}: PART {marker['number']} where PART {previous + 1} was expected: "
-                          "number the parts 1, 2, 3, ... in the order of the file")
+        raise MarkerError(
+            f"{origin}:{line}: PART {marker['number']} where PART {previous + 1} was expected: "
+            "number the parts 1, 2, 3, ... in the order of the file"
+        )
     return previous + 1
 
 
@@ -121,8 +126,10 @@ def generate_stub(solution_source: str, origin: str = "solution") -> str:
             opened = _OPEN.match(line)
             if opened:
                 if has_parts and opened["kind"] == "TODO" and part is None:
-                    raise MarkerError(f"{origin}:{number}: a TODO before PART 1; in a file with parts every "
-                                      "TODO belongs to one (the code before PART 1 is shared and complete)")
+                    raise MarkerError(
+                        f"{origin}:{number}: a TODO before PART 1; in a file with parts every "
+                        "TODO belongs to one (the code before PART 1 is shared and complete)"
+                    )
                 region = (opened["kind"], opened["indent"], opened["text"], [], [], number)
             elif _CLOSE.match(line) or _HINT.match(line) or _STUB.match(line) or _SYMPTOM.match(line):
                 raise MarkerError(f"{origin}:{number}: marker outside a TODO/BUG region")
@@ -135,8 +142,10 @@ def generate_stub(solution_source: str, origin: str = "solution") -> str:
         if _OPEN.match(line):
             raise MarkerError(f"{origin}:{number}: region opened at line {opened_at} is not closed")
         if _PART.match(line):
-            raise MarkerError(f"{origin}:{number}: PART marker inside the {kind} region opened at line "
-                              f"{opened_at}; close the region first")
+            raise MarkerError(
+                f"{origin}:{number}: PART marker inside the {kind} region opened at line "
+                f"{opened_at}; close the region first"
+            )
         closed = _CLOSE.match(line)
         if closed:
             if closed["kind"] != kind:
@@ -164,6 +173,7 @@ def generate_stub(solution_source: str, origin: str = "solution") -> str:
 class PlantedBug:
     """One BUG region of a solution: its correct code, the buggy code the learner gets instead,
     and the symptom (a regular expression) the public tests must report for it."""
+
     text: str
     correct: str
     buggy: str
@@ -186,8 +196,15 @@ def planted_bugs(solution_source: str, origin: str = "solution") -> list[Planted
             indent, text, code, stub, symptom, opened_at = region
             if not symptom:
                 raise MarkerError(f"{origin}:{opened_at}: BUG region without a `# SYMPTOM:` line")
-            bugs.append(PlantedBug(text, "\n".join(code), "\n".join(indent + c if c else "" for c in stub),
-                                   "|".join(symptom), opened_at))
+            bugs.append(
+                PlantedBug(
+                    text,
+                    "\n".join(code),
+                    "\n".join(indent + c if c else "" for c in stub),
+                    "|".join(symptom),
+                    opened_at,
+                )
+            )
             region = None
         elif stub := _STUB.match(line):
             region[3].append(stub["code"] or "")
@@ -200,9 +217,11 @@ def planted_bugs(solution_source: str, origin: str = "solution") -> list[Planted
 
 def open_todos(source: str) -> list[Todo]:
     """The ``# TODO n:`` (or ``# TODO p.n:``) markers still present in a learner's file."""
-    return [Todo(int(m["number"]), lineno, m["text"], int(m["part"]) if m["part"] else None)
-            for lineno, line in enumerate(source.splitlines(), start=1)
-            if (m := _LEARNER_TODO.match(line))]
+    return [
+        Todo(int(m["number"]), lineno, m["text"], int(m["part"]) if m["part"] else None)
+        for lineno, line in enumerate(source.splitlines(), start=1)
+        if (m := _LEARNER_TODO.match(line))
+    ]
 
 
 def todo_named(todos: list[Todo], messages: list[str]) -> Todo | None:

@@ -49,8 +49,7 @@ from grader.core.instrument import Access, AccessRecorder
 
 ENV_SWITCH = "TRITON_CURRICULUM_MEMCHECK"  # "1": the harness's checks run every call under the checker
 
-_EMPTY_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-              "aten::new_empty_strided"}
+_EMPTY_OPS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
 
 
 def enabled() -> bool:
@@ -84,6 +83,7 @@ class MemoryFault(Exception):
 @dataclass
 class _Buffer:
     """A tensor a launch was given: the bytes its view covers and the storage around them."""
+
     name: str
     start: int
     end: int  # one past the last byte the view covers
@@ -100,8 +100,15 @@ class _Buffer:
         start = tensor.data_ptr()
         extent = sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
         end = start + (extent + 1) * tensor.element_size() if tensor.numel() else start
-        return cls(name, start, end, storage.data_ptr(), storage.data_ptr() + storage.nbytes(),
-                   tensor.element_size(), tensor.numel())
+        return cls(
+            name,
+            start,
+            end,
+            storage.data_ptr(),
+            storage.data_ptr() + storage.nbytes(),
+            tensor.element_size(),
+            tensor.numel(),
+        )
 
     def describe(self) -> str:
         return f"`{self.name}` ({self.numel} element{'' if self.numel == 1 else 's'} of {self.itemsize} bytes)"
@@ -118,6 +125,7 @@ class _Launch:
 @dataclass
 class _Allocation:
     """A tensor allocated with torch.empty* inside the checked block, and which bytes are written."""
+
     storage: torch.UntypedStorage = field(repr=False)  # held: its memory cannot be reused while checking
     start: int
     written: np.ndarray  # bool per byte
@@ -137,8 +145,11 @@ class MemoryChecker:
         addresses it loads from memory (the pointer tables of multi-tensor kernels); each launch's
         own tensors and those allocated inside the block are always allowed."""
         self.findings: list[Finding] = []
-        self._known = [_Buffer.of(name, t) for name, t in (known or {}).items()
-                       if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+        self._known = [
+            _Buffer.of(name, t)
+            for name, t in (known or {}).items()
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu"
+        ]
         self.fault: Finding | None = None
         self._launches: list[_Launch] = []  # the launch running now is last (launches nest)
         self._in_launch = 0  # > 0 from a launch's start to its end (argument copies included)
@@ -188,7 +199,8 @@ class MemoryChecker:
             "unwritten-output",
             f"{count} of the {tensor.numel()} elements of {name} were never written (flat indices "
             f"{where}): it was allocated with torch.empty, and no kernel stored to those elements.",
-            tensor=name)
+            tensor=name,
+        )
         self.findings.append(finding)
         return finding
 
@@ -219,6 +231,7 @@ class MemoryChecker:
         launch = self._launches[-1]
         if launch.grid is None:  # the launcher sets the grid after the arguments are copied
             from triton.runtime import interpreter
+
             launch.grid = tuple(interpreter.interpreter_builder.grid_dim)
         lanes = np.argwhere(access.active)  # lane indices, in lane order
         addresses = access.addresses[access.active].astype(np.int64)
@@ -247,29 +260,42 @@ class MemoryChecker:
         head = self._where(launch, access, lanes[first])
         if misaligned[first] and inside[first]:
             kind = "misaligned"
-            what = (f"address {address:#x} is not a multiple of the element size ({size} bytes); "
-                    "a GPU stops with 'misaligned address'. Offsets are counted in elements of the "
-                    "pointer's type: check the pointer's dtype and how its offsets are computed")
+            what = (
+                f"address {address:#x} is not a multiple of the element size ({size} bytes); "
+                "a GPU stops with 'misaligned address'. Offsets are counted in elements of the "
+                "pointer's type: check the pointer's dtype and how its offsets are computed"
+            )
             buffer = _nearest(launch.buffers, address)
         else:
             kind = "out-of-bounds"
             buffer = _nearest(launch.buffers, address)
             what = _outside(buffer, address, size) if buffer else "no tensor given to the kernel is there"
-        finding = Finding(kind, f"{head}: {what}.", launch.kernel, access.file, access.line,
-                          access.program[:len(_axes(launch))], tuple(int(i) for i in lanes[first]),
-                          buffer.name if buffer else None)
+        finding = Finding(
+            kind,
+            f"{head}: {what}.",
+            launch.kernel,
+            access.file,
+            access.line,
+            access.program[: len(_axes(launch))],
+            tuple(int(i) for i in lanes[first]),
+            buffer.name if buffer else None,
+        )
         self.findings.append(finding)
         self.fault = finding
         raise MemoryFault(finding)
 
     def _reachable(self) -> list[tuple[int, int]]:
-        return ([(b.start, b.end) for b in self._known]
-                + [(a.start, a.start + len(a.written)) for a in self._allocations])
+        return [(b.start, b.end) for b in self._known] + [
+            (a.start, a.start + len(a.written)) for a in self._allocations
+        ]
 
     def _check_race(self, launch: _Launch, access: Access, lanes, addresses) -> None:
         program = _linear(access.program, launch.grid)
-        values = None if access.values is None else np.ascontiguousarray(
-            np.broadcast_to(access.values, access.addresses.shape)[access.active])
+        values = (
+            None
+            if access.values is None
+            else np.ascontiguousarray(np.broadcast_to(access.values, access.addresses.shape)[access.active])
+        )
         for buffer in launch.buffers:
             inside = (addresses >= buffer.start) & (addresses < buffer.end)
             if not inside.any():
@@ -280,8 +306,11 @@ class MemoryChecker:
             spans = (addresses[inside] - buffer.start)[:, None] + np.arange(access.itemsize)
             spans = np.minimum(spans, len(buffer.writers) - 1)
             before = buffer.writers[spans]
-            new_bytes = (values[inside].view(np.uint8).reshape(len(spans), -1)
-                         if values is not None else np.zeros(spans.shape, np.uint8))
+            new_bytes = (
+                values[inside].view(np.uint8).reshape(len(spans), -1)
+                if values is not None
+                else np.zeros(spans.shape, np.uint8)
+            )
             clash = ((before >= 0) & (before != program) & (buffer.values[spans] != new_bytes)).any(axis=1)
             buffer.writers[spans] = program
             buffer.values[spans] = new_bytes
@@ -292,15 +321,22 @@ class MemoryChecker:
                 element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
                 lane = lanes[np.flatnonzero(inside)[k]]
                 head = self._where(launch, access, lane)
-                self.findings.append(Finding(
-                    "race",
-                    f"{head}: program {other} already stored a different value to element {element} "
-                    f"of `{buffer.name}` in this launch, without an atomic. On a GPU programs run at "
-                    "the same time and one of the two writes is lost, so the result can change from "
-                    "run to run (the interpreter runs programs one after another, which hides it). "
-                    "Give each program its own elements, or combine with tl.atomic_add/atomic_max.",
-                    launch.kernel, access.file, access.line, access.program[:len(_axes(launch))],
-                    tuple(int(i) for i in lane), buffer.name))
+                self.findings.append(
+                    Finding(
+                        "race",
+                        f"{head}: program {other} already stored a different value to element {element} "
+                        f"of `{buffer.name}` in this launch, without an atomic. On a GPU programs run at "
+                        "the same time and one of the two writes is lost, so the result can change from "
+                        "run to run (the interpreter runs programs one after another, which hides it). "
+                        "Give each program its own elements, or combine with tl.atomic_add/atomic_max.",
+                        launch.kernel,
+                        access.file,
+                        access.line,
+                        access.program[: len(_axes(launch))],
+                        tuple(int(i) for i in lane),
+                        buffer.name,
+                    )
+                )
 
     def _check_initialised(self, launch: _Launch, access: Access, lanes, addresses) -> None:
         for allocation in self._allocations:
@@ -319,13 +355,20 @@ class MemoryChecker:
             element = f"element {(address - buffer.start) // buffer.itemsize} of " if buffer else ""
             lane = lanes[np.flatnonzero(inside)[k]]
             head = self._where(launch, access, lane)
-            self.findings.append(Finding(
-                "uninitialised-read",
-                f"{head} reads {element}{name}, which was allocated with torch.empty and which "
-                "nothing has written yet: its value is whatever the memory held before. Fill it first "
-                "(torch.zeros, or a store) or do not read it.",
-                launch.kernel, access.file, access.line, access.program[:len(_axes(launch))],
-                tuple(int(i) for i in lane), buffer.name if buffer else None))
+            self.findings.append(
+                Finding(
+                    "uninitialised-read",
+                    f"{head} reads {element}{name}, which was allocated with torch.empty and which "
+                    "nothing has written yet: its value is whatever the memory held before. Fill it first "
+                    "(torch.zeros, or a store) or do not read it.",
+                    launch.kernel,
+                    access.file,
+                    access.line,
+                    access.program[: len(_axes(launch))],
+                    tuple(int(i) for i in lane),
+                    buffer.name if buffer else None,
+                )
+            )
             allocation.written[spans[unset]] = True  # report each byte once
             return
 
@@ -337,19 +380,20 @@ class MemoryChecker:
                 allocation.written[(offsets[inside][:, None] + np.arange(itemsize)).ravel()] = True
 
     def _where(self, launch: _Launch, access: Access, lane) -> str:
-        program = access.program[:len(_axes(launch))]
+        program = access.program[: len(_axes(launch))]
         lane = tuple(int(i) for i in lane)
         lane_text = str(lane[0]) if len(lane) == 1 else str(lane)
         verb = {"load": "load", "store": "store", "atomic": "atomic"}[access.kind]
-        return (f"{verb} at line {access.line} of {Path(access.file).name} (kernel {launch.kernel}), "
-                f"program {program}, lane {lane_text}")
+        return (
+            f"{verb} at line {access.line} of {Path(access.file).name} (kernel {launch.kernel}), "
+            f"program {program}, lane {lane_text}"
+        )
 
     # -- allocations (through the dispatch mode) --------------------------------------------------
     def _allocated(self, tensor: torch.Tensor) -> None:
         storage = tensor.untyped_storage()
         if tensor.device.type == "cpu" and storage.nbytes():
-            self._allocations.append(_Allocation(storage, storage.data_ptr(),
-                                                 np.zeros(storage.nbytes(), dtype=bool)))
+            self._allocations.append(_Allocation(storage, storage.data_ptr(), np.zeros(storage.nbytes(), dtype=bool)))
 
     def _written_by_torch(self, tensor: torch.Tensor) -> None:
         if tensor.device.type != "cpu" or tensor.numel() == 0:
@@ -418,6 +462,7 @@ class BoundsGuard:
 
     def install(self) -> BoundsGuard:
         from grader.core import instrument
+
         with _lock:
             if not _active:
                 _patch_launches()
@@ -428,6 +473,7 @@ class BoundsGuard:
 
     def uninstall(self) -> None:
         from grader.core import instrument
+
         if not self._installed:
             return
         instrument.remove_guard(self.check)
@@ -456,6 +502,7 @@ class BoundsGuard:
                 return fn(*call_args, **call_kwargs)
             finally:
                 guard._known = []
+
         return called
 
     def unwritten(self, outputs) -> list[int]:
@@ -508,8 +555,7 @@ class BoundsGuard:
         inside = np.zeros(len(addresses), dtype=bool)
         for buffer in [b for b, _ in launch] + self._known:
             if buffer.end - buffer.start >= itemsize:
-                inside |= (addresses >= np.uint64(buffer.start)) & \
-                    (addresses <= np.uint64(buffer.end - itemsize))
+                inside |= (addresses >= np.uint64(buffer.start)) & (addresses <= np.uint64(buffer.end - itemsize))
         if inside.all():
             if kind != "load" and self._written is not None:
                 for buffer, storage in launch:
@@ -517,8 +563,7 @@ class BoundsGuard:
                     if lanes.any():
                         self._mark(buffer, storage, addresses[lanes], itemsize)
             return
-        self._refuse(kind, ptrs, mask, launch, int(np.flatnonzero(~inside)[0]), int(addresses[~inside][0]),
-                     itemsize)
+        self._refuse(kind, ptrs, mask, launch, int(np.flatnonzero(~inside)[0]), int(addresses[~inside][0]), itemsize)
 
     def _mark(self, buffer: _Buffer, storage, addresses, itemsize: int) -> None:
         entry = self._written.get(buffer.storage_start)
@@ -535,6 +580,7 @@ class BoundsGuard:
         from triton.runtime import interpreter
 
         from grader.core.instrument import where
+
         kernel, file, line = where()
         if mask is None:
             lanes = np.argwhere(np.ones(ptrs.shape, dtype=bool))
@@ -558,7 +604,13 @@ class BoundsGuard:
             f"{kind} at line {line} of {Path(file).name} (kernel {kernel}), program "
             f"{program[:axes]}, lane {lane_text}: {what}. A kernel may touch only the tensors passed "
             "to its launch; the grader refused the access.",
-            kernel, file, line, program[:axes], lane, buffer.name if near else None)
+            kernel,
+            file,
+            line,
+            program[:axes],
+            lane,
+            buffer.name if near else None,
+        )
         if self.fault is None:
             self.fault = finding
         raise MemoryFault(finding)
@@ -576,7 +628,7 @@ def _holds_unstored(tensor: torch.Tensor, entry) -> bool:
         return bool(values.any())
     start = tensor.data_ptr() - storage.data_ptr()
     if tensor.is_contiguous():  # the usual case: one run of bytes, read in place
-        stored = entry[1][start:start + tensor.numel() * size].reshape(-1, size).all(axis=1)
+        stored = entry[1][start : start + tensor.numel() * size].reshape(-1, size).all(axis=1)
     else:
         offsets = _element_offsets(tensor) * size + start
         stored = entry[1][offsets[:, None] + np.arange(size)].all(axis=1)
@@ -587,8 +639,10 @@ def _holds_unstored(tensor: torch.Tensor, entry) -> bool:
 # GridExecutor.__call__ runs one launch; GridExecutor._init_args_hst turns its arguments into the
 # host tensors the kernel's addresses point into. Both have the same signature on Triton 3.6-3.9.
 
+
 def _patch_launches() -> None:
     from triton.runtime.interpreter import GridExecutor
+
     call, init = GridExecutor.__call__, GridExecutor._init_args_hst
     _originals.update(call=call, init=init)
 
@@ -614,6 +668,7 @@ def _patch_launches() -> None:
 
 def _unpatch_launches() -> None:
     from triton.runtime.interpreter import GridExecutor
+
     GridExecutor.__call__, GridExecutor._init_args_hst = _originals.pop("call"), _originals.pop("init")
 
 
@@ -633,6 +688,7 @@ def _collect_buffers(name: str, value, buffers: list[_Buffer], storages: list | 
 
 
 # -- small helpers -----------------------------------------------------------------------------------
+
 
 def _axes(launch: _Launch) -> tuple:
     """The grid's axes worth naming: (3,) for a 1-D grid, (3, 1) for a 2-D one."""
@@ -654,6 +710,7 @@ def _nearest(buffers: list[_Buffer], address: int) -> _Buffer | None:
         if buffer.start <= address < max(buffer.end, buffer.start + 1):
             return 0
         return buffer.start - address if address < buffer.start else address - buffer.end + 1
+
     return min(buffers, key=distance, default=None)
 
 
@@ -668,8 +725,10 @@ def _outside(buffer: _Buffer, address: int, size: int) -> str:
     else:
         where = f"partly past the end of {buffer.describe()}"
     if buffer.storage_start <= address and address + size <= buffer.storage_end:
-        where += (" (still inside the memory it is a view of, which is someone else's data: a GPU "
-                  "would not stop, it would read or overwrite it)")
+        where += (
+            " (still inside the memory it is a view of, which is someone else's data: a GPU "
+            "would not stop, it would read or overwrite it)"
+        )
     return where + "; check the mask of this access"
 
 

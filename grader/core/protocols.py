@@ -39,6 +39,7 @@ class Backward:
     """The API is differentiable. Its last ``upstream`` positional arguments are upstream
     gradients, one per forward output; the inputs at positions ``wrt`` become leaves that require
     grad. Compared: the forward outputs, then the gradient of each ``wrt`` input, in order."""
+
     wrt: tuple[int, ...]
     upstream: int = 1
 
@@ -49,6 +50,7 @@ class Steps:
     one entry per step; step t calls the API with entry t in its place and, when ``counter`` is
     set, that keyword equal to t + 1. Compared: what the last call returned, then the ``mutates``
     arguments."""
+
     per_step: int
     counter: str | None = None
 
@@ -66,6 +68,7 @@ class Raises:
     """The call must raise one of ``errors`` (names of builtin exception classes; a subclass
     counts) whose message matches every regular expression in ``needles``, ignoring case; ``why``
     says what the message must tell its reader. Nothing is compared: a refusal has no outputs."""
+
     errors: tuple[str, ...]
     needles: tuple[str, ...] = ()
     why: str = ""
@@ -76,6 +79,7 @@ class Warns:
     """Like ``Calls``, and of all the calls exactly one gives a warning whose message matches
     every regular expression of ``needles`` (ignoring case): a fallback says once that it
     happened and why, not on every call. ``why`` says what the warning must tell its reader."""
+
     needles: tuple[str, ...] = ()
     why: str = ""
 
@@ -185,12 +189,16 @@ def _warning_once(fn: Callable, protocol: Warns, api: str) -> Callable:
         matching = [m for m in said if all(re.search(n, m, re.IGNORECASE) for n in protocol.needles)]
         if not matching:
             heard = f" (it gave {len(said)} other warning(s): {said[0][:200]!r})" if said else ""
-            raise ProtocolError(f"{len(entries)} calls of {api}() gave no warning that says why{heard}: the "
-                                f"warning should {protocol.why}.")
+            raise ProtocolError(
+                f"{len(entries)} calls of {api}() gave no warning that says why{heard}: the "
+                f"warning should {protocol.why}."
+            )
         if len(matching) > 1:
-            raise ProtocolError(f"{len(entries)} calls of {api}() gave {len(matching)} warnings "
-                                f"({matching[0][:200]!r}): warn the first time only: a warning on every call of "
-                                "a training loop buries everything else.")
+            raise ProtocolError(
+                f"{len(entries)} calls of {api}() gave {len(matching)} warnings "
+                f"({matching[0][:200]!r}): warn the first time only: a warning on every call of "
+                "a training loop buries everything else."
+            )
         return outputs
 
     return call
@@ -207,16 +215,22 @@ def _refusing(fn: Callable, protocol: Raises, api: str) -> Callable:
             message = " ".join(str(error).split())
             shown = message if len(message) <= 300 else message[:297] + "..."
             if not {k.__name__ for k in type(error).__mro__} & set(protocol.errors):
-                raise ProtocolError(f"{api}() raised {raised} ({shown!r}) for these inputs, but should raise "
-                                    f"{expected}: it should {protocol.why}.") from None
+                raise ProtocolError(
+                    f"{api}() raised {raised} ({shown!r}) for these inputs, but should raise "
+                    f"{expected}: it should {protocol.why}."
+                ) from None
             missing = [n for n in protocol.needles if not re.search(n, message, re.IGNORECASE)]
             if missing:
-                raise ProtocolError(f"{api}() rightly raised {raised}, but its message {shown!r} does not say "
-                                    f"enough: it should {protocol.why}.") from None
+                raise ProtocolError(
+                    f"{api}() rightly raised {raised}, but its message {shown!r} does not say "
+                    f"enough: it should {protocol.why}."
+                ) from None
             return ()
         article = "an" if expected[:1] in "AEIOU" else "a"
-        raise ProtocolError(f"{api}() accepted these inputs, but should refuse them with {article} {expected}: it "
-                            f"should {protocol.why}. Check the inputs before launching a kernel.")
+        raise ProtocolError(
+            f"{api}() accepted these inputs, but should refuse them with {article} {expected}: it "
+            f"should {protocol.why}. Check the inputs before launching a kernel."
+        )
 
     return call
 
@@ -233,19 +247,25 @@ def _backward(fn: Callable, protocol: Backward, api: str) -> Callable:
         with torch.enable_grad():
             result = fn(*forward_args, **kwargs)
             outputs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-            pairs = [(out, grad) for out, grad in zip(outputs, upstream)
-                     if isinstance(out, torch.Tensor) and out.requires_grad]
+            pairs = [
+                (out, grad)
+                for out, grad in zip(outputs, upstream)
+                if isinstance(out, torch.Tensor) and out.requires_grad
+            ]
             if not pairs:
                 raise ProtocolError(
                     f"{api}() returned no output that requires grad, so no gradient can flow back: "
-                    "return the result of your torch.autograd.Function's apply(), not of the kernel.")
-            grads = torch.autograd.grad([out for out, _ in pairs], leaves, [grad for _, grad in pairs],
-                                        allow_unused=True)
+                    "return the result of your torch.autograd.Function's apply(), not of the kernel."
+                )
+            grads = torch.autograd.grad(
+                [out for out, _ in pairs], leaves, [grad for _, grad in pairs], allow_unused=True
+            )
         for position, grad in zip(protocol.wrt, grads):
             if grad is None:
                 raise ProtocolError(
                     f"{api}()'s backward gave no gradient for its input #{position + 1}: return one "
-                    "gradient per input of forward() from backward() (None only for non-tensors).")
+                    "gradient per input of forward() from backward() (None only for non-tensors)."
+                )
         detached = tuple(out.detach() if isinstance(out, torch.Tensor) else out for out in outputs)
         return detached + tuple(grads)
 
@@ -258,8 +278,9 @@ def mutated(args: tuple, mutates: tuple[int, ...]) -> list[torch.Tensor]:
     for position in mutates:
         if position < len(args):
             value = args[position]
-            found.extend(t for t in (value if isinstance(value, (list, tuple)) else [value])
-                         if isinstance(t, torch.Tensor))
+            found.extend(
+                t for t in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(t, torch.Tensor)
+            )
     return found
 
 
@@ -290,6 +311,7 @@ def as_passed(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     an alias of the caller's (same memory and layout: a tensor the call points at other memory
     still shows the caller's memory here). What the call wrote into the caller's tensors shows
     through the aliases."""
+
     def copy(obj):
         if isinstance(obj, torch.Tensor):
             return obj.detach()
@@ -304,8 +326,13 @@ def as_passed(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def same_place(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors are one view of one memory: same storage, offset, shape, strides, dtype."""
-    return (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.dtype == b.dtype
-            and a.storage_offset() == b.storage_offset() and a.shape == b.shape and a.stride() == b.stride())
+    return (
+        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        and a.dtype == b.dtype
+        and a.storage_offset() == b.storage_offset()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+    )
 
 
 def tensor_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
@@ -330,20 +357,25 @@ def tensor_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
     return names
 
 
-def moved_input(passed: list[torch.Tensor], after: list[torch.Tensor], api: str,
-                names: list[str] | None = None) -> str | None:
+def moved_input(
+    passed: list[torch.Tensor], after: list[torch.Tensor], api: str, names: list[str] | None = None
+) -> str | None:
     """The learner-facing message if a call left its arguments holding other tensors than the
     caller passed (``passed``, from ``as_passed``; ``after``: the arguments' tensors after the
     call): a reassigned list slot, a tensor pointed at other memory, a list grown or shrunk."""
     if len(passed) != len(after):
-        return (f"{api}() added tensors to the lists it was given, or removed some: leave the lists as "
-                "they are and update the tensors in them in place.")
+        return (
+            f"{api}() added tensors to the lists it was given, or removed some: leave the lists as "
+            "they are and update the tensors in them in place."
+        )
     for position, (old, new) in enumerate(zip(passed, after)):
         if not isinstance(new, torch.Tensor) or (old.numel() and not same_place(old, new)):
             name = names[position] if names and position < len(names) else f"input tensor #{position + 1}"
-            return (f"{api}() put another tensor in the place of {name}, but the caller keeps its own "
-                    f"{name}: update the tensors you were given in place (have the kernel store into "
-                    "them), and leave the caller's lists holding them (build a new list for other tensors).")
+            return (
+                f"{api}() put another tensor in the place of {name}, but the caller keeps its own "
+                f"{name}: update the tensors you were given in place (have the kernel store into "
+                "them), and leave the caller's lists holding them (build a new list for other tensors)."
+            )
     return None
 
 
@@ -362,6 +394,7 @@ def autograd_reference(forward: Callable, wrt: tuple[int, ...], upstream: int = 
     """A ``Backward`` spec's reference from a plain PyTorch ``forward``: called with the case's
     float64 inputs (forward arguments, then the upstream gradients), it returns the forward
     outputs, then the gradient of each ``wrt`` input."""
+
     def reference(*args, **kwargs):
         return _backward(forward, Backward(tuple(wrt), upstream), "the reference")(*args, **kwargs)
 
@@ -371,6 +404,7 @@ def autograd_reference(forward: Callable, wrt: tuple[int, ...], upstream: int = 
 
 def _signature_of(fn: Callable):
     import inspect
+
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):

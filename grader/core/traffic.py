@@ -41,6 +41,7 @@ SECTOR = 32  # bytes per memory sector
 @dataclass
 class LineTraffic:
     """The warp-wide accesses of one ``tl.load`` / ``tl.store`` line."""
+
     kind: str
     file: str
     line: int
@@ -66,6 +67,7 @@ class LineTraffic:
 @dataclass
 class Traffic:
     """Everything one call asked of global memory."""
+
     lines: dict[tuple[str, str, int], LineTraffic] = field(default_factory=dict)
     elements_loaded: int = 0
     elements_stored: int = 0
@@ -123,10 +125,13 @@ class Traffic:
             return 0.0
         averages = []
         for name in {kernel for kernel, _ in self.footprints}:
-            order = sorted((program for kernel, program in self.footprints if kernel == name),
-                           key=lambda p: (p[2], p[1], p[0]))
-            sizes = [np.unique(np.concatenate([self.footprints[(name, p)] for p in order[i:i + wave]])).size
-                     for i in range(0, len(order), wave)]
+            order = sorted(
+                (program for kernel, program in self.footprints if kernel == name), key=lambda p: (p[2], p[1], p[0])
+            )
+            sizes = [
+                np.unique(np.concatenate([self.footprints[(name, p)] for p in order[i : i + wave]])).size
+                for i in range(0, len(order), wave)
+            ]
             averages.append(float(np.mean(sizes)) * SECTOR)
         return max(averages)
 
@@ -171,6 +176,7 @@ def measure(call: Callable[[], object], minimum_bytes: int | None = None, footpr
 class TrafficBar:
     """What a module asks of one call's memory traffic, checked under the interpreter: the kinds
     of access that must be coalesced, and how often each output may need an element loaded."""
+
     case: Case
     lesson: str  # what fixes a miss, in a sentence: "load a 2-D tile, so that ..."
     coalesced: tuple[str, ...] = ("load", "store")
@@ -191,6 +197,7 @@ class TrafficBar:
 def traffic_of(kernel, module_spec: Spec, case: Case, footprints: bool = False) -> Traffic:
     """The traffic of one call of the loaded ``kernel`` on ``case``'s inputs."""
     from grader.core.checks import build_inputs
+
     spec = spec_for(case, module_spec)
     args, kwargs = build_inputs(spec, case)
     fn = timed(spec.protocol, kernel.api(spec.api), spec.api)
@@ -205,29 +212,59 @@ def check_bar(kernel, module_spec: Spec, bar: TrafficBar) -> Traffic:
     for kind in bar.coalesced:
         worst = traffic.worst_line(kind)
         if worst is not None and traffic.excess(kind) > bar.max_excess:
-            misses.append((worst, f"{spec.api}() touches {traffic.sectors_per_access(kind):.1f} sectors per "
-                                  f"warp-wide {kind}; coalesced is {traffic.ideal_per_access(kind):.1f} "
-                                  f"(worst: line {worst.line}, {worst.sectors_per_access:.1f})."))
+            misses.append(
+                (
+                    worst,
+                    f"{spec.api}() touches {traffic.sectors_per_access(kind):.1f} sectors per "
+                    f"warp-wide {kind}; coalesced is {traffic.ideal_per_access(kind):.1f} "
+                    f"(worst: line {worst.line}, {worst.sectors_per_access:.1f}).",
+                )
+            )
     if bar.max_loads_per_output is not None and traffic.loads_per_output > bar.max_loads_per_output:
         loads = [line for line in traffic.lines.values() if line.kind == "load"]
         worst = max(loads, key=lambda line: line.bytes, default=None)
-        misses.append((worst, f"{spec.api}() loads {traffic.loads_per_output:.1f} elements per element it "
-                              f"stores; the bar is {bar.max_loads_per_output:g}."))
+        misses.append(
+            (
+                worst,
+                f"{spec.api}() loads {traffic.loads_per_output:.1f} elements per element it "
+                f"stores; the bar is {bar.max_loads_per_output:g}.",
+            )
+        )
     if bar.max_bytes_over_minimum is not None and (traffic.bytes_over_minimum or 0) > bar.max_bytes_over_minimum:
         loads = [line for line in traffic.lines.values() if line.kind == "load"]
         worst = max(loads, key=lambda line: line.bytes, default=None)
-        misses.append((worst, f"{spec.api}() moves {traffic.bytes_over_minimum:.2f} x the bytes the problem "
-                              f"needs; the bar is {bar.max_bytes_over_minimum:g} x."))
+        misses.append(
+            (
+                worst,
+                f"{spec.api}() moves {traffic.bytes_over_minimum:.2f} x the bytes the problem "
+                f"needs; the bar is {bar.max_bytes_over_minimum:g} x.",
+            )
+        )
     if bar.min_programs is not None and traffic.busiest_launch < bar.min_programs:
-        misses.append((None, f"{spec.api}() leaves the work to {traffic.busiest_launch} program(s); the bar is "
-                             f"{bar.min_programs}: a GPU runs one program per multiprocessor at a time."))
+        misses.append(
+            (
+                None,
+                f"{spec.api}() leaves the work to {traffic.busiest_launch} program(s); the bar is "
+                f"{bar.min_programs}: a GPU runs one program per multiprocessor at a time.",
+            )
+        )
     if bar.max_programs is not None and traffic.busiest_launch > bar.max_programs:
-        misses.append((None, f"{spec.api}() launches {traffic.busiest_launch} programs; the bar is "
-                             f"{bar.max_programs}, one per multiprocessor, each looping over tiles."))
+        misses.append(
+            (
+                None,
+                f"{spec.api}() launches {traffic.busiest_launch} programs; the bar is "
+                f"{bar.max_programs}, one per multiprocessor, each looping over tiles.",
+            )
+        )
     if bar.max_wave_bytes is not None and traffic.wave_bytes(bar.wave) > bar.max_wave_bytes:
-        misses.append((None, f"each wave of {bar.wave} consecutive programs of {spec.api}() loads "
-                             f"{_size(int(traffic.wave_bytes(bar.wave)))} of distinct data; the bar is "
-                             f"{_size(bar.max_wave_bytes)}."))
+        misses.append(
+            (
+                None,
+                f"each wave of {bar.wave} consecutive programs of {spec.api}() loads "
+                f"{_size(int(traffic.wave_bytes(bar.wave)))} of distinct data; the bar is "
+                f"{_size(bar.max_wave_bytes)}.",
+            )
+        )
     if not misses:
         return traffic
     todo = _todo_for(kernel, bar.todo, misses[0][0])
@@ -296,29 +333,40 @@ def warp_sectors(access: Access) -> tuple[int, int, int, int]:
 
 def describe(traffic: Traffic, root: Path | None = None, wave: int = 32) -> str:
     """The report as a few lines of text for a learner."""
+
     def where(line: LineTraffic) -> str:
         path = Path(line.file)
         shown = path.name if root is None or not path.is_relative_to(root) else path.relative_to(root)
         return f"{shown}:{line.line}"
 
-    rows = [f"  global memory: {_size(traffic.bytes_loaded)} loaded, {_size(traffic.bytes_stored)} stored"
-            + (f" ({traffic.bytes_over_minimum:.2f} x the {_size(traffic.minimum_bytes)} the problem needs)"
-               if traffic.minimum_bytes else "")]
+    rows = [
+        f"  global memory: {_size(traffic.bytes_loaded)} loaded, {_size(traffic.bytes_stored)} stored"
+        + (
+            f" ({traffic.bytes_over_minimum:.2f} x the {_size(traffic.minimum_bytes)} the problem needs)"
+            if traffic.minimum_bytes
+            else ""
+        )
+    ]
     for kind in ("load", "store"):
         if traffic.total(kind, "warp_accesses"):
-            rows.append(f"  sectors per warp-wide {kind}: {traffic.sectors_per_access(kind):.1f} "
-                        f"(coalesced: {traffic.ideal_per_access(kind):.1f})")
+            rows.append(
+                f"  sectors per warp-wide {kind}: {traffic.sectors_per_access(kind):.1f} "
+                f"(coalesced: {traffic.ideal_per_access(kind):.1f})"
+            )
             worst = traffic.worst_line(kind)
             if worst is not None and worst.excess > 1.25:
-                rows.append(f"    most wasteful: {where(worst)}, {worst.sectors_per_access:.1f} sectors "
-                            f"per access where {worst.ideal_per_access:.1f} would do")
+                rows.append(
+                    f"    most wasteful: {where(worst)}, {worst.sectors_per_access:.1f} sectors "
+                    f"per access where {worst.ideal_per_access:.1f} would do"
+                )
     if traffic.elements_stored:
         rows.append(f"  elements loaded per element stored: {traffic.loads_per_output:.1f}")
     if traffic.programs:
         rows.append(f"  programs that touched memory: {traffic.busiest_launch} in the largest launch")
     if traffic.footprints:
-        rows.append(f"  distinct data loaded per wave of {wave} consecutive programs: "
-                    f"{_size(int(traffic.wave_bytes(wave)))}")
+        rows.append(
+            f"  distinct data loaded per wave of {wave} consecutive programs: {_size(int(traffic.wave_bytes(wave)))}"
+        )
     return "\n".join(rows)
 
 

@@ -27,11 +27,15 @@ def grading_problem() -> str | None:
         return None
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if sys.version_info[:2] < GRADING_PYTHON:
-        return (f"Grading needs nbgrader, which needs Python {_shown(GRADING_PYTHON)} or newer, and this is Python "
-                f"{here}. Rebuild the environment with a newer Python: `make clean-env`, then `make grade "
-                "BOOTSTRAP_PYTHON=python3.12` (or any of 3.11 to 3.13).")
-    return ("Grading needs nbgrader, which is not installed here: `make grade` installs it, or "
-            "`pip install -e '.[grading]'` in your own environment.")
+        return (
+            f"Grading needs nbgrader, which needs Python {_shown(GRADING_PYTHON)} or newer, and this is Python "
+            f"{here}. Rebuild the environment with a newer Python: `make clean-env`, then `make grade "
+            "BOOTSTRAP_PYTHON=python3.12` (or any of 3.11 to 3.13)."
+        )
+    return (
+        "Grading needs nbgrader, which is not installed here: `make grade` installs it, or "
+        "`pip install -e '.[grading]'` in your own environment."
+    )
 
 
 class UnsupportedVersion(RuntimeError):
@@ -48,8 +52,9 @@ def _shown(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
 
 
-def findings(installed: dict[str, str], numpy: str | None = None,
-             interpreter: bool = True) -> tuple[list[str], list[str]]:
+def findings(
+    installed: dict[str, str], numpy: str | None = None, interpreter: bool = True
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) for the ``installed`` versions of the packages in ``SUPPORTED``, and of
     NumPy where kernels run in Triton's ``interpreter``."""
     errors, warnings = [], []
@@ -59,17 +64,28 @@ def findings(installed: dict[str, str], numpy: str | None = None,
         found = major_minor(installed[name])
         supported = f"{_shown(oldest)}-{_shown(newest)}"
         if found < oldest:
-            errors.append(f"{name} {installed[name]} is older than this course supports ({supported}). Rebuild the "
-                          "course's environment with `make clean-env`, then `make check`; with your own environment, "
-                          f"`pip install '{name}>={_shown(oldest)}'`.")
+            errors.append(
+                f"{name} {installed[name]} is older than this course supports ({supported}). Rebuild the "
+                "course's environment with `make clean-env`, then `make check`; with your own environment, "
+                f"`pip install '{name}>={_shown(oldest)}'`."
+            )
         elif found > newest:
-            warnings.append(f"{name} {installed[name]} is newer than this course was tested with ({supported}); "
-                            "if something fails that should not, try the newest tested version.")
-    if interpreter and numpy is not None and "triton" in installed and \
-            major_minor(installed["triton"]) == (3, 6) and major_minor(numpy) >= (2, 4):
-        warnings.append(f"numpy {numpy} breaks Triton 3.6's interpreter for kernels whose loops run to a length "
-                        "passed at run time (NumPy refuses the one-element bound): `pip install 'numpy<2.4'`, or "
-                        "a newer Triton.")
+            warnings.append(
+                f"{name} {installed[name]} is newer than this course was tested with ({supported}); "
+                "if something fails that should not, try the newest tested version."
+            )
+    if (
+        interpreter
+        and numpy is not None
+        and "triton" in installed
+        and major_minor(installed["triton"]) == (3, 6)
+        and major_minor(numpy) >= (2, 4)
+    ):
+        warnings.append(
+            f"numpy {numpy} breaks Triton 3.6's interpreter for kernels whose loops run to a length "
+            "passed at run time (NumPy refuses the one-element bound): `pip install 'numpy<2.4'`, or "
+            "a newer Triton."
+        )
     return errors, warnings
 
 

@@ -124,8 +124,10 @@ class SharedKernelExecute(Execute):
         reply = await self.async_wait_for_reply(kc.execute(RESET.format(path=path), silent=True, store_history=False))
         if reply is None or reply["content"]["status"] != "ok":
             self._failed = True
-            raise RuntimeError("The shared notebook kernel could not be reset for the next notebook; "
-                               "run the grader again (finished notebooks are kept).")
+            raise RuntimeError(
+                "The shared notebook kernel could not be reset for the next notebook; "
+                "run the grader again (finished notebooks are kept)."
+            )
         return kc
 
     # nbclient's synchronous setup_kernel calls this name, bound to nbclient's own coroutine.

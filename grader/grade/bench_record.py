@@ -31,14 +31,26 @@ from grader.sandbox.isolation import Limits
 
 # Hand-written examples of module 01 that the run phase grades in seconds (no endless loop, no
 # memory hog), besides the complete and stub students that every module has.
-QUICK_EXAMPLES = ["partial", "noisy", "syntax-error", "raises-at-import", "torch-compute", "returns-input",
-                  "caches-outputs", "mutates-input", "reads-files", "exits-at-import"]
+QUICK_EXAMPLES = [
+    "partial",
+    "noisy",
+    "syntax-error",
+    "raises-at-import",
+    "torch-compute",
+    "returns-input",
+    "caches-outputs",
+    "mutates-input",
+    "reads-files",
+    "exits-at-import",
+]
 STEPS = ("autograde", "feedback", "export")
 
 
 def _example_file(examples: Path, name: str, module: Module) -> Path | None:
-    for candidate in (examples / name / module.track / module.slug / "kernel.py",
-                      examples / name / f"{module.track}-{module.slug}" / "kernel.py"):
+    for candidate in (
+        examples / name / module.track / module.slug / "kernel.py",
+        examples / name / f"{module.track}-{module.slug}" / "kernel.py",
+    ):
         if candidate.is_file():
             return candidate
     return None
@@ -74,8 +86,11 @@ def prepare_records(source: Path, results: Path, modules: list[Module]) -> None:
     started = time.monotonic()
     summary = runphase.run(source, results, modules, _options(), progress=True)
     graded = sum(1 for outcome in summary.outcomes if not outcome.reused)
-    print(f"Run phase: {graded} file(s) graded, {len(summary.outcomes) - graded} reused, "
-          f"{time.monotonic() - started:.0f} s (not timed below).", flush=True)
+    print(
+        f"Run phase: {graded} file(s) graded, {len(summary.outcomes) - graded} reused, "
+        f"{time.monotonic() - started:.0f} s (not timed below).",
+        flush=True,
+    )
 
 
 def grade_with(label: str, shared: bool, work: Path, source: Path, results: Path) -> pipeline.Grading:
@@ -91,8 +106,11 @@ def grade_with(label: str, shared: bool, work: Path, source: Path, results: Path
     finally:
         pipeline.SHARED_KERNEL = saved
     if grading.children_started:
-        print(f"  note: the {label} run graded {grading.children_started} file(s) itself; the records "
-              "were expected to be ready", flush=True)
+        print(
+            f"  note: the {label} run graded {grading.children_started} file(s) itself; the records "
+            "were expected to be ready",
+            flush=True,
+        )
     return grading
 
 
@@ -115,8 +133,10 @@ def compare(serial: pipeline.Grading, shared: pipeline.Grading) -> list[str]:
     scores = [{(r.student, r.assignment): r.scores for r in g.rows} for g in (serial, shared)]
     if scores[0] != scores[1]:
         problems.append("the gradebook's scores differ")
-    for kind, pattern, read in (("feedback page", "feedback/*/*/*.html", Path.read_bytes),
-                                ("autograded notebook", "autograded/*/*/*.ipynb", _without_execution_times)):
+    for kind, pattern, read in (
+        ("feedback page", "feedback/*/*/*.html", Path.read_bytes),
+        ("autograded notebook", "autograded/*/*/*.ipynb", _without_execution_times),
+    ):
         mine = sorted(p.relative_to(serial.course_dir) for p in serial.course_dir.glob(pattern))
         other = sorted(p.relative_to(shared.course_dir) for p in shared.course_dir.glob(pattern))
         if mine != other:
@@ -132,20 +152,26 @@ def table(gradings: dict[str, pipeline.Grading], notebooks: int) -> str:
     for step in (*STEPS, "total"):
         cells = []
         for grading in gradings.values():
-            seconds = (sum(grading.seconds.get(s, 0.0) for s in STEPS) if step == "total"
-                       else grading.seconds.get(step, 0.0))
+            seconds = (
+                sum(grading.seconds.get(s, 0.0) for s in STEPS) if step == "total" else grading.seconds.get(step, 0.0)
+            )
             cells.append(f"{seconds:7.1f} s {seconds / max(1, notebooks):6.2f} s/notebook")
         lines.append(f"{step:<11}" + "".join(f"{cell:>30}" for cell in cells))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader.grade.bench_record", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.grade.bench_record",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--students", type=int, default=50, help="how many students (default 50)")
-    parser.add_argument("--work", default=str(REPO_ROOT / "build" / "bench-record"),
-                        help="working folder; its results/ keeps the records between runs "
-                             "(default build/bench-record)")
+    parser.add_argument(
+        "--work",
+        default=str(REPO_ROOT / "build" / "bench-record"),
+        help="working folder; its results/ keeps the records between runs (default build/bench-record)",
+    )
     args = parser.parse_args(argv)
     if args.students < 1:
         parser.error("--students must be at least 1")
@@ -162,17 +188,25 @@ def main(argv: list[str] | None = None) -> int:
     serial, shared = gradings.values()
     for grading in (serial, shared):
         if grading.autograded != notebooks or grading.grader_errors:
-            print(f"Expected {notebooks} autograded notebooks without grader errors; got {grading.autograded} "
-                  f"and {len(grading.grader_errors)} error(s) in {grading.course_dir}: see its logs/.")
+            print(
+                f"Expected {notebooks} autograded notebooks without grader errors; got {grading.autograded} "
+                f"and {len(grading.grader_errors)} error(s) in {grading.course_dir}: see its logs/."
+            )
     problems = compare(serial, shared)
     print()
-    print(f"Record phase of {args.students} students x {len(modules)} modules = {notebooks} notebooks, "
-          f"{os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.1f} at the end:")
+    print(
+        f"Record phase of {args.students} students x {len(modules)} modules = {notebooks} notebooks, "
+        f"{os.cpu_count()} CPU core(s), load average {os.getloadavg()[0]:.1f} at the end:"
+    )
     print(table(gradings, notebooks))
     speedup = serial.seconds.get("autograde", 0.0) / max(0.01, shared.seconds.get("autograde", 0.0))
     print(f"autograde: {speedup:.1f} x faster with the shared kernel")
-    print("Same grades.csv (byte for byte), nbgrader export, scores, feedback HTML and autograded notebooks "
-          "(but for their execution timestamps)." if not problems else "DIFFERENT: " + "; ".join(problems))
+    print(
+        "Same grades.csv (byte for byte), nbgrader export, scores, feedback HTML and autograded notebooks "
+        "(but for their execution timestamps)."
+        if not problems
+        else "DIFFERENT: " + "; ".join(problems)
+    )
     return 1 if problems else 0
 
 

@@ -16,8 +16,7 @@ class Budget:
     core. ``left`` and ``wall_end``: what remains of the module's budget, which may end the step
     sooner (``by_module``)."""
 
-    def __init__(self, cpu, seconds: float, wall_factor: float, left: float = math.inf,
-                 wall_end: float = math.inf):
+    def __init__(self, cpu, seconds: float, wall_factor: float, left: float = math.inf, wall_end: float = math.inf):
         now = time.monotonic()
         self.cpu, self.cpu_end = cpu, cpu() + min(seconds, max(left, 0.0))
         self.wall_end = min(now + seconds * wall_factor, wall_end)
@@ -32,19 +31,27 @@ def budget_spent(budget: float, visibility: str, until: float, unconfirmed: bool
     it (``until``) that public cases may use."""
     spent = f"the module's time budget ({budget:g} s of CPU time for all its processes) was spent"
     if unconfirmed:
-        return (f"Not run to a verdict: this case ran in a process that crashed afterwards, and {spent} "
-                "before it could run again alone.")
-    share = f" (public cases may use {until:.0f} s of it, so that hidden cases get theirs)" \
-        if visibility == "public" else ""
-    return (f"Not run: {spent}{share}, on cases that timed out or crashed and the fresh processes they "
-            "needed. Fix those first.")
+        return (
+            f"Not run to a verdict: this case ran in a process that crashed afterwards, and {spent} "
+            "before it could run again alone."
+        )
+    share = (
+        f" (public cases may use {until:.0f} s of it, so that hidden cases get theirs)"
+        if visibility == "public"
+        else ""
+    )
+    return (
+        f"Not run: {spent}{share}, on cases that timed out or crashed and the fresh processes they "
+        "needed. Fix those first."
+    )
 
 
 def with_limits_hint(message: str, sandbox: Sandbox, limits: Limits) -> str:
     """A child's error ``message``, with the sandbox's limit it may have run into."""
     if "MemoryError" in message or "out of memory" in message.lower():
-        message += (f"\nThe grader allows {sandbox.memory_bytes(limits) / (1 << 30):g} GiB of "
-                    "host memory per submission.")
+        message += (
+            f"\nThe grader allows {sandbox.memory_bytes(limits) / (1 << 30):g} GiB of host memory per submission."
+        )
     if "BlockingIOError" in message or "Resource temporarily unavailable" in message:
         message += f"\nThe grader allows {limits.processes} processes and threads per submission."
     return message

@@ -34,9 +34,11 @@ from grader.grade.record_format import RECORD_VERSION, problems
 from grader.grade.store import cases_hash, keep, sha256
 from grader.sandbox.isolation import UnsafeSandbox
 
-FALLBACK_NOTE = ("Ray is not installed in this Python environment, so this run grades on this machine "
-                 "alone. To grade on a Ray cluster, install the cluster extra (`pip install -e '.[cluster]'`) "
-                 "here and on every node.")
+FALLBACK_NOTE = (
+    "Ray is not installed in this Python environment, so this run grades on this machine "
+    "alone. To grade on a Ray cluster, install the cluster extra (`pip install -e '.[cluster]'`) "
+    "here and on every node."
+)
 ATTEMPTS = 2  # a task whose worker died is handed to a new worker once
 
 
@@ -61,8 +63,9 @@ class GradingWorker:
     def __init__(self, options: Options, secret: int, slots: int, results_dir: Path):
         self.options, self.secret = options, secret
         # Children never see the driver's results, where the driver and worker share a machine.
-        self.sandbox = make_sandbox(replace(options, workers=slots), results_dir,
-                                    gpus=[0] if device.is_cuda() else None)
+        self.sandbox = make_sandbox(
+            replace(options, workers=slots), results_dir, gpus=[0] if device.is_cuda() else None
+        )
         self.stop = threading.Event()
 
     def ready(self) -> dict:
@@ -72,8 +75,13 @@ class GradingWorker:
     def grade(self, module_id: str, source: bytes) -> dict:
         self.sandbox.probe()  # a no-op after the first; a replacement worker starts here
         graded = grade_one(find_module(module_id), source, self.sandbox, self.secret, self.options, self.stop)
-        return {"record": graded.record, "log": graded.log, "children": graded.children,
-                "profile": dict(graded.profile.seconds), "total": graded.profile.total}
+        return {
+            "record": graded.record,
+            "log": graded.log,
+            "children": graded.children,
+            "profile": dict(graded.profile.seconds),
+            "total": graded.profile.total,
+        }
 
 
 def _worker_class(ray, worker: type, slots: int):
@@ -99,8 +107,10 @@ def connect(address: str) -> bool:
             return False
         except ConnectionError as error:
             if address:
-                raise ClusterError(f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
-                                   "--head` on its head node) or check the address, and try again.") from None
+                raise ClusterError(
+                    f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
+                    "--head` on its head node) or check the address, and try again."
+                ) from None
         ray.init(**quiet)
         return True
     finally:
@@ -121,6 +131,7 @@ class Task:
 @dataclass
 class Pool:
     """The grading workers and which task each is running."""
+
     ray: object
     actor: object
     options: Options
@@ -170,16 +181,26 @@ class Pool:
 def accept(result, module, source: bytes) -> Graded:
     """A worker's answer as a ``Graded``, if it is one for this file and these cases; else
     ValueError saying what is wrong with it."""
-    if not isinstance(result, dict) or not isinstance(result.get("record"), dict) or \
-            not isinstance(result.get("log"), str) or type(result.get("children")) is not int:
+    if (
+        not isinstance(result, dict)
+        or not isinstance(result.get("record"), dict)
+        or not isinstance(result.get("log"), str)
+        or type(result.get("children")) is not int
+    ):
         raise ValueError("the worker's answer does not have the shape of a grading")
     record = result["record"]
-    expected = {"record_version": RECORD_VERSION, "module": module.id, "submission_sha256": sha256(source),
-                "cases_sha256": cases_hash(module)}
+    expected = {
+        "record_version": RECORD_VERSION,
+        "module": module.id,
+        "submission_sha256": sha256(source),
+        "cases_sha256": cases_hash(module),
+    }
     for name, value in expected.items():
         if record.get(name) != value:
-            raise ValueError(f"its record's {name} is {record.get(name)!r}, not {value!r} (does the node have "
-                             "another checkout of the course, or another device mode?)")
+            raise ValueError(
+                f"its record's {name} is {record.get(name)!r}, not {value!r} (does the node have "
+                "another checkout of the course, or another device mode?)"
+            )
     found = problems(record)
     if found:
         raise ValueError(f"its record is not of the grader's format: {'; '.join(found[:3])}")
@@ -192,8 +213,16 @@ def accept(result, module, source: bytes) -> Graded:
     return Graded(record, result["log"], result["children"], profile)
 
 
-def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, options: Options, secret: int,
-                  done, worker: type = GradingWorker) -> dict:
+def grade_pending(
+    pending: list,
+    jobs: dict,
+    sources: dict,
+    results_dir: Path,
+    options: Options,
+    secret: int,
+    done,
+    worker: type = GradingWorker,
+) -> dict:
     """Grade the jobs ``pending`` (keys of ``jobs`` and ``sources``) on the cluster that
     ``options.ray`` names; ``done(outcome)`` is called as each ends. Return the protections of
     the first worker's sandbox. ``worker`` is the actor's class (tests replace it)."""
@@ -205,13 +234,16 @@ def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, o
         if device.is_cuda():
             count, slots = int(resources.get("GPU", 0)), max(1, options.children_per_gpu)
             if count == 0:
-                raise ClusterError("This Ray cluster has no GPU, and this machine grades with CUDA. Add GPU "
-                                   "nodes, or grade on this machine without --ray.")
+                raise ClusterError(
+                    "This Ray cluster has no GPU, and this machine grades with CUDA. Add GPU "
+                    "nodes, or grade on this machine without --ray."
+                )
         else:
             count, slots = int(resources.get("CPU", 0)), 1
             if count == 0:
-                raise ClusterError("This Ray cluster has no CPU to grade with. Add nodes, or grade on this "
-                                   "machine without --ray.")
+                raise ClusterError(
+                    "This Ray cluster has no CPU to grade with. Add nodes, or grade on this machine without --ray."
+                )
         if options.workers:
             count = max(1, min(count, options.workers))
         pool = Pool(ray, _worker_class(ray, worker, slots), options, secret, slots, results_dir)
@@ -235,8 +267,10 @@ def grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, o
                 if task.attempts < ATTEMPTS:
                     waiting.append(task)
                     continue
-                outcome.error = (f"Grader error: the grading worker died {task.attempts} times while grading this "
-                                 f"file ({type(error).__name__}); it has no grade. See the Ray logs of the node.")
+                outcome.error = (
+                    f"Grader error: the grading worker died {task.attempts} times while grading this "
+                    f"file ({type(error).__name__}); it has no grade. See the Ray logs of the node."
+                )
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, UnsafeSandbox):
                     raise error.cause from None

@@ -58,8 +58,13 @@ def submitted_dir(course_dir: Path, student: str, assignment: str) -> Path:
     return Path(course_dir) / "submitted" / student / assignment
 
 
-def collect(source: Path, course_dir: Path, modules: list[Module] | None = None, bar: Bar | None = None,
-            students: list[str] | None = None) -> Collected:
+def collect(
+    source: Path,
+    course_dir: Path,
+    modules: list[Module] | None = None,
+    bar: Bar | None = None,
+    students: list[str] | None = None,
+) -> Collected:
     """Copy the submissions in ``source`` (a folder or a zip) into the course's submitted/;
     ``bar`` counts them (a refused one tagged as such). With ``students``, only theirs are
     collected: the other students' files in submitted/ stay as they were."""
@@ -74,22 +79,27 @@ def collect(source: Path, course_dir: Path, modules: list[Module] | None = None,
         return collected
     if source.is_dir():
         return _collect_folder(source, Path(course_dir), list(assignments.values()), bar, wanted)
-    raise CollectError(f"{source} is neither a folder of submissions nor a zip file. Give a folder of "
-                       "<student>/<track>/<slug>/kernel.py (or <student>/<track>-<slug>/kernel.py), "
-                       "or an LMS zip of <student>_<track>-<slug>_kernel.py files.")
+    raise CollectError(
+        f"{source} is neither a folder of submissions nor a zip file. Give a folder of "
+        "<student>/<track>/<slug>/kernel.py (or <student>/<track>-<slug>/kernel.py), "
+        "or an LMS zip of <student>_<track>-<slug>_kernel.py files."
+    )
 
 
 def _refusal(path: Path) -> str | None:
     if path.is_symlink() or not path.is_file():
         return "kernel.py is a link or not a regular file, so it was not collected: ask for the file itself"
     if path.stat().st_size > MAX_SOURCE_BYTES:
-        return (f"kernel.py is larger than {MAX_SOURCE_BYTES >> 10} KiB, so it was not collected: ask for "
-                "the kernel file alone, without data pasted into it")
+        return (
+            f"kernel.py is larger than {MAX_SOURCE_BYTES >> 10} KiB, so it was not collected: ask for "
+            "the kernel file alone, without data pasted into it"
+        )
     return None
 
 
-def _collect_folder(source: Path, course_dir: Path, modules: list[Module], bar: Bar,
-                    students: set[str] | None = None) -> Collected:
+def _collect_folder(
+    source: Path, course_dir: Path, modules: list[Module], bar: Bar, students: set[str] | None = None
+) -> Collected:
     collected = Collected()
     found = [s for s in find_submissions(source, modules) if students is None or s.student in students]
     bar.total = len(found)
@@ -127,20 +137,23 @@ def _zip_members(archive: Path) -> list[zipfile.ZipInfo]:
     with zipfile.ZipFile(archive) as handle:
         members = handle.infolist()
     if len(members) > MAX_ZIP_MEMBERS or sum(m.file_size for m in members) > MAX_ZIP_BYTES:
-        raise CollectError(f"{archive} holds more than {MAX_ZIP_MEMBERS} files or {MAX_ZIP_BYTES >> 20} MiB "
-                           "unpacked; split it, or unpack it and pass the folder.")
+        raise CollectError(
+            f"{archive} holds more than {MAX_ZIP_MEMBERS} files or {MAX_ZIP_BYTES >> 20} MiB "
+            "unpacked; split it, or unpack it and pass the folder."
+        )
     nested = [m.filename for m in members if m.filename.lower().endswith(ARCHIVES)]
     if nested:
-        raise CollectError(f"{archive} contains archives ({', '.join(nested[:3])}); unpack those first and "
-                           "zip their kernel.py files, or pass a folder instead.")
+        raise CollectError(
+            f"{archive} contains archives ({', '.join(nested[:3])}); unpack those first and "
+            "zip their kernel.py files, or pass a folder instead."
+        )
     return [m for m in members if not m.is_dir()]
 
 
 def _zip_pattern(assignment: str, students: set[str] | None = None) -> re.Pattern:
     """<student>_<assignment>_kernel.py, anywhere in the unpacked tree (nbgrader matches the path);
     with ``students``, only theirs."""
-    student = "|".join(re.escape(s) for s in sorted(students)) if students else \
-        r"[A-Za-z0-9][A-Za-z0-9._@-]*?"
+    student = "|".join(re.escape(s) for s in sorted(students)) if students else r"[A-Za-z0-9][A-Za-z0-9._@-]*?"
     return re.compile(rf".*/(?P<student_id>{student})_{re.escape(assignment)}_(?P<file_id>kernel)\.py$")
 
 
@@ -150,13 +163,18 @@ def _owner(member: zipfile.ZipInfo, assignment: str, students: set[str] | None =
     return match["student_id"] if match else None
 
 
-def _collect_zip(archive: Path, course_dir: Path, assignments: list[str],
-                 students: set[str] | None = None) -> Collected:
+def _collect_zip(
+    archive: Path, course_dir: Path, assignments: list[str], students: set[str] | None = None
+) -> Collected:
     members = _zip_members(archive)
     collected = Collected(unmatched=unmatched(members, list(course.modules_by_assignment())))
     _refuse_duplicates(archive, members, assignments, students)
-    owners = {(owner, assignment): member for assignment in assignments for member in members
-              if (owner := _owner(member, assignment, students))}
+    owners = {
+        (owner, assignment): member
+        for assignment in assignments
+        for member in members
+        if (owner := _owner(member, assignment, students))
+    }
     found = sorted({assignment for _, assignment in owners})
     if not found:
         raise CollectError(_nothing_found(archive, assignments, collected.unmatched, students))
@@ -165,8 +183,13 @@ def _collect_zip(archive: Path, course_dir: Path, assignments: list[str],
         shutil.rmtree(inbox, ignore_errors=True)
         inbox.mkdir(parents=True)
         shutil.copyfile(archive, inbox / archive.name)
-        course.nbgrader(course_dir, "zip_collect", assignment, "--force",
-                        f"--FileNameCollectorPlugin.named_regexp={_zip_pattern(assignment, students).pattern}")
+        course.nbgrader(
+            course_dir,
+            "zip_collect",
+            assignment,
+            "--force",
+            f"--FileNameCollectorPlugin.named_regexp={_zip_pattern(assignment, students).pattern}",
+        )
     for (student, assignment), member in sorted(owners.items()):
         folder = submitted_dir(course_dir, student, assignment)
         why = _refusal(folder / "kernel.py")
@@ -181,8 +204,9 @@ def _collect_zip(archive: Path, course_dir: Path, assignments: list[str],
     return collected
 
 
-def _refuse_duplicates(archive: Path, members: list[zipfile.ZipInfo], assignments: list[str],
-                       students: set[str] | None) -> None:
+def _refuse_duplicates(
+    archive: Path, members: list[zipfile.ZipInfo], assignments: list[str], students: set[str] | None
+) -> None:
     """Two files for one student and assignment (in two folders of the zip): nbgrader cannot tell
     which counts, so the instructor must."""
     seen: dict[tuple[str, str], str] = {}
@@ -192,17 +216,22 @@ def _refuse_duplicates(archive: Path, members: list[zipfile.ZipInfo], assignment
             if owner is None:
                 continue
             if (owner, assignment) in seen:
-                raise CollectError(f"{archive} holds two files for {owner}'s {assignment}: "
-                                   f"{seen[owner, assignment]} and {member.filename}. Keep the one to grade, "
-                                   "zip again and collect.")
+                raise CollectError(
+                    f"{archive} holds two files for {owner}'s {assignment}: "
+                    f"{seen[owner, assignment]} and {member.filename}. Keep the one to grade, "
+                    "zip again and collect."
+                )
             seen[owner, assignment] = member.filename
 
 
-def _nothing_found(archive: Path, assignments: list[str], misnamed: list[tuple[str, str]],
-                   students: set[str] | None) -> str:
+def _nothing_found(
+    archive: Path, assignments: list[str], misnamed: list[tuple[str, str]], students: set[str] | None
+) -> str:
     whose = f" of {', '.join(sorted(students))}" if students else ""
-    text = (f"No file{whose} in {archive} is named <student>_<assignment>_kernel.py for an assignment "
-            f"of this run ({', '.join(assignments)}).")
+    text = (
+        f"No file{whose} in {archive} is named <student>_<assignment>_kernel.py for an assignment "
+        f"of this run ({', '.join(assignments)})."
+    )
     if misnamed:
         text += " Files named otherwise:\n" + "\n".join(f"  {name}: {advice}" for name, advice in misnamed[:10])
     return text
@@ -215,7 +244,7 @@ def _entry_time(member: zipfile.ZipInfo) -> dt.datetime | None:
     extra = member.extra
     while len(extra) >= 4:
         kind, size = struct.unpack("<HH", extra[:4])
-        body, extra = extra[4:4 + size], extra[4 + size:]
+        body, extra = extra[4 : 4 + size], extra[4 + size :]
         if kind == EXTENDED_TIMESTAMP and len(body) >= 5 and body[0] & 1:
             seconds = struct.unpack("<i", body[1:5])[0]
             return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
@@ -265,8 +294,10 @@ def advice(name: str, assignments: list[str]) -> str:
     if student_id != student:
         whose = f" (or with the student's LMS login in place of {student_id})"
     if suffix != ".py" or (rest and not rest.lower().startswith("kernel")):
-        return (f"only kernel.py files are graded, so this one was left out: nothing to do, unless it is the "
-                f"kernel to grade; then rename it to {target}{whose} and collect again.")
+        return (
+            f"only kernel.py files are graded, so this one was left out: nothing to do, unless it is the "
+            f"kernel to grade; then rename it to {target}{whose} and collect again."
+        )
     if rest.lower() != "kernel":
         problems.append(f"it ends in {rest!r} instead of kernel" if rest else "it does not end in _kernel.py")
     return f"{'; '.join(problems)}: rename it to {target}{whose} and collect again."
@@ -284,7 +315,7 @@ def _parse(stem: str, assignments: list[str]) -> tuple[str, str | None, str, str
         if match and ratio >= best_ratio:
             best, best_index, best_ratio = match[0], index, ratio
     if best_index is not None:
-        return "_".join(pieces[:best_index]), best, pieces[best_index], "_".join(pieces[best_index + 1:])
+        return "_".join(pieces[:best_index]), best, pieces[best_index], "_".join(pieces[best_index + 1 :])
     if len(pieces) == 1:  # "kernel", or a name that is neither a student's nor an assignment's
         return ("", None, "", pieces[0]) if pieces[0].lower().startswith("kernel") else ("", None, pieces[0], "")
     if pieces[-1].lower().startswith("kernel"):  # <student>[_<something>]_kernel

@@ -17,17 +17,25 @@ from grader.grade.course import DEFAULT_COURSE_DIR
 
 def add_ray_argument(parser) -> None:
     """``--ray [ADDRESS]``, for ``run`` and ``grade``."""
-    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                        help="grade on a Ray cluster: one task per submission and module, one worker per GPU "
-                             "(needs `pip install -e '.[cluster]'`); without ADDRESS, the cluster of this "
-                             "machine (`ray start --head`), or a private one for this run")
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="grade on a Ray cluster: one task per submission and module, one worker per GPU "
+        "(needs `pip install -e '.[cluster]'`); without ADDRESS, the cluster of this "
+        "machine (`ray start --head`), or a private one for this run",
+    )
 
 
 def add_workers_argument(parser) -> None:
     """``--workers N``, for ``run`` and ``grade``."""
-    parser.add_argument("--workers", type=int,
-                        help="gradings at a time (default: 4 per GPU, or min(4, CPUs) without one; with "
-                             "16 or more CPU cores per GPU, 8 per GPU is faster)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="gradings at a time (default: 4 per GPU, or min(4, CPUs) without one; with "
+        "16 or more CPU cores per GPU, 8 per GPU is faster)",
+    )
 
 
 def _modules(names):
@@ -40,12 +48,16 @@ def cmd_release(args) -> int:
     from grader.grade import release
 
     bundle = release.build(Path(args.out), Path(args.course), _modules(args.module))
-    print(f"Wrote the learners' bundle to {bundle.folder}: {len(bundle.files)} file(s) of the repository "
-          f"(without {', '.join(release.INSTRUCTOR_ONLY)}) and release/ with {len(bundle.assignments)} "
-          "assignment(s). No solution or hidden-case text was found in it.")
+    print(
+        f"Wrote the learners' bundle to {bundle.folder}: {len(bundle.files)} file(s) of the repository "
+        f"(without {', '.join(release.INSTRUCTOR_ONLY)}) and release/ with {len(bundle.assignments)} "
+        "assignment(s). No solution or hidden-case text was found in it."
+    )
     if bundle.uncommitted:
-        print(f"Note: {len(bundle.uncommitted)} file(s) not committed yet are included: "
-              f"{', '.join(bundle.uncommitted[:8])}{' ...' if len(bundle.uncommitted) > 8 else ''}")
+        print(
+            f"Note: {len(bundle.uncommitted)} file(s) not committed yet are included: "
+            f"{', '.join(bundle.uncommitted[:8])}{' ...' if len(bundle.uncommitted) > 8 else ''}"
+        )
     return 0
 
 
@@ -74,21 +86,29 @@ def _publishing(args) -> tuple[list[str] | None, dict | None]:
 
 def _print_published(published) -> None:
     """Where lms.csv and the summaries are, and what to check before importing them."""
-    print(f"LMS gradebook: {published.lms_csv} ({len(published.students)} student(s) x "
-          f"{len(published.assignments)} module(s)); a summary per student in {published.summaries}.")
+    print(
+        f"LMS gradebook: {published.lms_csv} ({len(published.students)} student(s) x "
+        f"{len(published.assignments)} module(s)); a summary per student in {published.summaries}."
+    )
     if published.roster is not None:
         for student in published.not_on_roster:
-            print(f"NOT ON THE ROSTER {student}: graded and exported, but the LMS will not know this id; fix "
-                  "the file names (or the roster) and grade again.")
+            print(
+                f"NOT ON THE ROSTER {student}: graded and exported, but the LMS will not know this id; fix "
+                "the file names (or the roster) and grade again."
+            )
     missing = published.missing
     if missing:
         print(f"{len(missing)} missing submission(s) count as 0: see the missing column of lms.csv.")
     if published.late:
-        print(f"{len(published.late)} late submission(s): their penalty is in lms.csv and the students' summaries "
-              "(nbgrader's gradebook keeps the points earned).")
+        print(
+            f"{len(published.late)} late submission(s): their penalty is in lms.csv and the students' summaries "
+            "(nbgrader's gradebook keeps the points earned)."
+        )
     for entry in published.ungraded:
-        print(f"NO GRADE {entry.student} {entry.assignment}: left empty in lms.csv; grade it again "
-              "(--student, --regrade) before importing.")
+        print(
+            f"NO GRADE {entry.student} {entry.assignment}: left empty in lms.csv; grade it again "
+            "(--student, --regrade) before importing."
+        )
 
 
 def cmd_grade(args) -> int:
@@ -104,20 +124,31 @@ def cmd_grade(args) -> int:
     # (not on a GPU, where a first call also compiles, autotuning included).
     examples = source is None and not (args.student or args.regrade)
     case_seconds = args.case_timeout or (20.0 if examples and not device.is_cuda() else 60.0)
-    options = runphase.Options(workers=args.workers, allow_unsafe=args.allow_unsafe,
-                               limits=Limits(case_seconds=case_seconds), ray=args.ray)
+    options = runphase.Options(
+        workers=args.workers, allow_unsafe=args.allow_unsafe, limits=Limits(case_seconds=case_seconds), ray=args.ray
+    )
     if source is None and not examples:
         print(f"No submissions given: grading what is collected in {Path(args.course) / 'submitted'}.")
     elif examples:
-        print("No submissions given: grading the bundled examples (grader/examples and the course's own "
-              "solutions and stubs).")
-    result = grading.grade(source, Path(args.course), Path(args.out), _modules(args.module), options,
-                           students=args.student, regrade=args.regrade, roster=roster, deadlines=due)
+        print(
+            "No submissions given: grading the bundled examples (grader/examples and the course's own "
+            "solutions and stubs)."
+        )
+    result = grading.grade(
+        source,
+        Path(args.course),
+        Path(args.out),
+        _modules(args.module),
+        options,
+        students=args.student,
+        regrade=args.regrade,
+        roster=roster,
+        deadlines=due,
+    )
     print()
     print("\n".join([report.table(result), *grading.extra_lines(result)]))
     print(f"\n{phases.table(result.phases)}")
-    written = [result.out / name for name in ("grades.csv", "report.md", "scores.png")
-               if (result.out / name).is_file()]
+    written = [result.out / name for name in ("grades.csv", "report.md", "scores.png") if (result.out / name).is_file()]
     print(f"\nWrote {', '.join(map(str, written))} and feedback under {result.course_dir / 'feedback'}.")
     if result.published is not None:
         _print_published(result.published)
@@ -139,14 +170,24 @@ def _errors():
     from grader.grade.store import SecretError
     from grader.sandbox.isolation import SandboxError
 
-    return (ClusterError, CollectError, NbgraderError, ReleaseError, SandboxError, SelectionError, SecretError,
-            DeadlineError, RosterError)
+    return (
+        ClusterError,
+        CollectError,
+        NbgraderError,
+        ReleaseError,
+        SandboxError,
+        SelectionError,
+        SecretError,
+        DeadlineError,
+        RosterError,
+    )
 
 
 def stop_on_signals() -> None:
     """Ctrl-C (SIGINT) and a scheduler's stop (SIGTERM) both raise KeyboardInterrupt here, even
     where the process started with SIGINT ignored (a background job of a script, some test
     runners' workers): a run must stop when told to, and keep what it finished."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt()
 
@@ -174,49 +215,76 @@ def _guarded(command):
 
             exit_if_workers_linger(130)
             return 130
+
     return run
 
 
 def add_commands(commands) -> None:
     """Register release, collect and grade on ``python -m grader``'s subparsers."""
     release_cmd = commands.add_parser("release", help="the learners' bundle, without solutions (instructors)")
-    release_cmd.add_argument("--out", default=str(REPO_ROOT / "build" / "release"),
-                             help="folder to write (replaced; default build/release)")
+    release_cmd.add_argument(
+        "--out", default=str(REPO_ROOT / "build" / "release"), help="folder to write (replaced; default build/release)"
+    )
     release_cmd.set_defaults(run=_guarded(cmd_release))
 
     collect_cmd = commands.add_parser("collect", help="bring submissions into the nbgrader course")
-    collect_cmd.add_argument("source", help="a folder of <student>/<track>/<slug>/kernel.py (or "
-                                            "<student>/<track>-<slug>/kernel.py), or an LMS zip of "
-                                            "<student>_<track>-<slug>_kernel.py files")
+    collect_cmd.add_argument(
+        "source",
+        help="a folder of <student>/<track>/<slug>/kernel.py (or "
+        "<student>/<track>-<slug>/kernel.py), or an LMS zip of "
+        "<student>_<track>-<slug>_kernel.py files",
+    )
     collect_cmd.set_defaults(run=_guarded(cmd_collect))
 
     grade_cmd = commands.add_parser("grade", help="grade submissions end to end with nbgrader (instructors)")
     grade_cmd.add_argument("source", nargs="?", help="as for collect (default: the bundled examples)")
-    grade_cmd.add_argument("--out", default=str(REPO_ROOT / "build" / "grades"),
-                           help="folder for grades.csv and report.md (default build/grades)")
+    grade_cmd.add_argument(
+        "--out",
+        default=str(REPO_ROOT / "build" / "grades"),
+        help="folder for grades.csv and report.md (default build/grades)",
+    )
     add_workers_argument(grade_cmd)
-    grade_cmd.add_argument("--case-timeout", type=float,
-                           help="CPU seconds per call before a case is stopped (default 60; 20 for the examples)")
-    grade_cmd.add_argument("--allow-unsafe", action="store_true",
-                           help="grade even where the sandbox cannot limit processes (a machine of your own)")
-    grade_cmd.add_argument("--profile", action="store_true",
-                           help="print where the run phase's time went, per module and step")
+    grade_cmd.add_argument(
+        "--case-timeout",
+        type=float,
+        help="CPU seconds per call before a case is stopped (default 60; 20 for the examples)",
+    )
+    grade_cmd.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="grade even where the sandbox cannot limit processes (a machine of your own)",
+    )
+    grade_cmd.add_argument(
+        "--profile", action="store_true", help="print where the run phase's time went, per module and step"
+    )
     add_ray_argument(grade_cmd)
-    grade_cmd.add_argument("--student", action="append",
-                           help="only this student's submissions (repeatable); without SOURCE, those already "
-                                "collected in the course")
-    grade_cmd.add_argument("--regrade", action="store_true",
-                           help="grade the selected submissions (--student, --module; else all) again, even "
-                                "where a record exists; other students' records and grades stay as they are")
-    grade_cmd.add_argument("--roster", help="the class: one student id per line, or a CSV with a student column; "
-                                            "lms.csv gives a 0 for each missing submission")
-    grade_cmd.add_argument("--deadlines", help="due dates and late penalties per module (.toml or .csv; see "
-                                               "docs/instructors.md), applied in lms.csv and the summaries")
+    grade_cmd.add_argument(
+        "--student",
+        action="append",
+        help="only this student's submissions (repeatable); without SOURCE, those already collected in the course",
+    )
+    grade_cmd.add_argument(
+        "--regrade",
+        action="store_true",
+        help="grade the selected submissions (--student, --module; else all) again, even "
+        "where a record exists; other students' records and grades stay as they are",
+    )
+    grade_cmd.add_argument(
+        "--roster",
+        help="the class: one student id per line, or a CSV with a student column; "
+        "lms.csv gives a 0 for each missing submission",
+    )
+    grade_cmd.add_argument(
+        "--deadlines",
+        help="due dates and late penalties per module (.toml or .csv; see "
+        "docs/instructors.md), applied in lms.csv and the summaries",
+    )
     grade_cmd.set_defaults(run=_guarded(cmd_grade))
 
     for command in (release_cmd, collect_cmd, grade_cmd):
-        command.add_argument("--course", default=str(DEFAULT_COURSE_DIR),
-                             help="the nbgrader course folder (default build/course)")
+        command.add_argument(
+            "--course", default=str(DEFAULT_COURSE_DIR), help="the nbgrader course folder (default build/course)"
+        )
         command.add_argument("--module", action="append", help="only this module (repeatable)")
 
 

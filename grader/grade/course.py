@@ -40,6 +40,8 @@ RESULTS_ENV = "GRADER_RESULTS"  # where grader.grade.record finds the run phase'
 def points(module: Module) -> dict[str, int]:
     """The points of each part of ``module``'s assignment (``grader.grade.scoring``)."""
     return scoring.points(module.track)
+
+
 # Seconds per notebook cell. A cell normally only reads a record (under a second); when the run
 # phase did not produce it, the cell grades kernel.py itself: two time-outs of 60 s and a 90 s
 # start-up fit.
@@ -47,8 +49,10 @@ CELL_TIMEOUT_SECONDS = 300
 # Arguments of the notebook kernel: no history file, and no current folder (the submission's) on
 # sys.path, so that no file there can shadow a module the cells import.
 KERNEL_ARGUMENTS = ["--HistoryManager.hist_file=:memory:", "--InteractiveShellApp.ignore_cwd=True"]
-NBGRADER_FAILED = ("nbgrader {command} failed (exit code {code}); the end of {log} says why. "
-                   "Fix that and run the grader again: work already finished is reused.")
+NBGRADER_FAILED = (
+    "nbgrader {command} failed (exit code {code}); the end of {log} says why. "
+    "Fix that and run the grader again: work already finished is reused."
+)
 
 
 class NbgraderError(RuntimeError):
@@ -102,12 +106,12 @@ and the cells below read that result.
 
 | part | points | how it is scored |
 |---|---|---|
-| public correctness | {parts['public']} | the share of public cases (those in `test_kernel.py`) that pass |
-| hidden correctness | {parts['hidden']} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
-| performance | {parts['performance']} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
+| public correctness | {parts["public"]} | the share of public cases (those in `test_kernel.py`) that pass |
+| hidden correctness | {parts["hidden"]} | the share of hidden cases that pass: other sizes, dtypes and layouts, shown by number only |
+| performance | {parts["performance"]} | on a CUDA GPU, once every case passes: full points at {threshold:.2f} x the reference solution's speed or faster (both timed in the same run, on the same GPU), falling linearly to none at {spec.floor:.2f} x |
 
-Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: its {parts['performance']}
-points are left out of your grade, which is then out of {total - parts['performance']}, and the performance cell
+Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: its {parts["performance"]}
+points are left out of your grade, which is then out of {total - parts["performance"]}, and the performance cell
 says so. The score nbgrader shows at the top of the feedback still counts them in its maximum of
 {total}; your instructor's table counts out of what was graded. Each failed case comes with the same
 diagnosis `make check` gives; a failed hidden case says only that it failed.
@@ -118,12 +122,21 @@ def _grade_cell(module: Module, part: str) -> dict:
     import nbformat
 
     out_of = points(module)[part]
-    source = (f"# {_PARTS[part]} ({out_of} points)\n"
-              "from grader.grade.record import score\n"
-              f"score({module.id!r}, {part!r}, out_of={out_of})")
+    source = (
+        f"# {_PARTS[part]} ({out_of} points)\n"
+        "from grader.grade.record import score\n"
+        f"score({module.id!r}, {part!r}, out_of={out_of})"
+    )
     cell = nbformat.v4.new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "task": False,
-                                 "points": out_of, "grade_id": part, "schema_version": 3}
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "task": False,
+        "points": out_of,
+        "grade_id": part,
+        "schema_version": 3,
+    }
     cell.metadata["deletable"] = False
     cell.metadata["editable"] = False
     return cell
@@ -134,8 +147,14 @@ def notebook_text(module: Module) -> str:
 
     assignment = assignment_name(module)
     intro = nbformat.v4.new_markdown_cell(_intro(module, assignment))
-    intro.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": True, "task": False,
-                                  "grade_id": "intro", "schema_version": 3}
+    intro.metadata["nbgrader"] = {
+        "grade": False,
+        "solution": False,
+        "locked": True,
+        "task": False,
+        "grade_id": "intro",
+        "schema_version": 3,
+    }
     notebook = nbformat.v4.new_notebook(cells=[intro, *(_grade_cell(module, part) for part in points(module))])
     notebook.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     for index, cell in enumerate(notebook.cells):  # stable ids: rebuilding changes nothing
@@ -213,8 +232,10 @@ def environment(course_dir: Path) -> dict[str, str]:
 
 def _require_nbgrader() -> None:
     if importlib.util.find_spec("nbgrader") is None:
-        raise NbgraderError("nbgrader is not installed in this Python environment. Install the grading "
-                            "extra (`pip install -e '.[grading]'`; `make` targets do it) and try again.")
+        raise NbgraderError(
+            "nbgrader is not installed in this Python environment. Install the grading "
+            "extra (`pip install -e '.[grading]'`; `make` targets do it) and try again."
+        )
 
 
 def shared_kernel_arguments() -> list[str]:
@@ -237,9 +258,11 @@ def shared_kernel_arguments() -> list[str]:
         else:
             steps.append(step if isinstance(step, str) else f"{step.__module__}.{step.__qualname__}")
     if "grader.grade.autograde.SharedKernelExecute" not in steps:
-        raise NbgraderError("This nbgrader's autograde has no Execute step, which the grader replaces to "
-                            "run the notebooks in one kernel. Install the nbgrader version that the grading "
-                            "extra pins (`pip install -e '.[grading]'`) and try again.")
+        raise NbgraderError(
+            "This nbgrader's autograde has no Execute step, which the grader replaces to "
+            "run the notebooks in one kernel. Install the nbgrader version that the grading "
+            "extra pins (`pip install -e '.[grading]'`) and try again."
+        )
     return [f"--Autograde.autograde_preprocessors={step}" for step in steps]
 
 
@@ -251,8 +274,10 @@ def shared_kernel_arguments() -> list[str]:
 # (converters/autograde.py and converters/base.py): an item starts at the first line's pattern
 # and ends at the permissions line, which closes each submission. For generate_feedback an item
 # starts at "Converting notebook" (autograde logs that line twice per notebook, hence its own).
-ITEM_STARTS = {"autograde": re.compile(r"\bAutograding \S"),
-               "generate_feedback": re.compile(r"\bConverting notebook \S")}
+ITEM_STARTS = {
+    "autograde": re.compile(r"\bAutograding \S"),
+    "generate_feedback": re.compile(r"\bConverting notebook \S"),
+}
 ITEM_ENDS = re.compile(r"\bSetting destination file permissions\b")
 
 
@@ -280,8 +305,9 @@ class ItemLines:
             self.on_item()
 
 
-def nbgrader(course_dir: Path, command: str, *args: str, check: bool = True,
-             on_item: Callable[[], None] | None = None) -> bool:
+def nbgrader(
+    course_dir: Path, command: str, *args: str, check: bool = True, on_item: Callable[[], None] | None = None
+) -> bool:
     """Run ``nbgrader <command> <args>`` in the course folder, its output appended to
     ``logs/nbgrader-<command>.log``; return whether it succeeded. ``on_item`` is called as each
     notebook ends, as far as the log says (``ItemLines``: autograde and generate_feedback).
@@ -295,9 +321,17 @@ def nbgrader(course_dir: Path, command: str, *args: str, check: bool = True,
     with open(log, "a") as handle:
         handle.write(f"\n$ nbgrader {command} {' '.join(args)}\n")
         handle.flush()
-        with open(log, "rb") as reader, subprocess.Popen(
-                [sys.executable, "-m", "nbgrader", command, *args], cwd=course_dir, env=environment(course_dir),
-                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT) as process:
+        with (
+            open(log, "rb") as reader,
+            subprocess.Popen(
+                [sys.executable, "-m", "nbgrader", command, *args],
+                cwd=course_dir,
+                env=environment(course_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            ) as process,
+        ):
             # The log is read as it grows (not a pipe, which a kernel nbgrader started could keep open).
             reader.seek(handle.tell())
             try:

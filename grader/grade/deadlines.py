@@ -59,8 +59,10 @@ def load(path: Path) -> dict[str, Deadline]:
     elif path.suffix.lower() == ".csv":
         entries = _csv_entries(path)
     else:
-        raise DeadlineError(f"{path} is neither .toml nor .csv: write the deadlines in one of those formats "
-                            "(docs/instructors.md shows both).")
+        raise DeadlineError(
+            f"{path} is neither .toml nor .csv: write the deadlines in one of those formats "
+            "(docs/instructors.md shows both)."
+        )
     return {_assignment(name, path): _deadline(settings, f"{path}: {name}") for name, settings in entries.items()}
 
 
@@ -69,8 +71,10 @@ def _toml_entries(path: Path) -> dict[str, dict]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        raise DeadlineError(f"Reading {path} needs Python 3.11 or newer (tomllib): write the deadlines as "
-                            "CSV instead, or grade with a newer Python.") from None
+        raise DeadlineError(
+            f"Reading {path} needs Python 3.11 or newer (tomllib): write the deadlines as "
+            "CSV instead, or grade with a newer Python."
+        ) from None
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
@@ -78,8 +82,10 @@ def _toml_entries(path: Path) -> dict[str, dict]:
     defaults = {key: value for key, value in data.items() if not isinstance(value, dict)}
     tables = {key: value for key, value in data.items() if isinstance(value, dict)}
     if not tables:
-        raise DeadlineError(f"{path} names no assignment: add a table per assignment, e.g. "
-                            '["missing-elements/01-vector-add"] with due = 2026-03-02T23:59:00+01:00.')
+        raise DeadlineError(
+            f"{path} names no assignment: add a table per assignment, e.g. "
+            '["missing-elements/01-vector-add"] with due = 2026-03-02T23:59:00+01:00.'
+        )
     return {name: {**defaults, **settings} for name, settings in tables.items()}
 
 
@@ -88,10 +94,15 @@ def _csv_entries(path: Path) -> dict[str, dict]:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     if not rows or "module" not in rows[0] or "due" not in rows[0]:
-        raise DeadlineError(f"{path} needs a header with at least module and due (module,due,penalty_per_day,cap) "
-                            "and a row per assignment.")
-    return {row["module"].strip(): {k: v.strip() for k, v in row.items() if k != "module" and v and v.strip()}
-            for row in rows if (row.get("module") or "").strip()}
+        raise DeadlineError(
+            f"{path} needs a header with at least module and due (module,due,penalty_per_day,cap) "
+            "and a row per assignment."
+        )
+    return {
+        row["module"].strip(): {k: v.strip() for k, v in row.items() if k != "module" and v and v.strip()}
+        for row in rows
+        if (row.get("module") or "").strip()
+    }
 
 
 def _assignment(name: str, path: Path) -> str:
@@ -102,18 +113,22 @@ def _assignment(name: str, path: Path) -> str:
         return candidate
     close = get_close_matches(candidate, list(modules), n=1)
     hint = f" Did you mean {modules[close[0]].id}?" if close else ""
-    raise DeadlineError(f"{path} gives a deadline for {name!r}, which is no module of this course: write its "
-                        f"module id (track/slug, as `make progress` lists it).{hint}")
+    raise DeadlineError(
+        f"{path} gives a deadline for {name!r}, which is no module of this course: write its "
+        f"module id (track/slug, as `make progress` lists it).{hint}"
+    )
 
 
 def _deadline(settings: dict, where: str) -> Deadline:
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
-        raise DeadlineError(f"{where}: unknown setting(s) {', '.join(unknown)}; the settings are "
-                            f"{', '.join(SETTINGS)}.")
+        raise DeadlineError(
+            f"{where}: unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(SETTINGS)}."
+        )
     if "due" not in settings:
-        raise DeadlineError(f"{where} has no due time: add due = 2026-03-02T23:59:00+01:00 (with its offset, "
-                            "or a timezone setting).")
+        raise DeadlineError(
+            f"{where} has no due time: add due = 2026-03-02T23:59:00+01:00 (with its offset, or a timezone setting)."
+        )
     due = _due(settings["due"], settings.get("timezone"), where)
     per_day = _percent(settings.get("penalty_per_day", 0), "penalty_per_day", where)
     cap = _percent(settings.get("cap", 100), "cap", where)
@@ -125,16 +140,21 @@ def _due(value, timezone: str | None, where: str) -> dt.datetime:
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise DeadlineError(f"{where}: due {value!r} is not a date and time: write it as "
-                                "2026-03-02T23:59:00+01:00.") from None
+            raise DeadlineError(
+                f"{where}: due {value!r} is not a date and time: write it as 2026-03-02T23:59:00+01:00."
+            ) from None
     if not isinstance(value, dt.datetime):  # a TOML date without a time
-        raise DeadlineError(f"{where}: due {value!r} has no time of day: write e.g. {value}T23:59:00 with an "
-                            "offset or a timezone setting.")
+        raise DeadlineError(
+            f"{where}: due {value!r} has no time of day: write e.g. {value}T23:59:00 with an "
+            "offset or a timezone setting."
+        )
     if value.tzinfo is not None:
         return value
     if not timezone:
-        raise DeadlineError(f"{where}: due {value.isoformat()} has no timezone: add its offset "
-                            f"({value.isoformat()}+01:00) or a timezone setting (timezone = \"Europe/Zurich\").")
+        raise DeadlineError(
+            f"{where}: due {value.isoformat()} has no timezone: add its offset "
+            f'({value.isoformat()}+01:00) or a timezone setting (timezone = "Europe/Zurich").'
+        )
     return value.replace(tzinfo=_zone(timezone, where))
 
 
@@ -144,8 +164,10 @@ def _zone(name: str, where: str) -> dt.tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise DeadlineError(f"{where}: timezone {name!r} is unknown here: use an IANA name such as "
-                            "Europe/Zurich or America/New_York, or write the offset into the due time.") from None
+        raise DeadlineError(
+            f"{where}: timezone {name!r} is unknown here: use an IANA name such as "
+            "Europe/Zurich or America/New_York, or write the offset into the due time."
+        ) from None
 
 
 def _percent(value, name: str, where: str) -> float:

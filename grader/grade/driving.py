@@ -57,10 +57,15 @@ class ChildRun:
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
                 grading.child_ended(self.child_cpu, self.visibility)
-                grading.log.append(f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
-                                   f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
-                                   + (f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored "
-                                      "(forged or garbled)" if child.ignored_lines else ""))
+                grading.log.append(
+                    f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
+                    f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
+                    + (
+                        f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored (forged or garbled)"
+                        if child.ignored_lines
+                        else ""
+                    )
+                )
                 child.close()
 
     def _cpu(self, child) -> float:
@@ -71,8 +76,13 @@ class ChildRun:
     def _limit(self, child, seconds: float) -> Budget:
         """``seconds`` of CPU time for the child's next step, or what is left of the budget."""
         grading = self.grading
-        return Budget(lambda: self._cpu(child), seconds, grading.limits.wall_factor,
-                      self.until - grading.spent(self.visibility) - self._cpu(child), grading.wall_end)
+        return Budget(
+            lambda: self._cpu(child),
+            seconds,
+            grading.limits.wall_factor,
+            self.until - grading.spent(self.visibility) - self._cpu(child),
+            grading.wall_end,
+        )
 
     def _drive(self, child, queue: list[Trial]) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each
@@ -118,8 +128,9 @@ class ChildRun:
                 return
             elif kind == "compiling":
                 grading.lease.leave(child, child.pause, child.resume)
-            elif (kind == "loaded" and phase == "importing") or \
-                    (kind == "done" and current is not None and event.get("trial") == current.id):
+            elif (kind == "loaded" and phase == "importing") or (
+                kind == "done" and current is not None and event.get("trial") == current.id
+            ):
                 self._rejoin(child, budget)  # a compile that failed never reported "compiled"
                 off_gpu, self.aside = self.aside, 0.0
                 call_seconds = time.monotonic() - started_at - off_gpu
@@ -150,19 +161,29 @@ class ChildRun:
                 phase, started_at = "calling", time.monotonic()
                 try:
                     args, kwargs = grading.inputs[current.id]
-                    child.give(input_name(current.id),
-                               lambda handle, args=args, kwargs=kwargs: wire.write(
-                                   {"args": list(args), "kwargs": kwargs}, handle))
-                    child.order({"trial": current.id, "api": grading.api_of(current.id),
-                                 "call": grading.call_of(current.id)}, time.monotonic() + 30)
+                    child.give(
+                        input_name(current.id),
+                        lambda handle, args=args, kwargs=kwargs: wire.write(
+                            {"args": list(args), "kwargs": kwargs}, handle
+                        ),
+                    )
+                    child.order(
+                        {"trial": current.id, "api": grading.api_of(current.id), "call": grading.call_of(current.id)},
+                        time.monotonic() + 30,
+                    )
                 except ChildEnded as ended:
                     after_exit(grading, child, phase, current, ended, judged)
                     return
                 except OSError as error:  # e.g. a file the learner's code left under that name
                     grading.verdicts.update(judged)
-                    grading.verdicts[current.id] = Verdict(False, "error", (
-                        f"The grader could not hand {grading.api_of(current.id)}() its inputs "
-                        f"({os.strerror(error.errno or 0)}): kernel.py must not create files in its working folder."))
+                    grading.verdicts[current.id] = Verdict(
+                        False,
+                        "error",
+                        (
+                            f"The grader could not hand {grading.api_of(current.id)}() its inputs "
+                            f"({os.strerror(error.errno or 0)}): kernel.py must not create files in its working folder."
+                        ),
+                    )
                     return
             elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already
                 grading.log.append(f"child restarted: {event.get('reason')}")
@@ -205,9 +226,17 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
         found = judged.get(first.id) or grading.verdicts.get(first.id) or grading.unconfirmed.get(first.id)
         earlier = found.outputs if found else ()
     with JUDGING.judging():
-        verdict = judge(grading.plan.spec, case, args, kwargs, done,
-                        lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
-                        grading.on, earlier, grading.own_kernels)
+        verdict = judge(
+            grading.plan.spec,
+            case,
+            args,
+            kwargs,
+            done,
+            lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
+            grading.on,
+            earlier,
+            grading.own_kernels,
+        )
     child.discard(output_name(trial.id))
     if trial.repeat or not any(t.repeat and t.case_index == trial.case_index for t in grading.plan.trials):
         # Only a call that a repeat is compared with keeps its outputs: the verdicts of a grading

@@ -11,18 +11,22 @@ from grader.grade.judging import Trial, Verdict
 from grader.sandbox.isolation import ChildEnded, SandboxError
 
 
-def after_exit(grading, child, phase: str, current: Trial | None, ended: ChildEnded,
-               judged: dict[int, Verdict]) -> None:
+def after_exit(
+    grading, child, phase: str, current: Trial | None, ended: ChildEnded, judged: dict[int, Verdict]
+) -> None:
     """The child is gone: a crash, unless it exited cleanly (or was stopped by the grader)
     after its last case."""
     if phase == "starting":
-        raise SandboxError(f"The grader's child process died before importing the submission ({ended.how}):\n"
-                           f"{child.log_tail()}")
+        raise SandboxError(
+            f"The grader's child process died before importing the submission ({ended.how}):\n{child.log_tail()}"
+        )
     if phase == "importing":
-        grading.load_error = (f"kernel.py stopped the grading process while being imported ({ended.how}). "
-                              "Importing must only define functions: remove calls like sys.exit(), "
-                              "os._exit() or os.fork() at the top level of the file. "
-                              f"{crashes.explain(ended.returncode)}").rstrip()
+        grading.load_error = (
+            f"kernel.py stopped the grading process while being imported ({ended.how}). "
+            "Importing must only define functions: remove calls like sys.exit(), "
+            "os._exit() or os.fork() at the top level of the file. "
+            f"{crashes.explain(ended.returncode)}"
+        ).rstrip()
         return
     if phase in ("finishing", "exiting") and not ended.returncode:
         grading.verdicts.update(judged)
@@ -44,8 +48,11 @@ def after_exit(grading, child, phase: str, current: Trial | None, ended: ChildEn
 def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verdict:
     """The verdict on a case that crashed alone; ``returned``: its verdict, if the call
     returned before the process crashed (damage that surfaced later)."""
-    text = (f"{api}() returned, but then the process running it {ended.how}" if returned else
-            f"The process running {api}() {ended.how} during this case")
+    text = (
+        f"{api}() returned, but then the process running it {ended.how}"
+        if returned
+        else f"The process running {api}() {ended.how} during this case"
+    )
     text = f"{text}, in a fresh process that ran no other case. {crashes.explain(ended.returncode)}".rstrip()
     if returned is not None and not returned.passed:  # keep what it got wrong (or the integrity finding)
         message = crashes.follow_on(returned.message, ended.returncode)
@@ -53,24 +60,39 @@ def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verd
     return Verdict(False, "crash", text, returned.seconds if returned else 0.0, crash=ended)
 
 
-def after_timeout(grading, child, phase: str, current: Trial | None, budget: Budget,
-                  judged: dict[int, Verdict]) -> None:
+def after_timeout(
+    grading, child, phase: str, current: Trial | None, budget: Budget, judged: dict[int, Verdict]
+) -> None:
     """The grader stopped the child at a time limit (``budget``) during ``phase``."""
     limits = grading.limits
-    processes = (f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else "")
+    processes = f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else ""
     grading.verdicts.update(judged)  # stopped by the grader: no crash followed them
     if phase in ("finishing", "exiting"):
         grading.log.append(f"child {grading.children} did not exit after its last case; stopped")
     elif phase in ("starting", "importing"):
-        grading.load_error = (f"kernel.py did not finish importing within {limits.startup_seconds:g} s of "
-                              "computing "
-                              f"(an endless loop at the top level of the file?).{processes}")
+        grading.load_error = (
+            f"kernel.py did not finish importing within {limits.startup_seconds:g} s of "
+            "computing "
+            f"(an endless loop at the top level of the file?).{processes}"
+        )
     elif current is not None and budget.by_module:  # Grading.run marks what is left not run
-        grading.verdicts[current.id] = Verdict(False, "not_run", (
-            f"Stopped: the module's time budget ({grading.budget:g} s of CPU time for all its processes) "
-            "ran out during this case, spent on cases that timed out or crashed and the fresh processes "
-            "they needed."), limits.case_seconds)
+        grading.verdicts[current.id] = Verdict(
+            False,
+            "not_run",
+            (
+                f"Stopped: the module's time budget ({grading.budget:g} s of CPU time for all its processes) "
+                "ran out during this case, spent on cases that timed out or crashed and the fresh processes "
+                "they needed."
+            ),
+            limits.case_seconds,
+        )
     elif current is not None:
-        grading.verdicts[current.id] = Verdict(False, "timeout", (
-            f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an "
-            f"endless loop, in Python or in the kernel? The case was stopped.{processes}"), limits.case_seconds)
+        grading.verdicts[current.id] = Verdict(
+            False,
+            "timeout",
+            (
+                f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an "
+                f"endless loop, in Python or in the kernel? The case was stopped.{processes}"
+            ),
+            limits.case_seconds,
+        )

@@ -44,6 +44,7 @@ class RosterError(ValueError):
 @dataclass
 class Entry:
     """One student's one module, as published."""
+
     student: str
     assignment: str
     row: object | None  # pipeline.Row; None: nothing handed in
@@ -76,6 +77,7 @@ class Entry:
 @dataclass
 class Published:
     """What ``publish`` decided: the entries, and what the instructor should look at."""
+
     students: list[str]
     assignments: list[str]
     entries: dict[tuple[str, str], Entry]
@@ -110,20 +112,25 @@ def read_roster(path: Path) -> list[str]:
     (an LMS's roster export, say). Blank lines and lines starting with # are skipped."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size > MAX_ROSTER_BYTES:
-        raise RosterError(f"The roster {path} is not a file (or is over {MAX_ROSTER_BYTES >> 20} MiB): give a "
-                          "file with one student id per line, or a CSV with a student column.")
+        raise RosterError(
+            f"The roster {path} is not a file (or is over {MAX_ROSTER_BYTES >> 20} MiB): give a "
+            "file with one student id per line, or a CSV with a student column."
+        )
     with open(path, newline="", encoding="utf-8-sig") as handle:
         lines = [row for row in csv.reader(handle) if row and row[0].strip() and not row[0].startswith("#")]
     if not lines:
-        raise RosterError(f"The roster {path} names no student: give one student id per line, or a CSV with a "
-                          "student column.")
+        raise RosterError(
+            f"The roster {path} names no student: give one student id per line, or a CSV with a student column."
+        )
     header = [cell.strip().lower() for cell in lines[0]]
     if "student" in header:
         column = header.index("student")
         ids = [row[column].strip() for row in lines[1:] if len(row) > column and row[column].strip()]
     elif len(lines[0]) > 1:
-        raise RosterError(f"The roster {path} has several columns but none is called student: name the column "
-                          "of student ids student, or give one id per line.")
+        raise RosterError(
+            f"The roster {path} has several columns but none is called student: name the column "
+            "of student ids student, or give one id per line."
+        )
     else:
         ids = [row[0].strip() for row in lines]
     return list(dict.fromkeys(ids))
@@ -164,8 +171,9 @@ def publish(rows: list, roster: list[str] | None = None, deadlines: dict[str, De
     for student in students:
         for assignment in assignments:
             row = by_cell.get((student, assignment))
-            entries[student, assignment] = _entry(student, assignment, row, usual[assignment],
-                                                  (deadlines or {}).get(assignment))
+            entries[student, assignment] = _entry(
+                student, assignment, row, usual[assignment], (deadlines or {}).get(assignment)
+            )
     not_on_roster = sorted({row.student for row in rows} - set(roster)) if roster is not None else []
     return Published(students, assignments, entries, not_on_roster, roster)
 
@@ -192,11 +200,12 @@ def _notes(published: Published, student: str) -> list[str]:
         if entry.missing:
             continue
         if entry.earned is None:
-            notes.append(f"{entry.assignment}: no grade ({report.reason(entry.row)}); grade it again before "
-                         "publishing")
+            notes.append(f"{entry.assignment}: no grade ({report.reason(entry.row)}); grade it again before publishing")
         elif entry.hours_late:
-            notes.append(f"{entry.assignment}: {entry.hours_late:.2f} h late, -{_number(entry.penalty)} points "
-                         f"({entry.penalty_percent:g}%)")
+            notes.append(
+                f"{entry.assignment}: {entry.hours_late:.2f} h late, -{_number(entry.penalty)} points "
+                f"({entry.penalty_percent:g}%)"
+            )
         elif entry.deadline is not None and entry.hours_late is None:
             notes.append(f"{entry.assignment}: no submission time, so no late penalty")
     return notes
@@ -209,16 +218,18 @@ def lms_rows(published: Published) -> list[list[str]]:
         entries = published.of(student)
         counted = [e for e in entries if e.points is not None]
         hours = [e.hours_late for e in entries if e.hours_late is not None]
-        table.append([
-            student,
-            *("" if e.points is None else _number(e.points) for e in entries),
-            _number(sum(e.points for e in counted)),
-            _number(sum(e.out_of for e in counted)),
-            _number(sum(e.penalty for e in counted)),
-            _number(max(hours)) if hours else "",
-            " ".join(e.assignment for e in entries if e.missing),
-            "; ".join(_notes(published, student)),
-        ])
+        table.append(
+            [
+                student,
+                *("" if e.points is None else _number(e.points) for e in entries),
+                _number(sum(e.points for e in counted)),
+                _number(sum(e.out_of for e in counted)),
+                _number(sum(e.penalty for e in counted)),
+                _number(max(hours)) if hours else "",
+                " ".join(e.assignment for e in entries if e.missing),
+                "; ".join(_notes(published, student)),
+            ]
+        )
     return table
 
 
@@ -269,11 +280,15 @@ def summary(published: Published, student: str, course_dir: Path) -> str:
     counted = [e for e in entries if e.points is not None]
     total, possible = sum(e.points for e in counted), sum(e.out_of for e in counted)
     penalty = sum(e.penalty for e in counted)
-    lines = [f"# Grades of {student}", "",
-             "| module | points | out of | late | late penalty | why points were lost |",
-             "|---|---|---|---|---|---|",
-             *(_summary_line(e) for e in entries),
-             f"| total | {_number(total)} | {possible} | | {f'-{_number(penalty)}' if penalty else ''} | |", ""]
+    lines = [
+        f"# Grades of {student}",
+        "",
+        "| module | points | out of | late | late penalty | why points were lost |",
+        "|---|---|---|---|---|---|",
+        *(_summary_line(e) for e in entries),
+        f"| total | {_number(total)} | {possible} | | {f'-{_number(penalty)}' if penalty else ''} | |",
+        "",
+    ]
     lines += _summary_notes(entries)
     lines += _feedback_lines(entries, course_dir)
     return "\n".join(lines).rstrip() + "\n"
@@ -281,17 +296,26 @@ def summary(published: Published, student: str, course_dir: Path) -> str:
 
 def _summary_notes(entries: list[Entry]) -> list[str]:
     lines = []
-    left_out = {e.row.module.id for e in entries if e.row is not None and e.earned is not None and
-                e.out_of < sum(points(e.row.module.track).values())}
+    left_out = {
+        e.row.module.id
+        for e in entries
+        if e.row is not None and e.earned is not None and e.out_of < sum(points(e.row.module.track).values())
+    }
     if left_out:
-        lines += ["Performance was not graded for " + ", ".join(sorted(left_out)) + " (it needs a CUDA GPU): "
-                  "those modules are out of their correctness points only.", ""]
+        lines += [
+            "Performance was not graded for " + ", ".join(sorted(left_out)) + " (it needs a CUDA GPU): "
+            "those modules are out of their correctness points only.",
+            "",
+        ]
     for entry in entries:
         if entry.hours_late and entry.deadline is not None:
             deadline = entry.deadline
-            lines += [f"{_module_id(entry.assignment)} was due {deadline.due.isoformat(' ')} and handed in "
-                      f"{entry.hours_late:.2f} hours late: each day or part of a day costs "
-                      f"{deadline.penalty_per_day:g}% of the points earned, at most {deadline.cap:g}%.", ""]
+            lines += [
+                f"{_module_id(entry.assignment)} was due {deadline.due.isoformat(' ')} and handed in "
+                f"{entry.hours_late:.2f} hours late: each day or part of a day costs "
+                f"{deadline.penalty_per_day:g}% of the points earned, at most {deadline.cap:g}%.",
+                "",
+            ]
     return lines
 
 

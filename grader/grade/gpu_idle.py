@@ -43,8 +43,13 @@ class _Utilization(ctypes.Structure):
 
 
 class _Value(ctypes.Union):
-    _fields_ = [("d", ctypes.c_double), ("ui", ctypes.c_uint), ("ul", ctypes.c_ulong),
-                ("ull", ctypes.c_ulonglong), ("sll", ctypes.c_longlong)]
+    _fields_ = [
+        ("d", ctypes.c_double),
+        ("ui", ctypes.c_uint),
+        ("ul", ctypes.c_ulong),
+        ("ull", ctypes.c_ulonglong),
+        ("sll", ctypes.c_longlong),
+    ]
 
 
 class _Sample(ctypes.Structure):
@@ -56,6 +61,7 @@ class Idle:
     """How a wait for an idle GPU ended: ``idle`` True (the driver read 0 %), False (still busy
     at the limit) or None (NVML could not answer: not checked); ``waited_s``: seconds it took;
     ``last_percent``: the last reading (None where there was none)."""
+
     idle: bool | None
     waited_s: float
     last_percent: int | None
@@ -67,12 +73,20 @@ def _library():
         try:
             library = ctypes.CDLL(_LIBRARY)
             library.nvmlDeviceGetHandleByUUID.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-            library.nvmlDeviceGetMigMode.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint),
-                                                     ctypes.POINTER(ctypes.c_uint)]
+            library.nvmlDeviceGetMigMode.argtypes = [
+                ctypes.c_void_p,
+                ctypes.POINTER(ctypes.c_uint),
+                ctypes.POINTER(ctypes.c_uint),
+            ]
             library.nvmlDeviceGetUtilizationRates.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Utilization)]
-            library.nvmlDeviceGetSamples.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_ulonglong,
-                                                     ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint),
-                                                     ctypes.POINTER(_Sample)]
+            library.nvmlDeviceGetSamples.argtypes = [
+                ctypes.c_void_p,
+                ctypes.c_int,
+                ctypes.c_ulonglong,
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.c_uint),
+                ctypes.POINTER(_Sample),
+            ]
             _nvml = library if library.nvmlInit_v2() == _SUCCESS else False
         except (OSError, AttributeError):  # no driver library, or one without these functions
             _nvml = False
@@ -96,8 +110,10 @@ def _handle(library, index: int):
         else:
             current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
             # Under MIG the whole GPU's figure is not this device's (NVML refuses it anyway).
-            if library.nvmlDeviceGetMigMode(handle, ctypes.byref(current), ctypes.byref(pending)) == _SUCCESS \
-                    and current.value:
+            if (
+                library.nvmlDeviceGetMigMode(handle, ctypes.byref(current), ctypes.byref(pending)) == _SUCCESS
+                and current.value
+            ):
                 handle = None
         _handles[index] = handle
     return _handles[index]
@@ -136,12 +152,20 @@ def sample_period_s(index: int) -> float | None:
         if handle is None:
             return None
         kind, count = ctypes.c_int(), ctypes.c_uint(0)
-        if library.nvmlDeviceGetSamples(handle, _GPU_UTILIZATION_SAMPLES, 0, ctypes.byref(kind),
-                                        ctypes.byref(count), None) != _SUCCESS:
+        if (
+            library.nvmlDeviceGetSamples(
+                handle, _GPU_UTILIZATION_SAMPLES, 0, ctypes.byref(kind), ctypes.byref(count), None
+            )
+            != _SUCCESS
+        ):
             return None
         samples = (_Sample * count.value)()
-        if library.nvmlDeviceGetSamples(handle, _GPU_UTILIZATION_SAMPLES, 0, ctypes.byref(kind),
-                                        ctypes.byref(count), samples) != _SUCCESS:
+        if (
+            library.nvmlDeviceGetSamples(
+                handle, _GPU_UTILIZATION_SAMPLES, 0, ctypes.byref(kind), ctypes.byref(count), samples
+            )
+            != _SUCCESS
+        ):
             return None
         stamps = sorted(samples[i].timestamp for i in range(min(count.value, len(samples))))
         spacing = [b - a for a, b in zip(stamps, stamps[1:]) if b > a]
@@ -161,8 +185,15 @@ def settle_seconds(index: int) -> float:
     return SETTLE_PERIODS * (sample_period_s(index) or LONGEST_PERIOD_S)
 
 
-def wait_until_idle(index: int, limit_s: float, poll_s: float = 0.01, read=busy_percent,
-                    clock=time.monotonic, sleep=time.sleep, settle_s: float | None = None) -> Idle:
+def wait_until_idle(
+    index: int,
+    limit_s: float,
+    poll_s: float = 0.01,
+    read=busy_percent,
+    clock=time.monotonic,
+    sleep=time.sleep,
+    settle_s: float | None = None,
+) -> Idle:
     """Read GPU ``index`` every ``poll_s`` until the driver reports no kernel running (idle=True)
     in a reading taken at least ``settle_s`` after the wait began (default ``settle_seconds``:
     an earlier 0 may predate the wait), for at most ``limit_s`` (idle=False: still busy then);
@@ -194,8 +225,10 @@ def _self_check() -> int:
         print("No CUDA GPU here: run this on the grading machine.")
         return 1
     if busy_percent(0) is None:
-        print("NVML cannot report cuda:0's utilization (no libnvidia-ml.so.1, a MIG device, or an NVML error): "
-              "timings on this machine start without waiting for an idle GPU.")
+        print(
+            "NVML cannot report cuda:0's utilization (no libnvidia-ml.so.1, a MIG device, or an NVML error): "
+            "timings on this machine start without waiting for an idle GPU."
+        )
         return 1
     matrix = torch.randn(4096, 4096, device="cuda:0")
 
@@ -263,13 +296,17 @@ def _self_check() -> int:
     print("\nSummary:")
     rows = [
         ("the driver's sample period (its samples' spacing)", f"{period:.3f} s" if period else "unknown"),
-        ("readings during 2 s of matrix products", f"{min(busy)} to {max(busy)} %, mean "
-                                                    f"{statistics.mean(busy):.0f} %" if busy else "none"),
+        (
+            "readings during 2 s of matrix products",
+            f"{min(busy)} to {max(busy)} %, mean {statistics.mean(busy):.0f} %" if busy else "none",
+        ),
         ("from the end of that work to the first 0", f"{first_zero:.3f} s" if first_zero is not None else "none"),
         ("8 bursts: from start to the first non-zero reading", span(to_busy)),
         ("8 bursts: from end to the first 0 (no settling)", span(to_zero)),
-        ("4 bursts: wait_until_idle as a timing waits", span([idle.waited_s for idle in waits])
-         + f", idle={sorted({idle.idle for idle in waits}, key=str)}"),
+        (
+            "4 bursts: wait_until_idle as a timing waits",
+            span([idle.waited_s for idle in waits]) + f", idle={sorted({idle.idle for idle in waits}, key=str)}",
+        ),
         ("settle (a 0 counts only after)", f"{settle:.3f} s = {SETTLE_PERIODS} x period"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -277,8 +314,10 @@ def _self_check() -> int:
         print(f"  {name:<{width}}  {value}")
     needed = 2 * (period or LONGEST_PERIOD_S) + delay
     verdict = "enough" if settle >= needed else "TOO SHORT: raise SETTLE_PERIODS in grader/grade/gpu_idle.py"
-    print(f"A 0 describes a period wholly after the wait began once 2 periods and the driver's delay have passed "
-          f"({needed:.3f} s here, the delay taken as the shortest start-to-non-zero time): settle is {verdict}.")
+    print(
+        f"A 0 describes a period wholly after the wait began once 2 periods and the driver's delay have passed "
+        f"({needed:.3f} s here, the delay taken as the shortest start-to-non-zero time): settle is {verdict}."
+    )
     return 0 if settle >= needed else 1
 
 

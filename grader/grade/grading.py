@@ -50,6 +50,7 @@ PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA G
 @dataclass
 class Options:
     """How the run phase grades; the defaults suit a course run on one machine."""
+
     workers: int | None = None  # default: one per GPU on CUDA, else min(4, CPUs)
     limits: Limits = field(default_factory=Limits)
     hide: tuple = ()  # more paths the child must not see (the nbgrader course folder, ...)
@@ -80,8 +81,9 @@ class Plan:
 def plan(module: Module, secret: int) -> Plan:
     spec, public = cases.public(module)
     cuda = device.is_cuda()
-    planned = [(c, "public") for c in cases.for_mode(public, cuda)] + \
-              [(c, "hidden") for c in cases.for_mode(cases.hidden(module), cuda)]
+    planned = [(c, "public") for c in cases.for_mode(public, cuda)] + [
+        (c, "hidden") for c in cases.for_mode(cases.hidden(module), cuda)
+    ]
     trials: list[Trial] = []
     for index in range(len(planned)):
         trials.append(Trial(len(trials), index, secret))
@@ -90,13 +92,20 @@ def plan(module: Module, secret: int) -> Plan:
     return Plan(spec, planned, trials, cases.parts(module))
 
 
-
-
 class Grading:
     """The state of one (module, submission) grading across its child processes."""
 
-    def __init__(self, module: Module, source: bytes, sandbox: Sandbox, slot, secret: int,
-                 options: Options, stop: threading.Event, profile: Profile | None = None):
+    def __init__(
+        self,
+        module: Module,
+        source: bytes,
+        sandbox: Sandbox,
+        slot,
+        secret: int,
+        options: Options,
+        stop: threading.Event,
+        profile: Profile | None = None,
+    ):
         self.module, self.source, self.sandbox, self.slot = module, source, sandbox, slot
         self.profile = profile or Profile()
         self.lease = leases.for_gpu(slot.gpu)
@@ -110,8 +119,10 @@ class Grading:
         self.on = torch.device(f"cuda:{slot.gpu or 0}") if device.is_cuda() else torch.device("cpu")
         # On a GPU, input building waits while a kernel is timed (the GPU is the timing's alone).
         with self.lease.shared(), self.profile.step("inputs"):
-            self.inputs = {t.id: build_inputs(self.plan.spec, self.plan.cases[t.case_index][0], t.secret, on=self.on)
-                           for t in self.plan.trials}
+            self.inputs = {
+                t.id: build_inputs(self.plan.spec, self.plan.cases[t.case_index][0], t.secret, on=self.on)
+                for t in self.plan.trials
+            }
         self.verdicts: dict[int, Verdict] = {}
         self.load_error: str | None = None
         self.protections: dict = {}
@@ -209,8 +220,9 @@ class Grading:
         budget cannot pay for is marked not run, naming it."""
         if self.refusal is not None:
             for trial in self.plan.trials:
-                self.verdicts[trial.id] = Verdict(False, "policy", "Not run: the grader refused kernel.py "
-                                                  "before running it.")
+                self.verdicts[trial.id] = Verdict(
+                    False, "policy", "Not run: the grader refused kernel.py before running it."
+                )
             return
         with self.reserving(self.correctness_cap(), 2 if self._side_by_side() else 1):
             self._run_cases()
@@ -219,8 +231,9 @@ class Grading:
         """The GPU memory each correctness child may allocate (0 without a GPU)."""
         if self.memory is None:
             return 0
-        return gpu_memory.correctness_cap(self.memory, self.sandbox.slots_on(self.slot.gpu),
-                                          2 if self._side_by_side() else 1)
+        return gpu_memory.correctness_cap(
+            self.memory, self.sandbox.slots_on(self.slot.gpu), 2 if self._side_by_side() else 1
+        )
 
     def reserving(self, per_child: int, children: int):
         """Reserve GPU memory for ``children`` children of ``per_child`` bytes each, the cap of
@@ -291,15 +304,23 @@ class Grading:
                 raise Cancelled()
             if self.spent(visibility) + self.import_cpu >= until or time.monotonic() >= self.wall_end:
                 for trial in waiting:
-                    self.verdicts[trial.id] = Verdict(False, "not_run", budget_spent(
-                        self.budget, visibility, until, trial.id in self.unconfirmed))
+                    self.verdicts[trial.id] = Verdict(
+                        False, "not_run", budget_spent(self.budget, visibility, until, trial.id in self.unconfirmed)
+                    )
                 break
             suspects = [t for t in waiting if t.id in self.unconfirmed]
-            ChildRun(self, suspects[:1] or waiting[:self.batch], visibility, until).run()
+            ChildRun(self, suspects[:1] or waiting[: self.batch], visibility, until).run()
 
-    def start_child(self, n_calls: int, timed: bool = False, source: bytes | None = None,
-                    file_bytes: int | None = None, api: str | None = None, disk_bytes: int | None = None,
-                    held_bytes: int = 0):
+    def start_child(
+        self,
+        n_calls: int,
+        timed: bool = False,
+        source: bytes | None = None,
+        file_bytes: int | None = None,
+        api: str | None = None,
+        disk_bytes: int | None = None,
+        held_bytes: int = 0,
+    ):
         """A sandboxed child holding only the submission; inputs come later, one call at a time.
         Only a ``timed`` child autotunes, and it has the GPU to itself (``grader.grade.leases``).
         On a GPU it may allocate what the grading has reserved per child (``reserving``).
@@ -315,19 +336,36 @@ class Grading:
         imported torch and Triton, and waits for ``let_in`` before it touches the GPU: a timing
         does not wait for a child that is only starting."""
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
-        request = {"module": self.module.id, "api": api or self.api, "apis": [spec.api for spec in specs],
-                   "kernel": "kernel.py", "gpu_memory_fraction": self._memory_fraction(),
-                   "autotune": timed, "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs))),
-                   # A timed child's compiling happens before it has the GPU alone; the others'
-                   # lets timings go ahead (grader.grade.leases).
-                   "gate_compiles": not timed, "gate_start": self.on.type == "cuda"}
-        limits = replace(self.limits, file_bytes=max(self.limits.file_bytes, file_bytes or 0),
-                         disk_bytes=max(self.limits.disk_bytes, disk_bytes or 0))
+        request = {
+            "module": self.module.id,
+            "api": api or self.api,
+            "apis": [spec.api for spec in specs],
+            "kernel": "kernel.py",
+            "gpu_memory_fraction": self._memory_fraction(),
+            "autotune": timed,
+            "allowed_ops": sorted(set().union(*(spec.allowed_ops for spec in specs))),
+            # A timed child's compiling happens before it has the GPU alone; the others'
+            # lets timings go ahead (grader.grade.leases).
+            "gate_compiles": not timed,
+            "gate_start": self.on.type == "cuda",
+        }
+        limits = replace(
+            self.limits,
+            file_bytes=max(self.limits.file_bytes, file_bytes or 0),
+            disk_bytes=max(self.limits.disk_bytes, disk_bytes or 0),
+        )
         if held_bytes:
             limits = replace(limits, memory_bytes=self.sandbox.memory_bytes(limits) + held_bytes)
-        child = self.sandbox.start(self.slot, {"kernel.py": source or self.source}, child_command(REPO_ROOT),
-                                   request, n_calls, secrets.token_hex(16), limits=limits,
-                                   shared=self.shared if source is None else None)
+        child = self.sandbox.start(
+            self.slot,
+            {"kernel.py": source or self.source},
+            child_command(REPO_ROOT),
+            request,
+            n_calls,
+            secrets.token_hex(16),
+            limits=limits,
+            shared=self.shared if source is None else None,
+        )
         if self.on.type == "cuda":
             self.lease.leave(child, child.pause, child.resume)
         return child
@@ -353,6 +391,7 @@ class Grading:
 @dataclass
 class Graded:
     """What grading one file of one module produced; ``grader.grade.store.keep`` writes it."""
+
     record: dict
     log: str  # what the children printed, for instructors only
     children: int  # sandboxed processes started
@@ -360,8 +399,9 @@ class Graded:
     record_path: Path | None = None  # where it was kept
 
 
-def grade_one(module: Module, source: bytes, sandbox: Sandbox, secret: int, options: Options,
-              stop: threading.Event) -> Graded:
+def grade_one(
+    module: Module, source: bytes, sandbox: Sandbox, secret: int, options: Options, stop: threading.Event
+) -> Graded:
     """Grade one submitted file of one module: its record and log, not yet written anywhere."""
     started = time.monotonic()
     profile = Profile()
@@ -393,6 +433,12 @@ def make_sandbox(options: Options, results_dir: Path, extra_hide: tuple = (), gp
     workers = options.workers or default_workers(options)
     if gpus is None and device.is_cuda():
         gpus = list(range(torch.cuda.device_count()))
-    return Sandbox(limits=options.limits, workers=workers, gpus=gpus, cuda=device.is_cuda(),
-                   hide=[results_dir, *extra_hide, *options.hide], expose=list(options.expose),
-                   allow_unsafe=options.allow_unsafe)
+    return Sandbox(
+        limits=options.limits,
+        workers=workers,
+        gpus=gpus,
+        cuda=device.is_cuda(),
+        hide=[results_dir, *extra_hide, *options.hide],
+        expose=list(options.expose),
+        allow_unsafe=options.allow_unsafe,
+    )

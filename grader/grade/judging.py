@@ -56,8 +56,11 @@ def fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> dic
     inputs = tensors_in((args, kwargs))
     expected = [t for t in (*references, *inputs) if isinstance(t, torch.Tensor)]
     max_elements = 2 * max([t.numel() for t in expected] + [1]) + 1024
-    max_bytes = 2 * sum(t.untyped_storage().nbytes() for t in inputs) + \
-        4 * sum(t.numel() * 8 for t in references if isinstance(t, torch.Tensor)) + (1 << 20)
+    max_bytes = (
+        2 * sum(t.untyped_storage().nbytes() for t in inputs)
+        + 4 * sum(t.numel() * 8 for t in references if isinstance(t, torch.Tensor))
+        + (1 << 20)
+    )
     JUDGING.need(min(child.size(name), max_bytes))
     saved = wire.parse(child.take(name, max_bytes), max_elements)
     if not isinstance(saved, dict) or not isinstance(saved.get("outputs"), list):
@@ -65,8 +68,17 @@ def fetch(child, name: str, args: tuple, kwargs: dict, references: tuple) -> dic
     return saved
 
 
-def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, on: torch.device,
-          earlier: tuple = (), own_kernels: set[str] | None = None) -> Verdict:
+def judge(
+    spec: Spec,
+    case: Case,
+    args: tuple,
+    kwargs: dict,
+    done: dict,
+    fetch,
+    on: torch.device,
+    earlier: tuple = (),
+    own_kernels: set[str] | None = None,
+) -> Verdict:
     """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
     the references -> the saved outputs and inputs). ``own_kernels``: the submission's
     @triton.jit names, read against the child's CUDA kernel trace."""
@@ -78,8 +90,13 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
         # call_api's own messages start with these; a learner's exception starts "add() raised".
         error = str(done["error"])
         if not error.startswith(f"{api}() put another tensor in the place of"):
-            kind = "mutation" if error.startswith(f"{api}() changed its input") else \
-                "alias" if error.startswith(f"{api}() returned one of its inputs") else "error"
+            kind = (
+                "mutation"
+                if error.startswith(f"{api}() changed its input")
+                else "alias"
+                if error.startswith(f"{api}() returned one of its inputs")
+                else "error"
+            )
             return Verdict(False, kind, error, seconds)
         # The child found the caller's tensors replaced: the parent says so from what it saved,
         # naming the arguments as the reference does (the child knows no names).
@@ -94,8 +111,13 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
     except FileNotFoundError:
         return Verdict(False, "unreadable", f"{api}() returned, but nothing it returned was saved.", seconds)
     except Exception as error:
-        return Verdict(False, "unreadable", f"The grader could not read what {api}() returned ({error}). "
-                       "Return plain torch.Tensor objects of the expected shape.", seconds)
+        return Verdict(
+            False,
+            "unreadable",
+            f"The grader could not read what {api}() returned ({error}). "
+            "Return plain torch.Tensor objects of the expected shape.",
+            seconds,
+        )
     returned = done.get("returned") or []
     if not isinstance(returned, list) or len(returned) != len(kept):
         return Verdict(False, "unreadable", f"The grader could not read what {api}() returned.", seconds)
@@ -104,21 +126,34 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
     expected_device = on.type
     for name, where in zip(spec.output_names, done.get("devices") or []):
         if where is not None and where != expected_device:
-            return Verdict(False, "device", f"{name} is on {where}, but the inputs are on {expected_device}: "
-                           "allocate the output on the inputs' device.", seconds)
+            return Verdict(
+                False,
+                "device",
+                f"{name} is on {where}, but the inputs are on {expected_device}: "
+                "allocate the output on the inputs' device.",
+                seconds,
+            )
     # The child checked these too, but code that patched torch could have fooled it.
-    if not isinstance(args_after, (list, tuple)) or not isinstance(kwargs_after, dict) or \
-            len(tensors_in((args, kwargs))) != len(tensors_in((args_after, kwargs_after))):
+    if (
+        not isinstance(args_after, (list, tuple))
+        or not isinstance(kwargs_after, dict)
+        or len(tensors_in((args, kwargs))) != len(tensors_in((args_after, kwargs_after)))
+    ):
         return Verdict(False, "unreadable", f"The grader could not read the inputs after {api}().", seconds)
     args_after = tuple(args_after)
-    problem = changed_input(frozen_inputs(args, kwargs, spec.mutates),
-                            frozen_inputs(args_after, kwargs_after, spec.mutates), api)
+    problem = changed_input(
+        frozen_inputs(args, kwargs, spec.mutates), frozen_inputs(args_after, kwargs_after, spec.mutates), api
+    )
     if problem:
         return Verdict(False, "mutation", problem, seconds)
     passed = tensors_in((args_after, kwargs_after))
     if after is not None:  # an in-place API's results are read from the caller's tensors, which must stay put
-        problem = moved_input(passed, after if isinstance(after, list) else [], api,
-                              tensor_names(input_names(spec.reference), args, kwargs))
+        problem = moved_input(
+            passed,
+            after if isinstance(after, list) else [],
+            api,
+            tensor_names(input_names(spec.reference), args, kwargs),
+        )
         if problem:
             return Verdict(False, "replaced", problem, seconds)
     if replaced:  # a call that failed in the child never passes here
@@ -134,15 +169,23 @@ def judge(spec: Spec, case: Case, args: tuple, kwargs: dict, done: dict, fetch, 
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:
         message = "\n".join(problems)
-        if earlier and all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_values(a, b)
-                           for a, b in zip(outputs, earlier)):
-            return Verdict(False, "cache", f"{api}() returned the same values for two different inputs "
-                           "of the same shape: it reuses an earlier result. Compute the output on every call.",
-                           seconds, outputs)
+        if earlier and all(
+            isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same_values(a, b)
+            for a, b in zip(outputs, earlier)
+        ):
+            return Verdict(
+                False,
+                "cache",
+                f"{api}() returned the same values for two different inputs "
+                "of the same shape: it reuses an earlier result. Compute the output on every call.",
+                seconds,
+                outputs,
+            )
         return Verdict(False, "wrong", message, seconds, outputs)
 
-    found = judge_evidence(api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs),
-                           own_kernels, spec)
+    found = judge_evidence(
+        api, done, any(isinstance(o, torch.Tensor) and o.numel() for o in outputs), own_kernels, spec
+    )
     if found:
         return Verdict(False, found[0], found[1], seconds, outputs)
     return Verdict(True, seconds=seconds, outputs=outputs)
@@ -167,9 +210,11 @@ INTEGRITY = {
 # which elements were wrong, how the process ended) is the submission's choice, so it could spell
 # out the hidden inputs a few bits per case. Only the grader's own reasons for not running a case
 # (the time budget spent, kernel.py refused) are said.
-HIDDEN_FAILED = ("Hidden case failed: {api}() did not pass it. Hidden cases show nothing more: run the public "
-                 "cases (make check), whose messages say what went wrong and what to try; the hidden ones "
-                 "test the same things on other sizes, dtypes and layouts.")
+HIDDEN_FAILED = (
+    "Hidden case failed: {api}() did not pass it. Hidden cases show nothing more: run the public "
+    "cases (make check), whose messages say what went wrong and what to try; the hidden ones "
+    "test the same things on other sizes, dtypes and layouts."
+)
 
 
 def hidden_message(verdict: Verdict, api: str) -> str:

@@ -41,6 +41,7 @@ class Usage:
     timings stalled the children sharing it until the calls in progress ended, how much of the
     time alone went to waiting for the driver to report the GPU idle, and how many timings began
     on a GPU still busy after ``IDLE_LIMIT_SECONDS``."""
+
     timings: int = 0
     alone_seconds: float = 0.0
     draining_seconds: float = 0.0
@@ -48,14 +49,19 @@ class Usage:
     busy_starts: int = 0
 
     def since(self, earlier: Usage) -> Usage:
-        return Usage(self.timings - earlier.timings, self.alone_seconds - earlier.alone_seconds,
-                     self.draining_seconds - earlier.draining_seconds,
-                     self.idle_wait_seconds - earlier.idle_wait_seconds, self.busy_starts - earlier.busy_starts)
+        return Usage(
+            self.timings - earlier.timings,
+            self.alone_seconds - earlier.alone_seconds,
+            self.draining_seconds - earlier.draining_seconds,
+            self.idle_wait_seconds - earlier.idle_wait_seconds,
+            self.busy_starts - earlier.busy_starts,
+        )
 
 
 @dataclass
 class _Left:
     """A child that left the lease mid-call (``GpuLease.leave``)."""
+
     pause: object
     resume: object
     frozen_since: float | None = None  # frozen now, by a timing, since then
@@ -168,8 +174,9 @@ class GpuLease:
         try:
             # Outside the lock: what takes it meanwhile (a rejoin, a forget) must not wait for the driver.
             if self.index is not None:
-                idle = gpu_idle.wait_until_idle(self.index, IDLE_LIMIT_SECONDS, read=read_busy,
-                                                settle_s=settle_seconds(self.index))
+                idle = gpu_idle.wait_until_idle(
+                    self.index, IDLE_LIMIT_SECONDS, read=read_busy, settle_s=settle_seconds(self.index)
+                )
             yield idle
         finally:
             with self._lock:

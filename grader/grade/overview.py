@@ -27,6 +27,7 @@ TOP_DIAGNOSES = 5  # per module: the rest are rarer than the ones shown
 @dataclass
 class CaseTally:
     """How many of a module's graded submissions pass one case."""
+
     name: str  # a public case's label, or "hidden case N"
     visibility: str
     passed: int = 0
@@ -37,6 +38,7 @@ class CaseTally:
 class Diagnosis:
     """One kind of failure of the public cases: its first line as first seen, how many failed
     cases say it (numbers aside) and of how many students."""
+
     text: str
     cases: int = 0
     students: set[str] = field(default_factory=set)
@@ -182,13 +184,16 @@ def md(text: str) -> str:
 def markdown(views: list[ModuleView]) -> list[str]:
     """The view of the class as Markdown lines: per module, a summary, the cases and how many
     pass them, the most common diagnoses, integrity findings and performance."""
-    lines = ["## The class, module by module", "",
-             "How many submissions pass each case (hidden cases by number only), the most common "
-             "diagnoses of failed public cases, integrity findings and performance. The same as a page: "
-             "[overview.html](overview.html).", ""]
+    lines = [
+        "## The class, module by module",
+        "",
+        "How many submissions pass each case (hidden cases by number only), the most common "
+        "diagnoses of failed public cases, integrity findings and performance. The same as a page: "
+        "[overview.html](overview.html).",
+        "",
+    ]
     for view in views:
-        lines += [f"### {md(view.module)}", "", md(summary_text(view)) + ".", "",
-                  "| case | pass |", "|---|---|"]
+        lines += [f"### {md(view.module)}", "", md(summary_text(view)) + ".", "", "| case | pass |", "|---|---|"]
         lines += [f"| {md(t.name)} | {t.passed}/{t.total} |" for t in view.cases.values()]
         if view.diagnoses:
             lines += ["", "| most common diagnosis (public cases) | failed cases | students |", "|---|---|---|"]
@@ -220,24 +225,34 @@ def _bar(passed: int, total: int) -> str:
     """A pass-rate bar drawn with two boxes (no script, no image)."""
     width = 8.0  # em
     share = passed / total if total else 0.0
-    return (f'<span class="bar" style="width: {width * share:.2f}em"></span>'
-            f'<span class="gap" style="width: {width * (1 - share):.2f}em"></span>')
+    return (
+        f'<span class="bar" style="width: {width * share:.2f}em"></span>'
+        f'<span class="gap" style="width: {width * (1 - share):.2f}em"></span>'
+    )
 
 
 def _module_html(view: ModuleView) -> list[str]:
     e = html.escape
-    out = [f"<h2>{e(view.module)}</h2>", f"<p>{e(summary_text(view))}.</p>",
-           "<table><tr><th>case</th><th>pass</th><th></th></tr>"]
+    out = [
+        f"<h2>{e(view.module)}</h2>",
+        f"<p>{e(summary_text(view))}.</p>",
+        "<table><tr><th>case</th><th>pass</th><th></th></tr>",
+    ]
     for tally in view.cases.values():
         css = ' class="hidden"' if tally.visibility == "hidden" else ""
-        out.append(f"<tr{css}><td>{e(tally.name)}</td><td class=\"count\">{tally.passed}/{tally.total}</td>"
-                   f"<td>{_bar(tally.passed, tally.total)}</td></tr>")
+        out.append(
+            f'<tr{css}><td>{e(tally.name)}</td><td class="count">{tally.passed}/{tally.total}</td>'
+            f"<td>{_bar(tally.passed, tally.total)}</td></tr>"
+        )
     out.append("</table>")
     if view.diagnoses:
-        out.append("<table><tr><th>most common diagnosis (public cases)</th><th>failed cases</th>"
-                   "<th>students</th></tr>")
-        out += [f"<tr><td>{e(d.text)}</td><td class=\"count\">{d.cases}</td>"
-                f"<td class=\"count\">{len(d.students)}</td></tr>" for d in view.top_diagnoses()]
+        out.append(
+            "<table><tr><th>most common diagnosis (public cases)</th><th>failed cases</th><th>students</th></tr>"
+        )
+        out += [
+            f'<tr><td>{e(d.text)}</td><td class="count">{d.cases}</td><td class="count">{len(d.students)}</td></tr>'
+            for d in view.top_diagnoses()
+        ]
         out.append("</table>")
     if view.integrity:
         out.append("<p>Integrity findings:</p><ul>")
@@ -250,12 +265,20 @@ def _module_html(view: ModuleView) -> list[str]:
 def page(views: list[ModuleView]) -> str:
     """The whole page, self-contained: its style inline, no script, every record text escaped."""
     body = [line for view in views for line in _module_html(view)] or ["<p>No submission was graded.</p>"]
-    return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-                      "<title>The class, module by module</title>", f"<style>{_STYLE}</style></head><body>",
-                      "<h1>The class, module by module</h1>",
-                      "<p>How many submissions pass each case (hidden cases by number only), the most common "
-                      "diagnoses of failed public cases, integrity findings and performance.</p>",
-                      *body, "</body></html>", ""])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            "<title>The class, module by module</title>",
+            f"<style>{_STYLE}</style></head><body>",
+            "<h1>The class, module by module</h1>",
+            "<p>How many submissions pass each case (hidden cases by number only), the most common "
+            "diagnoses of failed public cases, integrity findings and performance.</p>",
+            *body,
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 def write(rows, path: Path) -> list[ModuleView]:

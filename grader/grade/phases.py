@@ -37,6 +37,7 @@ BAR_WIDTH = 24
 @dataclass
 class Result:
     """What one phase did: ``done`` of ``total`` items in ``seconds`` (None: skipped)."""
+
     name: str
     unit: str = ""
     done: int | None = None  # None: a step without a count
@@ -147,16 +148,21 @@ class Bar:
         return text + (f"  {self.note}" if self.note else "")
 
     def result(self, seconds: float | None) -> Result:
-        return Result(self.name, self.unit, self.done if self.counted() else None, self.total, seconds,
-                      dict(self.tags))
+        return Result(self.name, self.unit, self.done if self.counted() else None, self.total, seconds, dict(self.tags))
 
 
 class Phases:
     """The phases of one command: their bars while they run, their results afterwards."""
 
-    def __init__(self, enabled: bool = True, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, interactive: bool | None = None,
-                 every: float = PLAIN_EVERY, width: int | None = None):
+    def __init__(
+        self,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interactive: bool | None = None,
+        every: float = PLAIN_EVERY,
+        width: int | None = None,
+    ):
         self.enabled, self._stream, self.clock = enabled, stream, clock
         self._interactive, self.every, self._width = interactive, every, width
         self.results: list[Result] = []
@@ -226,7 +232,7 @@ class Phases:
             bar.printed = now
 
     def _draw(self, bar: Bar) -> None:
-        text = bar.line(plain=False)[:self.width() - 1]
+        text = bar.line(plain=False)[: self.width() - 1]
         self._write("\r" + text.ljust(bar.drawn))
         bar.drawn = len(text)
 

@@ -51,6 +51,7 @@ class SelectionError(RuntimeError):
 @dataclass
 class Row:
     """One student's submission of one assignment."""
+
     student: str
     assignment: str
     module: Module
@@ -90,10 +91,18 @@ def assemble_examples(modules: list[Module] | None = None) -> Path:
     return EXAMPLES_DIR
 
 
-def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_DIR, out: Path = DEFAULT_OUT,
-          modules: list[Module] | None = None, options: runphase.Options | None = None,
-          progress: bool = True, students: list[str] | None = None, regrade: bool = False,
-          roster: list[str] | None = None, deadlines: dict[str, Deadline] | None = None) -> Grading:
+def grade(
+    source: Path | None = None,
+    course_dir: Path = course.DEFAULT_COURSE_DIR,
+    out: Path = DEFAULT_OUT,
+    modules: list[Module] | None = None,
+    options: runphase.Options | None = None,
+    progress: bool = True,
+    students: list[str] | None = None,
+    regrade: bool = False,
+    roster: list[str] | None = None,
+    deadlines: dict[str, Deadline] | None = None,
+) -> Grading:
     """Grade every submission in ``source`` (default: the examples; with ``students`` or
     ``regrade``, what is collected) and write the outputs. ``students`` limits the grading to
     theirs; ``regrade`` makes the selected records again. ``roster`` and ``deadlines`` go to
@@ -131,38 +140,62 @@ def grade(source: Path | None = None, course_dir: Path = course.DEFAULT_COURSE_D
         stale = _place_notebooks(course_dir, picked)
     # One nbgrader command for the whole course; one per assignment when only some are graded.
     targets = ["*"] if modules is None else sorted({row.assignment for row in stale})
-    grader_errors = _record_phase(course_dir, out, stale, targets, phases,
-                                  students=sorted({row.student for row in stale}) if students else None)
+    grader_errors = _record_phase(
+        course_dir, out, stale, targets, phases, students=sorted({row.student for row in stale}) if students else None
+    )
     _read_gradebook(course_dir, rows)
     _read_times(course_dir, rows)
-    grading = Grading(rows, course_dir, out, summary.protections, phases.seconds, summary.children_started,
-                      len(stale), grader_errors, collected.refused, summary.profile_table(), phases.results,
-                      collected.unmatched, notes)
+    grading = Grading(
+        rows,
+        course_dir,
+        out,
+        summary.protections,
+        phases.seconds,
+        summary.children_started,
+        len(stale),
+        grader_errors,
+        collected.refused,
+        summary.profile_table(),
+        phases.results,
+        collected.unmatched,
+        notes,
+    )
     report.write(grading)
     _add_to_report(grading)
     grading.published = export.write(grading, roster, deadlines)
     return grading
 
 
-def _selected(course_dir: Path, assignments: list[str], students: list[str] | None,
-              collected_only: bool) -> list[tuple[str, str]]:
+def _selected(
+    course_dir: Path, assignments: list[str], students: list[str] | None, collected_only: bool
+) -> list[tuple[str, str]]:
     """The (student, assignment) pairs in submitted/ that this run grades: every one of its
     assignments, or only ``students``' (each must have one)."""
-    present = [(folder.parent.name, folder.name) for folder in sorted((course_dir / "submitted").glob("*/*"))
-               if folder.name in assignments and os.path.lexists(folder / "kernel.py")]
+    present = [
+        (folder.parent.name, folder.name)
+        for folder in sorted((course_dir / "submitted").glob("*/*"))
+        if folder.name in assignments and os.path.lexists(folder / "kernel.py")
+    ]
     if collected_only and not present:
-        raise SelectionError(f"Nothing of {', '.join(assignments)} is collected in {course_dir / 'submitted'} yet: "
-                             "pass the submissions (a folder or an LMS zip; SUBMISSIONS=... for make grade).")
+        raise SelectionError(
+            f"Nothing of {', '.join(assignments)} is collected in {course_dir / 'submitted'} yet: "
+            "pass the submissions (a folder or an LMS zip; SUBMISSIONS=... for make grade)."
+        )
     if not students:
         return present
     known = sorted({student for student, _ in present})
     for student in students:
         if student not in known:
             close = difflib.get_close_matches(student, known, n=3)
-            hint = f" Did you mean {' or '.join(close)}?" if close else \
-                f" Students with a submission: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}."
-            raise SelectionError(f"{student!r} has no submission of {', '.join(assignments)} in "
-                                 f"{course_dir / 'submitted'}: check the name, or collect theirs first.{hint}")
+            hint = (
+                f" Did you mean {' or '.join(close)}?"
+                if close
+                else f" Students with a submission: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}."
+            )
+            raise SelectionError(
+                f"{student!r} has no submission of {', '.join(assignments)} in "
+                f"{course_dir / 'submitted'}: check the name, or collect theirs first.{hint}"
+            )
     return [(student, assignment) for student, assignment in present if student in students]
 
 
@@ -180,11 +213,16 @@ def _set_aside(course_dir: Path, results: Path, chosen: set[tuple[str, str]]) ->
         if moved is None:
             continue
         notes.append(f"Regrading {student} {assignment}: the old record is kept in {moved}.")
-        sharing = sorted(other for (other, a), text in files.items()
-                         if a == assignment and text == source and (other, a) not in chosen)
+        sharing = sorted(
+            other
+            for (other, a), text in files.items()
+            if a == assignment and text == source and (other, a) not in chosen
+        )
         if sharing:
-            notes.append(f"  {', '.join(sharing)} handed in the same file: the new record is theirs too, and "
-                         "their gradebook entries follow it the next time they are graded.")
+            notes.append(
+                f"  {', '.join(sharing)} handed in the same file: the new record is theirs too, and "
+                "their gradebook entries follow it the next time they are graded."
+            )
     return notes
 
 
@@ -248,8 +286,15 @@ def _output(course_dir: Path, folder: str, row: Row, suffix: str) -> Path:
     return course_dir / folder / row.student / row.assignment / f"{row.assignment}{suffix}"
 
 
-def _record_phase(course_dir: Path, out: Path, stale: list[Row], targets: list[str], phases: Phases,
-                  shared_kernel: bool | None = None, students: list[str] | None = None) -> list[str]:
+def _record_phase(
+    course_dir: Path,
+    out: Path,
+    stale: list[Row],
+    targets: list[str],
+    phases: Phases,
+    shared_kernel: bool | None = None,
+    students: list[str] | None = None,
+) -> list[str]:
     """nbgrader autograde, generate_feedback and export, where anything changed; return the
     grader errors found in the autograded notebooks. With ``students``, autograde and feedback
     run for theirs only (a command each: nbgrader takes one student at a time), so that no other
@@ -295,8 +340,9 @@ def _each_student(targets: list[str], students: list[str] | None) -> list[tuple[
     return [(target, f"--student={student}") for target in targets for student in students]
 
 
-def _rows(course_dir: Path, assignments: list[str], summary: runphase.RunSummary,
-          collected: collect.Collected) -> list[Row]:
+def _rows(
+    course_dir: Path, assignments: list[str], summary: runphase.RunSummary, collected: collect.Collected
+) -> list[Row]:
     by_assignment = course.modules_by_assignment()
     outcomes = {(s.student, s.module.id): outcome for outcome in summary.outcomes for s in outcome.submissions}
     rows = []
@@ -310,8 +356,7 @@ def _rows(course_dir: Path, assignments: list[str], summary: runphase.RunSummary
             row.record, row.problem = outcome.record, outcome.error or ""
         else:  # not graded in this run (another student was selected): its record as it is
             source = _source(course_dir, student, assignment)
-            row.record = None if source is None else \
-                store.existing_record(row.module, source, summary.results_dir)[0]
+            row.record = None if source is None else store.existing_record(row.module, source, summary.results_dir)[0]
         rows.append(row)
     for student, assignment, why in collected.refused:
         if not any(r.student == student and r.assignment == assignment for r in rows):
@@ -323,9 +368,15 @@ def _stamp(row: Row, notebook: bytes) -> str:
     """What an autograded notebook was made from: the record (its file, cases and when it was
     made, so that a record made again, by a regrade, is autograded again) and the notebook."""
     record = row.record or {}
-    return json.dumps({"submission": record.get("submission_sha256"), "cases": record.get("cases_sha256"),
-                       "graded_at": record.get("graded_at"), "notebook": hashlib.sha256(notebook).hexdigest()},
-                      sort_keys=True)
+    return json.dumps(
+        {
+            "submission": record.get("submission_sha256"),
+            "cases": record.get("cases_sha256"),
+            "graded_at": record.get("graded_at"),
+            "notebook": hashlib.sha256(notebook).hexdigest(),
+        },
+        sort_keys=True,
+    )
 
 
 def _place_notebooks(course_dir: Path, rows: list[Row]) -> list[Row]:
@@ -358,19 +409,26 @@ def _scrub_errors(course_dir: Path, rows: list[Row]) -> list[str]:
     for row in rows:
         path = _output(course_dir, "autograded", row, ".ipynb")
         if not path.is_file():
-            found.append(f"{row.student} {row.assignment}: nbgrader did not autograde it "
-                         f"(see {course_dir / 'logs' / 'nbgrader-autograde.log'})")
+            found.append(
+                f"{row.student} {row.assignment}: nbgrader did not autograde it "
+                f"(see {course_dir / 'logs' / 'nbgrader-autograde.log'})"
+            )
             continue
         notebook = nbformat.read(str(path), as_version=4)
         changed = False
         for cell in notebook.cells:
             for index, output in enumerate(cell.get("outputs", [])):
                 if output.get("output_type") == "error":
-                    found.append(f"{row.student} {row.assignment} cell {cell.get('id')}: "
-                                 f"{output.get('ename')}: {output.get('evalue')}")
+                    found.append(
+                        f"{row.student} {row.assignment} cell {cell.get('id')}: "
+                        f"{output.get('ename')}: {output.get('evalue')}"
+                    )
                     cell.outputs[index] = nbformat.v4.new_output(
-                        "stream", name="stdout", text="The grader could not run this cell; your instructor "
-                                                      "has been told. It scores 0 points for now.\n")
+                        "stream",
+                        name="stdout",
+                        text="The grader could not run this cell; your instructor "
+                        "has been told. It scores 0 points for now.\n",
+                    )
                     changed = True
         if changed:
             nbformat.write(notebook, str(path))

@@ -86,8 +86,10 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
         return "No submission was graded in this run (every record was reused), so there is nothing to profile."
     names = [name for name, _ in STEPS]
     width = max(len(m) for m in by_module) + 2
-    lines = ["Where the run phase's wall time went, in seconds per graded submission (mean over n):",
-             f"{'module':<{width}}{'n':>4}{'total':>8}" + "".join(f"{n[:10]:>11}" for n in names)]
+    lines = [
+        "Where the run phase's wall time went, in seconds per graded submission (mean over n):",
+        f"{'module':<{width}}{'n':>4}{'total':>8}" + "".join(f"{n[:10]:>11}" for n in names),
+    ]
     for module_id, entries in sorted(by_module.items()):
         n = len(entries)
         total = sum(p.total for p in entries) / n
@@ -100,15 +102,19 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
 
 def lease_line(gpu, usage) -> str:
     """One GPU's exclusive use during a run (``grader.grade.leases.Usage``), in words."""
-    line = (f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all, of which "
-            f"{usage.idle_wait_seconds:.1f} s waiting for the driver to report no kernel running; they waited "
-            f"{usage.draining_seconds:.1f} s for the calls in progress to end (children whose call had ended "
-            f"frozen meanwhile).")
+    line = (
+        f"GPU {gpu}: {usage.timings} timings had it alone for {usage.alone_seconds:.1f} s in all, of which "
+        f"{usage.idle_wait_seconds:.1f} s waiting for the driver to report no kernel running; they waited "
+        f"{usage.draining_seconds:.1f} s for the calls in progress to end (children whose call had ended "
+        f"frozen meanwhile)."
+    )
     if usage.busy_starts:
-        line += (f" {usage.busy_starts} of the timings began on a GPU still busy after {IDLE_LIMIT_SECONDS:.0f} s "
-                 f"of waiting (their records say so): something that freezing the grader's children does not stop "
-                 f"was running there, such as another program (see nvidia-smi). Stop it, then grade those "
-                 f"submissions again (--regrade).")
+        line += (
+            f" {usage.busy_starts} of the timings began on a GPU still busy after {IDLE_LIMIT_SECONDS:.0f} s "
+            f"of waiting (their records say so): something that freezing the grader's children does not stop "
+            f"was running there, such as another program (see nvidia-smi). Stop it, then grade those "
+            f"submissions again (--regrade)."
+        )
     return line
 
 
@@ -117,9 +123,11 @@ def memory_line() -> str:
     from grader.grade.host_memory import JUDGING
 
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return (f"The grader's own process peaked at {peak_kib / (1 << 20):.2f} GiB of memory (its children not "
-            f"counted); the files it judged held at most {JUDGING.peak / (1 << 30):.2f} GiB at once "
-            f"(budget {JUDGING.budget / (1 << 30):.2f} GiB).")
+    return (
+        f"The grader's own process peaked at {peak_kib / (1 << 20):.2f} GiB of memory (its children not "
+        f"counted); the files it judged held at most {JUDGING.peak / (1 << 30):.2f} GiB at once "
+        f"(budget {JUDGING.budget / (1 << 30):.2f} GiB)."
+    )
 
 
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:

@@ -58,17 +58,21 @@ def score(module_id: str, part: str, out_of: float, folder: str | Path | None = 
     try:
         with _silenced():
             here = Path(folder or os.getcwd())
-            record = with_given(find_record(module_id, here),
-                                starting_record(results_location(here), find_module(module_id)))
+            record = with_given(
+                find_record(module_id, here), starting_record(results_location(here), find_module(module_id))
+            )
             text, points = part_report(record, part, out_of)
             text = _wrapped(text)
     except _Explained as error:
         text, points = f"{part.capitalize()} part: 0 of {out_of:g} points. {error}", 0.0
     except BaseException as error:
         first = (str(error).strip().splitlines() or [""])[0][:200]
-        text, points = (f"{part.capitalize()} part: 0 of {out_of:g} points. The grader could not grade "
-                        f"this part ({type(error).__name__}{': ' + first if first else ''}). "
-                        "Ask your instructor to look at the grading log.", 0.0)
+        text, points = (
+            f"{part.capitalize()} part: 0 of {out_of:g} points. The grader could not grade "
+            f"this part ({type(error).__name__}{': ' + first if first else ''}). "
+            "Ask your instructor to look at the grading log.",
+            0.0,
+        )
     # One write: print() makes two (the text, then the newline), and a notebook kernel on a busy
     # machine may send them as two outputs, which the feedback would show apart.
     sys.stdout.write(text + "\n")
@@ -88,9 +92,12 @@ def _wrapped(text: str, width: int = 100) -> str:
     page shows the cell's output in a box that does not wrap."""
     lines = []
     for line in text.splitlines():
-        indent = line[:len(line) - len(line.lstrip())]
-        lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False,
-                                   break_on_hyphens=False) if len(line) > width else line)
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.append(
+            textwrap.fill(line, width, subsequent_indent=indent + "  ", break_long_words=False, break_on_hyphens=False)
+            if len(line) > width
+            else line
+        )
     return "\n".join(lines)
 
 
@@ -139,8 +146,10 @@ def find_record(module_id: str, folder: Path) -> dict:
     folder = folder.resolve()
     kernel = folder / "kernel.py"
     if not kernel.exists() and not kernel.is_symlink():
-        raise _Explained("There is no kernel.py beside this notebook: submit your kernel.py in the "
-                         "assignment's folder, next to the notebook.")
+        raise _Explained(
+            "There is no kernel.py beside this notebook: submit your kernel.py in the "
+            "assignment's folder, next to the notebook."
+        )
     course = course_around(folder)
     options = runphase.Options(workers=1, hide=(course,) if course else ())
     try:
@@ -148,9 +157,11 @@ def find_record(module_id: str, folder: Path) -> dict:
     except ValueError as error:  # a link, a folder, a file that is too large
         raise _Explained(str(error)) from None
     except SandboxError as error:
-        raise _Explained("kernel.py was not graded: the sandbox that runs submissions cannot start here "
-                         f"({str(error).splitlines()[0]}). Your instructor grades it with "
-                         "`python -m grader grade`.") from None
+        raise _Explained(
+            "kernel.py was not graded: the sandbox that runs submissions cannot start here "
+            f"({str(error).splitlines()[0]}). Your instructor grades it with "
+            "`python -m grader grade`."
+        ) from None
     return outcome.record
 
 
@@ -172,7 +183,7 @@ def performance_credit(record: dict) -> tuple[float | None, float, float]:
 
 
 def performance_status(record: dict) -> str:
-    """"not graded" or the share of the points, for tables and CSV files."""
+    """ "not graded" or the share of the points, for tables and CSV files."""
     credit, _, _ = performance_credit(record)
     return "not graded" if credit is None else f"{credit:.2f}"
 
@@ -185,25 +196,38 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
     points = part_points(share, out_of) if total else 0.0
     title = "Public cases" if visibility == "public" else "Hidden cases"
     if not rows:
-        where = "this checkout has none (they are only in the instructor's)" if visibility == "hidden" \
+        where = (
+            "this checkout has none (they are only in the instructor's)"
+            if visibility == "hidden"
             else "the module has none on this device"
+        )
         return f"{title}: {points:g} of {out_of:g} points: {where}.", points
     lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
     if weights:
-        lines.append("  Each part counts as its share of the module's points, whatever its number of cases: " +
-                     "; ".join(_part_line(record, part, rows) for part in record["parts"]) + ".")
+        lines.append(
+            "  Each part counts as its share of the module's points, whatever its number of cases: "
+            + "; ".join(_part_line(record, part, rows) for part in record["parts"])
+            + "."
+        )
     if counted < len(rows):
         given = set(record.get("given") or ())
         broken = sum(not row["passed"] for row in rows if row["name"] in given)
-        lines.append(f"  {len(rows) - counted} of them already pass in the starting kernel, so the points count the "
-                     f"other {counted}, of which {earned} pass" + (f"; {broken} case(s) the starting kernel passes "
-                     "now fail, and each takes one back" if broken else "") + ".")
+        lines.append(
+            f"  {len(rows) - counted} of them already pass in the starting kernel, so the points count the "
+            f"other {counted}, of which {earned} pass"
+            + (f"; {broken} case(s) the starting kernel passes now fail, and each takes one back" if broken else "")
+            + "."
+        )
     if visibility == "public":
-        lines.append(f"(kernel.py {record['submission_sha256'][:12]}, graded on {record['device']}, "
-                     f"{record['graded_at']})")
+        lines.append(
+            f"(kernel.py {record['submission_sha256'][:12]}, graded on {record['device']}, {record['graded_at']})"
+        )
     if record.get("load_error"):
-        lines.append(record["summary"] if visibility == "public" else
-                     "None ran: kernel.py could not be imported (see the public part).")
+        lines.append(
+            record["summary"]
+            if visibility == "public"
+            else "None ran: kernel.py could not be imported (see the public part)."
+        )
         return "\n".join(lines), points
     hints, seen = [], set()
     for row in rows:
@@ -220,14 +244,14 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
 
 
 def _part_label(record: dict, part: dict) -> str:
-    """"part 2, the optimizer step (30%)": one part of a module of several, with its share."""
+    """ "part 2, the optimizer step (30%)": one part of a module of several, with its share."""
     number = [p["name"] for p in record["parts"]].index(part["name"]) + 1
     weight = part["weight"] / sum(p["weight"] for p in record["parts"])
     return f"part {number}, {part['title']} ({weight:.0%})"
 
 
 def _part_line(record: dict, part: dict, rows: list[dict]) -> str:
-    """"part 2, the optimizer step (30%): 11 of 12 pass" for one part of a module of several."""
+    """ "part 2, the optimizer step (30%): 11 of 12 pass" for one part of a module of several."""
     mine = [row for row in rows if row.get("part") == part["name"]]
     return f"{_part_label(record, part)}: {sum(bool(row['passed']) for row in mine)} of {len(mine)} pass"
 
@@ -259,17 +283,22 @@ def _left_out_text(record: dict, out_of: float) -> str:
     what nbgrader's own score at the top of the page counts."""
 
     performance = record.get("performance") or {}
-    why = "speed is graded on a CUDA GPU only" if _no_gpu(performance) else \
-        (performance.get("reason") or "it was not graded")
+    why = (
+        "speed is graded on a CUDA GPU only"
+        if _no_gpu(performance)
+        else (performance.get("reason") or "it was not graded")
+    )
     earned, graded = graded_total(record)
     full = sum(scoring.points(find_module(record["module"]).track).values())
     have = f"you have {earned:g} of {graded:g}"
     if record.get("starting_kernel"):
         have += ", all of it for code you were given (see the note in the public part)"
-    return (f"Its {out_of:g} points were left out of this grade because {why}: here the module is out of "
-            f"{graded:g} (the public and hidden cases), and {have}. The score "
-            f"nbgrader shows at the top of this page is out of {full:g}: it counts these {out_of:g} points in "
-            "its maximum, although they were not graded.")
+    return (
+        f"Its {out_of:g} points were left out of this grade because {why}: here the module is out of "
+        f"{graded:g} (the public and hidden cases), and {have}. The score "
+        f"nbgrader shows at the top of this page is out of {full:g}: it counts these {out_of:g} points in "
+        "its maximum, although they were not graded."
+    )
 
 
 def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
@@ -289,8 +318,10 @@ def _performance_report(record: dict, out_of: float) -> tuple[str, float]:
         return text, points
     if not reason and "ratio" in performance:
         reason = f"{float(performance['ratio']):.2f} x the reference's speed"
-    text = (f"Performance: {points:g} of {out_of:g} points: {reason or 'timed against the reference'}.\n"
-            f"  Full points from {threshold:.2f} x the reference's speed, none at or below {floor:.2f} x.")
+    text = (
+        f"Performance: {points:g} of {out_of:g} points: {reason or 'timed against the reference'}.\n"
+        f"  Full points from {threshold:.2f} x the reference's speed, none at or below {floor:.2f} x."
+    )
     if performance.get("warning"):
         text += f"\n  Note: {performance['warning']}."
     return text, points
@@ -308,10 +339,15 @@ def starting_kernel_note(record: dict) -> str:
     check = f"`make check M={module.id}`"
     head = "Your kernel.py is still the starting kernel (only comments, docstrings or spacing changed, if anything)"
     if all(row["passed"] for row in record["cases"]):
-        bars = "to see its memory traffic against the module's bars" if cases.traffic_bars(module) \
+        bars = (
+            "to see its memory traffic against the module's bars"
+            if cases.traffic_bars(module)
             else "to see what the module asks of it beyond correct values"
-        return (f"{head}: its cases pass because the code you were given already computes the right values, "
-                f"and this module's exercise is to make it faster. Run {check} {bars}; speed is graded on a GPU.")
+        )
+        return (
+            f"{head}: its cases pass because the code you were given already computes the right values, "
+            f"and this module's exercise is to make it faster. Run {check} {bars}; speed is graded on a GPU."
+        )
     work = "find and fix the bugs planted in it" if module.track == "debugging" else "complete its TODOs"
     return f"{head}: {work}, then run {check} to see what is still wrong."
 

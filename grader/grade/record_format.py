@@ -22,6 +22,7 @@ RECORD_VERSION = 6
 @dataclass
 class CaseRow:
     """One case's outcome. Hidden cases are named by number only ("hidden case 3")."""
+
     name: str
     visibility: str  # "public" or "hidden"
     passed: bool
@@ -49,6 +50,7 @@ class Totals:
 @dataclass
 class Integrity:
     """A way around the exercise, which withholds every point (``grader.grade.scoring.withheld``)."""
+
     violation: str
     message: str
 
@@ -56,6 +58,7 @@ class Integrity:
 @dataclass
 class PartInfo:
     """One exercise of a module of several: its name, title and share of the points."""
+
     name: str
     title: str
     weight: float

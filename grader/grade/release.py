@@ -52,13 +52,15 @@ _IN_BUNDLE = re.compile(r"<!-- in the learners' bundle: (.*?)\s*-->", re.S)
 LEARNER_TARGETS = ("help", "check", "progress", "bench", "lab", "clean-env", ".venv/.ready")
 _ELSEWHERE = {
     "grade": "grading is done from your instructor's copy of the course (it needs solutions/ and the hidden "
-             "cases); to see where you stand, run make check or make progress.",
+    "cases); to see where you stand, run make check or make progress.",
     "release": "the learners' copy is built from the instructor's copy of the course; this is one already.",
     "stubs": "the starting kernels are generated from solutions/, which this copy leaves out; each module's "
-             "starting kernel.py is also in release/<track>-<module>/, to copy back if you want to start again.",
+    "starting kernel.py is also in release/<track>-<module>/, to copy back if you want to start again.",
 }
-_MAINTAINERS = ("the course's own checks run in the maintainers' copy of the course (with solutions/ and tests/); "
-                "to check your kernels, run make check.")
+_MAINTAINERS = (
+    "the course's own checks run in the maintainers' copy of the course (with solutions/ and tests/); "
+    "to check your kernels, run make check."
+)
 
 
 class ReleaseError(RuntimeError):
@@ -75,11 +77,14 @@ class Bundle:
 
 def repository_files(root: Path = REPO_ROOT) -> tuple[list[str], list[str]]:
     """(every file a commit of the work tree would hold, the untracked ones among them)."""
+
     def git(*args: str) -> list[str]:
         result = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True)
         if result.returncode != 0:
-            raise ReleaseError(f"`git ls-files` failed in {root}: {result.stderr.decode().strip()} "
-                               "Build the release from a git checkout of the course.")
+            raise ReleaseError(
+                f"`git ls-files` failed in {root}: {result.stderr.decode().strip()} "
+                "Build the release from a git checkout of the course."
+            )
         return [name for name in result.stdout.decode().split("\0") if name]
 
     tracked = git("--cached")
@@ -116,8 +121,10 @@ def bundle_readme(text: str) -> str:
         raise ReleaseError(f"README.md:{opened}: {NOT_IN_BUNDLE} has no {END_MARK} after it.")
     readme = _IN_BUNDLE.sub(lambda match: match[1], "\n".join(kept))
     if END_MARK in readme or "learners' bundle -->" in readme:
-        raise ReleaseError(f"README.md: a {END_MARK} or a bundle marker is not where it belongs; "
-                           "see the markers in grader/grade/release.py.")
+        raise ReleaseError(
+            f"README.md: a {END_MARK} or a bundle marker is not where it belongs; "
+            "see the markers in grader/grade/release.py."
+        )
     return re.sub(r"\n{3,}", "\n\n", readme).strip() + "\n"
 
 
@@ -141,8 +148,9 @@ def _rule_targets(line: str) -> list[str]:
 def _mentions(text: str, targets: set[str]) -> bool:
     """Whether ``text`` names one of ``targets`` as a word (``verify-*`` names every verify- target)."""
     words = re.findall(r"[\w.*/-]+", text)
-    return any(word == target or ("*" in word and fnmatch.fnmatch(target, word))
-               for word in words for target in targets)
+    return any(
+        word == target or ("*" in word and fnmatch.fnmatch(target, word)) for word in words for target in targets
+    )
 
 
 def _help_header(lines: list[str], dropped: set[str]) -> list[str]:
@@ -173,8 +181,11 @@ def _unused_definitions_dropped(lines: list[str]) -> list[str]:
     lines right above each), repeated until none is left."""
     while True:
         text = "\n".join(lines)
-        unused = {i for i, line in enumerate(lines) if (d := _DEFINITION.match(line))
-                  and not re.search(rf"\$[({{]{d['name']}[)}}]", text)}
+        unused = {
+            i
+            for i, line in enumerate(lines)
+            if (d := _DEFINITION.match(line)) and not re.search(rf"\$[({{]{d['name']}[)}}]", text)
+        }
         if not unused:
             return lines
         for i in sorted(unused):
@@ -190,7 +201,7 @@ def _stand_ins(dropped: set[str]) -> list[str]:
     lines = ["", "# Instructors and maintainers work in their own copy of the course, which has solutions/."]
     for target in sorted(t for t in dropped if not t.startswith(".")):
         why = _ELSEWHERE.get(target, _MAINTAINERS)
-        if any(c in why for c in "\"$`\\"):
+        if any(c in why for c in '"$`\\'):
             raise ReleaseError(f"the bundle's message for make {target} holds a character the shell would read")
         lines += ["", f"{target}:", f'\t@echo "make {target}: {why}"; exit 2']
     return lines
@@ -216,20 +227,26 @@ def bundle_makefile(text: str) -> str:
     for block in blocks:
         defined = {t for line in block for t in _rule_targets(line) if t != ".PHONY"}
         if defined & dropped and defined - dropped:
-            raise ReleaseError(f"Makefile: the rules of {sorted(defined)} share a paragraph; put a blank line "
-                               "between learners' rules and the others.")
+            raise ReleaseError(
+                f"Makefile: the rules of {sorted(defined)} share a paragraph; put a blank line "
+                "between learners' rules and the others."
+            )
         if not defined & dropped:
             kept.append([_phony_line(line, dropped) for line in block])
     body = _unused_definitions_dropped([line for block in kept for line in [*block, ""]])
     result = "\n".join([*header, "", *body]).rstrip() + "\n" + "\n".join(_stand_ins(dropped)) + "\n"
     found = _HELP_LINES.search(result)
     if found is None:
-        raise ReleaseError("Makefile: `make help` does not print the file's first lines with sed -n '1,Np' as "
-                           "grader/grade/release.py expects; update bundle_makefile to match.")
-    result = result[:found.start(1)] + str(len(header)) + result[found.end(1):]
+        raise ReleaseError(
+            "Makefile: `make help` does not print the file's first lines with sed -n '1,Np' as "
+            "grader/grade/release.py expects; update bundle_makefile to match."
+        )
+    result = result[: found.start(1)] + str(len(header)) + result[found.end(1) :]
     if _mentions("\n".join(header), dropped) or "solutions" in "\n".join(header):
-        raise ReleaseError("Makefile: the help text names a target learners do not get, in a way "
-                           "grader/grade/release.py cannot take out; reword it.")
+        raise ReleaseError(
+            "Makefile: the help text names a target learners do not get, in a way "
+            "grader/grade/release.py cannot take out; reword it."
+        )
     return result
 
 
@@ -249,8 +266,11 @@ def _phony_line(line: str, dropped: set[str]) -> str:
 def public_text(modules: list[Module] | None = None) -> str:
     """What the course shows learners on purpose: the generated stubs, and the READMEs and public
     tests under tracks/ (never a kernel.py there, which may be someone's finished work)."""
-    material = [path.read_text(errors="replace") for path in sorted(TRACKS_DIR.rglob("*"))
-                if path.is_file() and (path.suffix == ".md" or path.name.startswith("test_") and path.suffix == ".py")]
+    material = [
+        path.read_text(errors="replace")
+        for path in sorted(TRACKS_DIR.rglob("*"))
+        if path.is_file() and (path.suffix == ".md" or path.name.startswith("test_") and path.suffix == ".py")
+    ]
     return "\n".join([*material, *learner_kernels(modules).values()])
 
 
@@ -306,14 +326,19 @@ def find_leaks(folder: Path, modules: list[Module] | None = None, pattern: str =
 # ----------------------------------------------------------------------------------------------
 
 
-def build(out: Path = DEFAULT_OUT, course_dir: Path = course.DEFAULT_COURSE_DIR,
-          modules: list[Module] | None = None, root: Path = REPO_ROOT) -> Bundle:
+def build(
+    out: Path = DEFAULT_OUT,
+    course_dir: Path = course.DEFAULT_COURSE_DIR,
+    modules: list[Module] | None = None,
+    root: Path = REPO_ROOT,
+) -> Bundle:
     """Write the learners' bundle of the repository ``root`` into ``out`` (replacing it) and
     check it for leaks."""
     out, course_dir, root = Path(out).resolve(), Path(course_dir).resolve(), Path(root).resolve()
     if any(repo.is_relative_to(out) for repo in (REPO_ROOT, root)):
-        raise ReleaseError(f"--out {out} would replace the repository itself; choose a new folder "
-                           "such as build/release.")
+        raise ReleaseError(
+            f"--out {out} would replace the repository itself; choose a new folder such as build/release."
+        )
     files, untracked = repository_files(root)
     files = [name for name in files if _released(name)]
     kernels = learner_kernels()
@@ -342,9 +367,10 @@ def build(out: Path = DEFAULT_OUT, course_dir: Path = course.DEFAULT_COURSE_DIR,
     if leaks:
         shutil.rmtree(out)
         shown = "\n  ".join(leaks[:10]) + (f"\n  ... and {len(leaks) - 10} more" if len(leaks) > 10 else "")
-        raise ReleaseError(f"The release would contain instructor-only text, so it was deleted:\n  {shown}\n"
-                           "Remove that text from the files named (or move them under solutions/), "
-                           "then run `make release` again.")
+        raise ReleaseError(
+            f"The release would contain instructor-only text, so it was deleted:\n  {shown}\n"
+            "Remove that text from the files named (or move them under solutions/), "
+            "then run `make release` again."
+        )
     released = sorted({*files, *generated})
-    return Bundle(out, released, [name for name in untracked if _released(name) and name not in generated],
-                  assignments)
+    return Bundle(out, released, [name for name in untracked if _released(name) and name not in generated], assignments)

@@ -25,14 +25,16 @@ from grader.grade.scoring import POINTS, TRACK_POINTS, graded_parts
 MAX_POINTS = sum(POINTS.values())
 STARTING_KERNEL = "unchanged starting kernel"
 # Where each total's maximum comes from, in one line of report.md.
-OUT_OF_LINE = ("`grades.csv` (its `max_points`) and this report count each total out of what was graded; "
-               "nbgrader's own export, `nbgrader-grades.csv`, counts ungraded points in its maximum "
-               f"({MAX_POINTS} per module).")
+OUT_OF_LINE = (
+    "`grades.csv` (its `max_points`) and this report count each total out of what was graded; "
+    "nbgrader's own export, `nbgrader-grades.csv`, counts ungraded points in its maximum "
+    f"({MAX_POINTS} per module)."
+)
 
 
 def _first_line(text: str, limit: int = 90) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _peak_memory_mib() -> float:
@@ -52,7 +54,7 @@ def left_out(row) -> dict[str, int]:
 
 
 def status(row) -> str:
-    """"not graded", "unchanged starting kernel" (graded, but the file is still the one handed
+    """ "not graded", "unchanged starting kernel" (graded, but the file is still the one handed
     out: where that passes every case, only this tells it from finished work) or "graded"."""
     if not row.scores:
         return "not graded"
@@ -114,10 +116,15 @@ def left_out_note(rows, nbgrader: bool = True) -> str:
     reasons = {((row.record or {}).get("performance") or {}).get("reason") for row in rows if left_out(row)}
     why = " (no CUDA GPU)" if all(reason and "CUDA GPU" in reason for reason in reasons) else ""
     maxima = ", ".join(f"out of {graded} instead of {full}" for graded, full in short)
-    text = (f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
-            f"({maxima}), and grades.csv says \"not graded\".")
-    return text + (" nbgrader's gradebook and its export (nbgrader-grades.csv) still count those points in "
-                   "each module's maximum." if nbgrader else "")
+    text = (
+        f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
+        f'({maxima}), and grades.csv says "not graded".'
+    )
+    return text + (
+        " nbgrader's gradebook and its export (nbgrader-grades.csv) still count those points in each module's maximum."
+        if nbgrader
+        else ""
+    )
 
 
 def table(grading) -> str:
@@ -130,8 +137,11 @@ def table(grading) -> str:
     lines = [[s, *(_cell(cells[s, a]) if (s, a) in cells else "" for a in assignments)] for s in students]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *lines)]
     text = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in [header, *lines]]
-    notes = [f"  {row.student} {row.assignment}: {reason(row) or 'no points'}" for row in grading.rows
-             if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL]
+    notes = [
+        f"  {row.student} {row.assignment}: {reason(row) or 'no points'}"
+        for row in grading.rows
+        if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL
+    ]
     if notes:
         text += ["", "* no points, no grade, or the unchanged starting kernel:", *notes]
     if grading.refused:
@@ -143,8 +153,23 @@ def table(grading) -> str:
     return "\n".join(text)
 
 
-CSV_COLUMNS = ["student", "module", "assignment", "public", "hidden", "performance", "total", "max_points",
-               "cases_passed", "cases_total", "status", "reason", "feedback", "left_out", "left_out_points"]
+CSV_COLUMNS = [
+    "student",
+    "module",
+    "assignment",
+    "public",
+    "hidden",
+    "performance",
+    "total",
+    "max_points",
+    "cases_passed",
+    "cases_total",
+    "status",
+    "reason",
+    "feedback",
+    "left_out",
+    "left_out_points",
+]
 
 
 def write_csv(grading, path: Path) -> None:
@@ -157,11 +182,25 @@ def write_csv(grading, path: Path) -> None:
         for row in grading.rows:
             totals = (row.record or {}).get("totals", {})
             missing = left_out(row)
-            writer.writerow([row.student, row.module.id, row.assignment, row.scores.get("public", ""),
-                             row.scores.get("hidden", ""), performance(row), row.total if row.scores else "",
-                             out_of(row), totals.get("passed", ""), totals.get("total", ""), status(row), reason(row),
-                             os.path.relpath(row.feedback, grading.out) if row.feedback else "",
-                             " ".join(missing), sum(missing.values())])
+            writer.writerow(
+                [
+                    row.student,
+                    row.module.id,
+                    row.assignment,
+                    row.scores.get("public", ""),
+                    row.scores.get("hidden", ""),
+                    performance(row),
+                    row.total if row.scores else "",
+                    out_of(row),
+                    totals.get("passed", ""),
+                    totals.get("total", ""),
+                    status(row),
+                    reason(row),
+                    os.path.relpath(row.feedback, grading.out) if row.feedback else "",
+                    " ".join(missing),
+                    sum(missing.values()),
+                ]
+            )
 
 
 def plot_data(grading) -> dict[str, tuple[dict[str, list[float]], int, str]]:
@@ -175,8 +214,10 @@ def plot_data(grading) -> dict[str, tuple[dict[str, list[float]], int, str]]:
         label = f"points out of {' or '.join(map(str, maxima))}"
         if any(left_out(row) for row in rows):
             label += " (performance not graded)"
-        groups = {"edited": [row.total for row in rows if status(row) != STARTING_KERNEL],
-                  STARTING_KERNEL: [row.total for row in rows if status(row) == STARTING_KERNEL]}
+        groups = {
+            "edited": [row.total for row in rows if status(row) != STARTING_KERNEL],
+            STARTING_KERNEL: [row.total for row in rows if status(row) == STARTING_KERNEL],
+        }
         data[module] = (groups, maxima[-1], label)
     return data
 
@@ -199,8 +240,14 @@ def plot(grading, path: Path) -> bool:
     fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 2.6 * lines), squeeze=False)
     for ax, (module, (groups, end, label)) in zip(axes.flat, data.items()):
         bins = [x / 2 - 0.25 for x in range(2 * end + 2)]  # a bar per half point, centred on it
-        ax.hist(list(groups.values()), bins=bins, stacked=True, label=list(groups), color=["#3a7", "#bbb"],
-                edgecolor="white")
+        ax.hist(
+            list(groups.values()),
+            bins=bins,
+            stacked=True,
+            label=list(groups),
+            color=["#3a7", "#bbb"],
+            edgecolor="white",
+        )
         ax.set_xlim(-0.5, end + 0.5)
         ax.set_title(module, fontsize=8)
         ax.set_xlabel(label, fontsize=8)
@@ -208,7 +255,7 @@ def plot(grading, path: Path) -> bool:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         if groups[STARTING_KERNEL]:
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(data):]:
+    for ax in list(axes.flat)[len(data) :]:
         ax.set_visible(False)
     fig.suptitle("Points per submission, by module" if data else "No graded submission")
     fig.tight_layout()
@@ -220,13 +267,17 @@ def plot(grading, path: Path) -> bool:
 def _markdown_table(grading) -> list[str]:
     """A row per submission, every text from a record escaped (it can quote the submission)."""
     md = overview.md
-    lines = ["| student | module | public | hidden | performance | total | out of | status | why | feedback |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| student | module | public | hidden | performance | total | out of | status | why | feedback |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in grading.rows:
         feedback = f"[html]({os.path.relpath(row.feedback, grading.out)})" if row.feedback else ""
-        lines.append(f"| {md(row.student)} | {md(row.module.id)} | {row.scores.get('public', '')} | "
-                     f"{row.scores.get('hidden', '')} | {performance(row)} | {row.total if row.scores else ''} | "
-                     f"{out_of(row)} | {status(row)} | {md(reason(row))} | {feedback} |")
+        lines.append(
+            f"| {md(row.student)} | {md(row.module.id)} | {row.scores.get('public', '')} | "
+            f"{row.scores.get('hidden', '')} | {performance(row)} | {row.total if row.scores else ''} | "
+            f"{out_of(row)} | {status(row)} | {md(reason(row))} | {feedback} |"
+        )
     return lines
 
 
@@ -235,8 +286,10 @@ def _points_line(grading) -> str:
     graded = sum(1 for row in grading.rows if row.scores)
     split = ", ".join(f"{k} {v}" for k, v in POINTS.items())
     optimization = ", ".join(f"{k} {v}" for k, v in TRACK_POINTS["optimization"].items())
-    return (f"{graded} submission(s) graded, {len(grading.rows) - graded} without a grade. Every module is worth "
-            f"{MAX_POINTS} points: {split}; in the optimization track {optimization}.")
+    return (
+        f"{graded} submission(s) graded, {len(grading.rows) - graded} without a grade. Every module is worth "
+        f"{MAX_POINTS} points: {split}; in the optimization track {optimization}."
+    )
 
 
 def _timing_lines(grading) -> list[str]:
@@ -246,13 +299,19 @@ def _timing_lines(grading) -> list[str]:
     if grading.autograded:
         per_notebook = seconds.get("autograde", 0.0) / grading.autograded
         record_phase = per_notebook + (seconds.get("feedback", 0.0) + seconds.get("export", 0.0)) / grading.autograded
-        lines += ["", f"nbgrader autograded {grading.autograded} notebook(s): {per_notebook:.1f} s per notebook "
-                      f"(one command for all of them, start-up included); {record_phase:.1f} s per submission "
-                      "with feedback and export."]
+        lines += [
+            "",
+            f"nbgrader autograded {grading.autograded} notebook(s): {per_notebook:.1f} s per notebook "
+            f"(one command for all of them, start-up included); {record_phase:.1f} s per submission "
+            "with feedback and export.",
+        ]
     else:
         lines += ["", "Nothing changed since the last run: every record and autograded notebook was reused."]
-    lines += ["", f"The run phase started {grading.children_started} sandboxed child process(es). The grading "
-                  f"process itself peaked at {_peak_memory_mib():.0f} MiB of memory (whatever the children did)."]
+    lines += [
+        "",
+        f"The run phase started {grading.children_started} sandboxed child process(es). The grading "
+        f"process itself peaked at {_peak_memory_mib():.0f} MiB of memory (whatever the children did).",
+    ]
     return lines
 
 
@@ -263,8 +322,7 @@ def write(grading) -> None:
     write_csv(grading, out / "grades.csv")
     plotted = plot(grading, out / "scores.png")
     views = overview.write(grading.rows, out / "overview.html")
-    lines = ["# Grades", "", _points_line(grading),
-             "Points come from nbgrader's gradebook. " + OUT_OF_LINE, ""]
+    lines = ["# Grades", "", _points_line(grading), "Points come from nbgrader's gradebook. " + OUT_OF_LINE, ""]
     note = left_out_note(grading.rows, nbgrader=False)  # OUT_OF_LINE says what nbgrader counts
     lines += [note, ""] if note else []
     lines += _markdown_table(grading)

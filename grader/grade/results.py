@@ -24,6 +24,7 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
 
     def behind(case) -> list:  # the open TODOs that can change what the case's function computes
         return todos_behind(source, todos, spec_for(case, grading.plan.spec).api) if todos else []
+
     parts = tuple(getattr(grading.plan, "parts", ()))
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
     hidden_number = 0
@@ -34,17 +35,18 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         else:
             failed = [v for v in verdicts if not v.passed]
             verdict = failed[0] if failed else verdicts[0]
-            verdict = Verdict(not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts),
-                              crash=verdict.crash)
+            verdict = Verdict(
+                not failed, verdict.kind, verdict.message, sum(v.seconds for v in verdicts), crash=verdict.crash
+            )
         if visibility == "hidden":
             hidden_number += 1
             name = f"hidden case {hidden_number}"
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
-            message = hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden \
-                else verdict.message
+            message = (
+                hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden else verdict.message
+            )
             if not verdict.passed and verdict.kind != "load":
-                message += hidden_todo_note(source, todos, spec_for(case, grading.plan.spec).api,
-                                            grading.module.track)
+                message += hidden_todo_note(source, todos, spec_for(case, grading.plan.spec).api, grading.module.track)
         else:
             name = case.name
             message = verdict.message
@@ -55,12 +57,22 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         counts[visibility][1] += 1
         # A module of several exercises names each case's (grader.grade.scoring weighs them).
         part = part_of(parts, spec_for(case, grading.plan.spec).api).name if len(parts) > 1 else None
-        rows.append(CaseRow(name, visibility, verdict.passed, "" if verdict.passed else verdict.kind,
-                            "" if verdict.passed else message, round(verdict.seconds, 3), part))
+        rows.append(
+            CaseRow(
+                name,
+                visibility,
+                verdict.passed,
+                "" if verdict.passed else verdict.kind,
+                "" if verdict.passed else message,
+                round(verdict.seconds, 3),
+                part,
+            )
+        )
     passed = counts["public"][0] + counts["hidden"][0]
     total = counts["public"][1] + counts["hidden"][1]
-    integrity = next(({"violation": row.kind, "message": INTEGRITY[row.kind]}
-                      for row in rows if row.kind in INTEGRITY), None)
+    integrity = next(
+        ({"violation": row.kind, "message": INTEGRITY[row.kind]} for row in rows if row.kind in INTEGRITY), None
+    )
     if integrity is None and (grading.performance or {}).get("integrity"):
         integrity = grading.performance["integrity"]  # the timed calls went around the exercise
     if grading.refusal is not None:  # the reasons themselves, for feedback and the tables
@@ -74,8 +86,10 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
     elif passed == total:
         summary = f"All {total} cases pass."
     else:
-        summary = (f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
-                   f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden).") + (f"\n{hint}" if hint else "")
+        summary = (
+            f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
+            f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden)."
+        ) + (f"\n{hint}" if hint else "")
     note = crash_note(grading)
     if note and integrity is None and grading.load_error is None:
         summary += f"\n{note}"
@@ -94,16 +108,22 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
         starting_kernel=is_starting_kernel(source, grading.module),
         cases=rows,
         parts=[PartInfo(part.name, part.title, part.weight) for part in parts] if len(parts) > 1 else [],
-        totals=Totals(Count(*counts["public"]), Count(*counts["hidden"]), passed, total,
-                      round(passed / total, 4) if total and integrity is None else 0.0),
+        totals=Totals(
+            Count(*counts["public"]),
+            Count(*counts["hidden"]),
+            passed,
+            total,
+            round(passed / total, 4) if total and integrity is None else 0.0,
+        ),
         integrity=Integrity(**integrity) if integrity is not None else None,
         refusal=grading.refusal,
         performance=performance,
         note=note,
         cpu_seconds={"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},
         protections=grading.protections,
-        evidence=EVIDENCE["interpreter"] if not device.is_cuda() else
-        EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
+        evidence=EVIDENCE["interpreter"]
+        if not device.is_cuda()
+        else EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
         child_processes=grading.children,
     ).to_json()
 
@@ -115,8 +135,11 @@ def _definitions(source: str) -> dict[str, tuple[int, int]] | None:
         tree = syntax.parse(source)  # the grader's threads parse one at a time (Python 3.11)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return {node.name: (min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno or node.lineno)
-            for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return {
+        node.name: (min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno or node.lineno)
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
 
 
 def hidden_todo_note(source: str, todos: list, api: str, track: str) -> str:
@@ -147,8 +170,11 @@ def normalised_ast(source: str) -> str | None:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
                 first = node.body[0]
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                        and isinstance(first.value.value, str):
+                if (
+                    isinstance(first, ast.Expr)
+                    and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)
+                ):
                     node.body = node.body[1:] or [ast.Pass()]
         return ast.dump(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -179,8 +205,9 @@ def crash_note(grading) -> str | None:
             continue  # how a process of hidden cases ended is the submission's choice: never said
         verdicts = [grading.verdicts.get(t) for t in ran]
         if all(v is not None and v.kind != "not_run" and v.crash is None for v in verdicts):
-            return (f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "
-                    "ran again alone in a fresh process without crashing, so none is blamed for it. "
-                    f"{crashes.explain(ended.returncode)}").rstrip()
+            return (
+                f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "
+                "ran again alone in a fresh process without crashing, so none is blamed for it. "
+                f"{crashes.explain(ended.returncode)}"
+            ).rstrip()
     return None
-

@@ -76,8 +76,11 @@ class RunSummary:
 
     def profile_table(self) -> str:
         table = profile.table([(o.submissions[0].module.id, o.profile) for o in self.outcomes if o.profile])
-        return "\n".join([table] + [profile.lease_line(gpu, usage) for gpu, usage in sorted(self.gpu_usage.items())
-                                    if usage.timings] + [profile.memory_line()])
+        return "\n".join(
+            [table]
+            + [profile.lease_line(gpu, usage) for gpu, usage in sorted(self.gpu_usage.items()) if usage.timings]
+            + [profile.memory_line()]
+        )
 
     def record_for(self, student: str, module_id: str) -> dict | None:
         for outcome in self.outcomes:
@@ -94,9 +97,9 @@ class RunSummary:
         return path.read_text() if path.is_file() else None
 
 
-
-def grade_submission(module: Module, kernel_file: Path, results_dir: Path, options: Options | None = None,
-                     sandbox: Sandbox | None = None) -> Outcome:
+def grade_submission(
+    module: Module, kernel_file: Path, results_dir: Path, options: Options | None = None, sandbox: Sandbox | None = None
+) -> Outcome:
     """Read, or if missing produce, the record of one submitted kernel.py (for the record phase)."""
     options = options or Options(workers=1)
     results_dir, kernel_file = Path(results_dir).resolve(), Path(kernel_file)
@@ -111,16 +114,20 @@ def grade_submission(module: Module, kernel_file: Path, results_dir: Path, optio
     sandbox = sandbox or make_sandbox(options, results_dir, (kernel_file.resolve().parent,))
     try:
         sandbox.probe()
-        outcome.take(_keep(results_dir, module, grade_one(module, source, sandbox, secret, options,
-                                                          threading.Event())))
+        outcome.take(_keep(results_dir, module, grade_one(module, source, sandbox, secret, options, threading.Event())))
         return outcome
     finally:
         if own:
             sandbox.close()
 
 
-def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None = None,
-        options: Options | None = None, progress: bool | Phases = True) -> RunSummary:
+def run(
+    submissions_root: Path,
+    results_dir: Path,
+    modules: list[Module] | None = None,
+    options: Options | None = None,
+    progress: bool | Phases = True,
+) -> RunSummary:
     """Grade every submission under ``submissions_root``; records go to ``results_dir``.
 
     ``progress``: show the run phase's bar (one grading per distinct file), or add it to these
@@ -130,8 +137,9 @@ def run(submissions_root: Path, results_dir: Path, modules: list[Module] | None 
         return _run(submissions_root, results_dir, modules, options or Options(), bar)
 
 
-def _run(submissions_root: Path, results_dir: Path, modules: list[Module] | None, options: Options,
-         progress_bar: Bar) -> RunSummary:
+def _run(
+    submissions_root: Path, results_dir: Path, modules: list[Module] | None, options: Options, progress_bar: Bar
+) -> RunSummary:
     submissions_root, results_dir = Path(submissions_root).resolve(), Path(results_dir).resolve()
     modules = [m for m in (modules or available_modules()) if m.api]
     found = find_submissions(submissions_root, modules)
@@ -201,8 +209,12 @@ def exit_if_workers_linger(code: int) -> None:
     lingering = [t for t in threading.enumerate() if t.name.startswith(_WORKER_PREFIX) and t.is_alive()]
     if not lingering:
         return
-    print(f"{len(lingering)} worker(s) did not stop within {STOP_SECONDS} s; leaving without them. "
-          "Where each thread was, for a bug report:", file=sys.stderr, flush=True)
+    print(
+        f"{len(lingering)} worker(s) did not stop within {STOP_SECONDS} s; leaving without them. "
+        "Where each thread was, for a bug report:",
+        file=sys.stderr,
+        flush=True,
+    )
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stdout.flush()
     os._exit(code)
@@ -232,8 +244,12 @@ def _log_profile(results_dir: Path, outcome: Outcome) -> None:
     come from these lines)."""
     if outcome.profile is None:
         return
-    line = {"module": outcome.submissions[0].module.id, "device": device.describe(),
-            "children": outcome.children, **outcome.profile.as_dict()}
+    line = {
+        "module": outcome.submissions[0].module.id,
+        "device": device.describe(),
+        "children": outcome.children,
+        **outcome.profile.as_dict(),
+    }
     with open(results_dir / "profile.jsonl", "a") as handle:
         handle.write(json.dumps(line) + "\n")
 
@@ -248,8 +264,15 @@ def _status(outcome: Outcome) -> str:
     return f"{who} {module_id}: {totals['passed']}/{totals['total']}{cheated}" + (" (reused)" if outcome.reused else "")
 
 
-def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, submissions_root: Path,
-                   options: Options, progress_bar: Bar) -> dict:
+def _grade_pending(
+    pending: list,
+    jobs: dict,
+    sources: dict,
+    results_dir: Path,
+    submissions_root: Path,
+    options: Options,
+    progress_bar: Bar,
+) -> dict:
     """Grade the jobs without a record, in parallel; return the sandbox's protections. Every
     grading, local or on Ray, uses the results folder's secret (``store.run_secret``)."""
     secret = store.run_secret(results_dir)
@@ -263,8 +286,9 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
 
         if not cluster.available():  # the local pool instead, and how to have Ray next time
             print(cluster.FALLBACK_NOTE, file=sys.stderr, flush=True)
-            return _grade_pending(pending, jobs, sources, results_dir, submissions_root,
-                                  replace(options, ray=None), progress_bar)
+            return _grade_pending(
+                pending, jobs, sources, results_dir, submissions_root, replace(options, ray=None), progress_bar
+            )
         hidden = replace(options, hide=(*options.hide, submissions_root))
         return cluster.grade_pending(pending, jobs, sources, results_dir, hidden, secret, done)
     stop = threading.Event()
@@ -284,8 +308,9 @@ def _grade_pending(pending: list, jobs: dict, sources: dict, results_dir: Path, 
                 outcome.error = f"{type(error).__name__}: {error}"
             return outcome
 
-        pool = ThreadPoolExecutor(max_workers=options.workers or default_workers(options),
-                                  thread_name_prefix=_WORKER_PREFIX)
+        pool = ThreadPoolExecutor(
+            max_workers=options.workers or default_workers(options), thread_name_prefix=_WORKER_PREFIX
+        )
         futures = [pool.submit(work, key) for key in pending]
         try:
             waiting = set(futures)

@@ -94,8 +94,9 @@ def work_share(rows: list[dict], given: set[str] | None = None) -> tuple[float, 
     return max(0, earned - broken) / len(work), len(work), earned
 
 
-def parts_share(rows: list[dict], given: set[str] | None = None,
-                weights: dict[str, float] | None = None) -> tuple[float, int, int]:
+def parts_share(
+    rows: list[dict], given: set[str] | None = None, weights: dict[str, float] | None = None
+) -> tuple[float, int, int]:
     """``work_share`` for a module of several parts (``weights``: each part's share of the
     module's points, by name; each row names its ``part``): every part's share weighted as its
     points, so that a part's work counts the same whatever its number of cases. Parts without

@@ -38,14 +38,15 @@ class Submission:
     path: Path
 
 
-
 def find_submissions(root: Path, modules: list[Module]) -> list[Submission]:
     """Every ``kernel.py`` under ``root`` in either layout, sorted by student and module."""
     found = []
     for student_dir in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith(".")):
         for module in modules:
-            for candidate in (student_dir / module.track / module.slug / "kernel.py",
-                              student_dir / f"{module.track}-{module.slug}" / "kernel.py"):
+            for candidate in (
+                student_dir / module.track / module.slug / "kernel.py",
+                student_dir / f"{module.track}-{module.slug}" / "kernel.py",
+            ):
                 if candidate.exists() or candidate.is_symlink():
                     found.append(Submission(student_dir.name, module, candidate))
                     break
@@ -60,9 +61,12 @@ def cases_hash(module: Module) -> str:
     """What decides a module's grade besides the submission: its public and hidden cases, the
     device mode (which cases run), and the record format."""
     hidden = module.solution_dir / "hidden.py"
-    parts = {"record_version": RECORD_VERSION, "mode": device.mode(),
-             "public": sha256((module.learner_dir / "test_kernel.py").read_bytes()),
-             "hidden": sha256(hidden.read_bytes()) if hidden.is_file() else ""}
+    parts = {
+        "record_version": RECORD_VERSION,
+        "mode": device.mode(),
+        "public": sha256((module.learner_dir / "test_kernel.py").read_bytes()),
+        "hidden": sha256(hidden.read_bytes()) if hidden.is_file() else "",
+    }
     return sha256(json.dumps(parts, sort_keys=True).encode())[:16]
 
 
@@ -142,14 +146,12 @@ def read_source(path: Path) -> bytes:
     return path.read_bytes()
 
 
-
 def existing_record(module: Module, source: bytes, results_dir: Path) -> tuple[dict | None, Path]:
     """The record of an earlier run for this file and the course's current cases, if any."""
     submission_sha = sha256(source)
     path = record_path(results_dir, module, submission_sha, cases_hash(module))
     record = read_record(path)
     return (record if record and record.get("submission_sha256") == submission_sha else None), path
-
 
 
 def update_index(results_dir: Path, graded: list) -> None:
@@ -166,8 +168,11 @@ def update_index(results_dir: Path, graded: list) -> None:
                 entry[submission.module.id] = {"error": outcome.error}
                 continue
             totals = outcome.record["totals"]
-            entry[submission.module.id] = {"record": str(outcome.record_path.relative_to(results_dir)),
-                                           "passed": totals["passed"], "total": totals["total"]}
+            entry[submission.module.id] = {
+                "record": str(outcome.record_path.relative_to(results_dir)),
+                "passed": totals["passed"],
+                "total": totals["total"],
+            }
     write_atomically(path, json.dumps(index, indent=1, sort_keys=True) + "\n")
 
 
@@ -207,9 +212,11 @@ def _read_secret(path: Path) -> int:
         if not 0 <= value < 1 << SECRET_BITS:
             raise ValueError("out of range")
     except (OSError, ValueError) as error:
-        raise SecretError(f"{path} does not hold the course run's secret ({error}). Delete it to draw a new one: "
-                         "records made with the old one stay valid, but regrades will meet other hidden "
-                         "inputs than the class did.") from None
+        raise SecretError(
+            f"{path} does not hold the course run's secret ({error}). Delete it to draw a new one: "
+            "records made with the old one stay valid, but regrades will meet other hidden "
+            "inputs than the class did."
+        ) from None
     return value
 
 

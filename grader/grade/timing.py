@@ -92,20 +92,36 @@ def time_reference(inputs: TimingInputs, reference_fn, on: torch.device) -> Timi
     return TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=reference_ms)
 
 
-def verdict(spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: float | None,
-            outputs_ok: bool, problem: str = "") -> dict:
+def verdict(
+    spec: Spec, timing: TimingPlan, window_ms: float, child_event_ms: float | None, outputs_ok: bool, problem: str = ""
+) -> dict:
     """The record's performance entry from the parent's measurement of the child's loop."""
     learner_ms = window_ms / timing.reps
-    base = {"case": timing.case.name, "device": device.describe(), "reps": timing.reps,
-            "reference_ms": round(timing.reference_ms, 4), "threshold": spec.learner_threshold,
-            "floor": round(spec.floor, 4)}
+    base = {
+        "case": timing.case.name,
+        "device": device.describe(),
+        "reps": timing.reps,
+        "reference_ms": round(timing.reference_ms, 4),
+        "threshold": spec.learner_threshold,
+        "floor": round(spec.floor, 4),
+    }
     if not outputs_ok:
-        return {**base, "graded": True, "credit": 0.0, "ratio": 0.0,
-                "reason": problem or "the outputs of the timed calls were wrong"}
+        return {
+            **base,
+            "graded": True,
+            "credit": 0.0,
+            "ratio": 0.0,
+            "reason": problem or "the outputs of the timed calls were wrong",
+        }
     ratio = timing.reference_ms / learner_ms
-    entry = {**base, "graded": True, "learner_ms": round(learner_ms, 4), "ratio": round(ratio, 4),
-             "credit": credit(ratio, spec.learner_threshold, spec.floor),
-             "reason": f"{ratio:.2f} x the reference's speed (full credit from {spec.learner_threshold:.2f} x)"}
+    entry = {
+        **base,
+        "graded": True,
+        "learner_ms": round(learner_ms, 4),
+        "ratio": round(ratio, 4),
+        "credit": credit(ratio, spec.learner_threshold, spec.floor),
+        "reason": f"{ratio:.2f} x the reference's speed (full credit from {spec.learner_threshold:.2f} x)",
+    }
     if child_event_ms is not None:
         entry["child_reported_ms"] = round(child_event_ms / timing.reps, 4)
         if child_event_ms / timing.reps > 1.2 * learner_ms:  # device time cannot exceed wall time
@@ -187,6 +203,7 @@ class _Target:
     """What one timing is of: a grading, the Spec whose first benchmark case it times (the
     module's, or a part's), and the part's name ("" for the whole module), which keys the timing
     inputs and the reference's time."""
+
     grading: object
     spec: Spec
     part: str
@@ -221,9 +238,12 @@ def _measure(target: _Target, inputs: TimingInputs) -> dict:
     busy: list = []
     entry = _timed(target, inputs, busy)
     if busy and entry.get("graded"):
-        entry = {**entry, "gpu_busy_at_start": busy[0].last_percent,
-                 "warning": f"the GPU was still {busy[0].last_percent}% busy with other work when this timing began "
-                            "(another program on it?); regrade once it is free"}
+        entry = {
+            **entry,
+            "gpu_busy_at_start": busy[0].last_percent,
+            "warning": f"the GPU was still {busy[0].last_percent}% busy with other work when this timing began "
+            "(another program on it?); regrade once it is free",
+        }
     return entry
 
 
@@ -286,9 +306,15 @@ def _started(target: _Target, inputs: TimingInputs, source: bytes | None = None)
     grading = target.grading
     # Its file of timing inputs is read whole and parsed into tensors before they go to the GPU:
     # for an optimizer's step over a model (4 GB of state per set) more than the usual host limit.
-    child = grading.start_child(3, timed=True, source=source, file_bytes=saved_file_bytes(inputs),
-                                disk_bytes=working_folder_bytes(inputs), api=target.spec.api,
-                                held_bytes=3 * _bytes_of(inputs.input_sets, inputs.audit))
+    child = grading.start_child(
+        3,
+        timed=True,
+        source=source,
+        file_bytes=saved_file_bytes(inputs),
+        disk_bytes=working_folder_bytes(inputs),
+        api=target.spec.api,
+        held_bytes=3 * _bytes_of(inputs.input_sets, inputs.audit),
+    )
     grading.child_started()
     grading.sandbox.wait_sandbox(child)
     failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(target, child)
@@ -324,8 +350,9 @@ def _reference_child(target: _Target, inputs: TimingInputs):
         return None
     child = _started(target, inputs, source)
     if isinstance(child, dict):
-        raise RuntimeError(f"the reference solution of {target.grading.module.id} could not be timed: "
-                           f"{child['reason']}")
+        raise RuntimeError(
+            f"the reference solution of {target.grading.module.id} could not be timed: {child['reason']}"
+        )
     return child
 
 
@@ -360,8 +387,10 @@ def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
     None once it came, else the record's performance entry saying why it could not be timed."""
     deadline = time.monotonic() + grading.limits.startup_seconds
     step = "import kernel.py" if awaited == "loaded" else "load its timing inputs"
-    late = (f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
-            "(time spent at import, in kernel.py's top-level code, counts here)")
+    late = (
+        f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
+        "(time spent at import, in kernel.py's top-level code, counts here)"
+    )
     while True:
         event, failure = _next_event(child, deadline, late)
         if failure is not None:
@@ -387,9 +416,15 @@ def _warm_up(target: _Target, child) -> dict | None:
     if failure is not None:
         return failure
     seconds = 3 * grading.limits.case_seconds
-    event, failure = _until(child, seconds, "warmed_up", ("finished",), lambda _: _failed(
-        "the kernel was not timed (it ended early)"), f"the first call on the benchmark inputs did not finish "
-        f"within {seconds:g} s; time your kernel on the module's benchmark case with `make bench` on a GPU")
+    event, failure = _until(
+        child,
+        seconds,
+        "warmed_up",
+        ("finished",),
+        lambda _: _failed("the kernel was not timed (it ended early)"),
+        f"the first call on the benchmark inputs did not finish "
+        f"within {seconds:g} s; time your kernel on the module's benchmark case with `make bench` on a GPU",
+    )
     if failure is None and event.get("error"):
         grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
     return failure
@@ -433,15 +468,19 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
 
 def _saved(grading, child) -> dict | None:
     """None once the child has saved the timed outputs; else the performance entry saying why not."""
+
     def unsaved(event: dict) -> dict:
         why = f": {event['error']}" if event.get("error") else " (the process ended)"
-        return _failed(f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
-                       "`make bench` on a GPU runs the same calls")
+        return _failed(
+            f"the timed outputs could not be saved{why}. Return plain torch.Tensor outputs; "
+            "`make bench` on a GPU runs the same calls"
+        )
 
-    late = (f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
-            "calls' end; check with `make bench` on a GPU that your function returns promptly")
-    _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"),
-                        unsaved, late)
+    late = (
+        f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
+        "calls' end; check with `make bench` on a GPU that your function returns promptly"
+    )
+    _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"), unsaved, late)
     return failure
 
 
@@ -459,9 +498,14 @@ def _audit_call(target: _Target, child, inputs: TimingInputs) -> dict:
     if failure is not None:
         return failure
     seconds = 3 * grading.limits.case_seconds
-    event, failure = _until(child, seconds, "done", ("finished", "fatal"), lambda _: _failed(
-        "a call on fresh inputs after the timed calls ended the process"),
-        f"a call on fresh inputs after the timed calls did not finish within {seconds:g} s")
+    event, failure = _until(
+        child,
+        seconds,
+        "done",
+        ("finished", "fatal"),
+        lambda _: _failed("a call on fresh inputs after the timed calls ended the process"),
+        f"a call on fresh inputs after the timed calls did not finish within {seconds:g} s",
+    )
     return failure if failure is not None else event
 
 
@@ -472,9 +516,16 @@ def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dic
     grading, spec = target.grading, target.spec
     args, kwargs = inputs.audit
     with JUDGING.judging():
-        judged = judge(spec, plan.case, args, kwargs, audit,
-                       lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
-                       grading.on, own_kernels=grading.own_kernels)
+        judged = judge(
+            spec,
+            plan.case,
+            args,
+            kwargs,
+            audit,
+            lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
+            grading.on,
+            own_kernels=grading.own_kernels,
+        )
     if not judged.passed:
         entry = _failed(f"a call on fresh inputs right after the timed calls failed: {judged.message}")
         if judged.kind in INTEGRITY:
@@ -485,10 +536,12 @@ def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dic
         kind, message, traced = found
         if kind == "untraced":
             return {"graded": False, "reason": f"not graded: {message}"}
-        return {**_failed(f"the timed calls were not the judged work: {message}"),
-                "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
-                "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
-                "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels)}
+        return {
+            **_failed(f"the timed calls were not the judged work: {message}"),
+            "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
+            "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
+            "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels),
+        }
     with JUDGING.judging():
         problem = _timed_outputs_problem(target, child, plan)
     entry = verdict(spec, plan, window.ms, window.event_ms[window.best], not problem, problem)
@@ -507,6 +560,7 @@ TIMED_INTEGRITY = {
 @dataclass
 class Timed:
     """A timed loop of ``reps`` calls in each of several windows, measured by the grader."""
+
     window_ms: list  # the grader's wall clock over each window, in ms
     event_ms: list  # the child's own event time of each window (a cross-check only)
     traces: list  # each window's kernel trace: counts and times_us per kernel name
@@ -526,16 +580,23 @@ class Timed:
 WINDOWS = 3  # timed windows per timing, each of about TARGET_WINDOW_SECONDS
 
 
-def _timed_window(target: _Target, child, reps: int, retune: bool = False, save: bool = False,
-                  windows: int = WINDOWS):
+def _timed_window(target: _Target, child, reps: int, retune: bool = False, save: bool = False, windows: int = WINDOWS):
     """Order ``reps`` timed calls in each of ``windows`` windows and wait until they end, each
     with its kernel trace: a ``Timed``; else the record's performance entry saying why not.
     ``retune``: the child's first timing with the GPU alone, whose autotuners must forget what the
     warm-up chose beside other processes. ``save``: the child saves the last window's last outputs
     afterwards, for ``_checked``."""
     grading, spec = target.grading, target.spec
-    failure = _order(child, {"timing": reps, "windows": windows, "call": order_of(spec.protocol, spec.mutates),
-                             "retune": retune, "save": save})
+    failure = _order(
+        child,
+        {
+            "timing": reps,
+            "windows": windows,
+            "call": order_of(spec.protocol, spec.mutates),
+            "retune": retune,
+            "save": save,
+        },
+    )
     if failure is not None:
         return failure
     timed, started, ordered = Timed([], [], []), None, time.monotonic()
@@ -600,8 +661,12 @@ def fetch_timed(child, references: dict) -> dict:
     max_bytes = 4 * sum(t.numel() * 8 for t in expected) + (1 << 20)
     JUDGING.need(min(child.size(TIMED_OUTPUTS), max_bytes))
     saved = wire.parse(child.take(TIMED_OUTPUTS, max_bytes), max_elements)
-    if not isinstance(saved, dict) or saved.get("sets") != sorted(references) or \
-            not isinstance(saved.get("outputs"), list) or len(saved["outputs"]) != len(references):
+    if (
+        not isinstance(saved, dict)
+        or saved.get("sets") != sorted(references)
+        or not isinstance(saved.get("outputs"), list)
+        or len(saved["outputs"]) != len(references)
+    ):
         raise wire.WireError("the file does not hold the outputs of the last call on every input set")
     return {index: list(outputs) for index, outputs in zip(saved["sets"], saved["outputs"])}
 
@@ -618,8 +683,9 @@ def _inputs_for(target: _Target, secret: int, on: torch.device) -> TimingInputs:
         if key not in _timing_inputs:
             case = spec.bench_cases[0]
             # The audit call's inputs come from a seed no rotated set uses.
-            _timing_inputs[key] = TimingInputs(case, rotated_inputs(spec, case, secret + 7919, on),
-                                               build_inputs(spec, case, secret + 104729, on=on))
+            _timing_inputs[key] = TimingInputs(
+                case, rotated_inputs(spec, case, secret + 7919, on), build_inputs(spec, case, secret + 104729, on=on)
+            )
         return _timing_inputs[key]
 
 

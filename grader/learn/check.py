@@ -59,8 +59,11 @@ class _Collector:
             message = ""
             if call.excinfo is not None and report.outcome == "failed":
                 error = call.excinfo.value
-                message = str(error) if isinstance(error, (AssertionError, pytest.fail.Exception)) \
+                message = (
+                    str(error)
+                    if isinstance(error, (AssertionError, pytest.fail.Exception))
                     else f"{type(error).__name__}: {short_error(error)}"
+                )
             elif report.outcome == "skipped":
                 message = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
             self.results.append((item.name, report.outcome, message))
@@ -72,8 +75,22 @@ def run_public_tests(module: Module, impl: str | Path, function: str | None = No
     test_file = module.learner_dir / "test_kernel.py"
     only = [f"--function={function}"] if function else []
     with redirect_stdout(io.StringIO()):
-        pytest.main([str(test_file), f"--impl={impl}", *only, "-p", "no:terminal", "-p", "no:cacheprovider",
-                     "-p", "no:faulthandler", "-W", "ignore"], plugins=[collector])
+        pytest.main(
+            [
+                str(test_file),
+                f"--impl={impl}",
+                *only,
+                "-p",
+                "no:terminal",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:faulthandler",
+                "-W",
+                "ignore",
+            ],
+            plugins=[collector],
+        )
     return collector.results
 
 
@@ -102,8 +119,7 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
         print(file=out)
     refused = check_source(source, policy_for(*cases.specs_of(*cases.public(module))))
     if refused:  # say it now, not when the grade comes back as zero
-        print(f"{explain(refused)}\nThe tests below still run, but a graded submission like this scores 0.\n",
-              file=out)
+        print(f"{explain(refused)}\nThe tests below still run, but a graded submission like this scores 0.\n", file=out)
 
     if not device.is_cuda():
         print(_memcheck_line(), file=out)
@@ -138,8 +154,11 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
             shown.append(gist(detail))
             print(textwrap.indent(detail, "      "), file=out)
         elif outcome == "failed":
-            print("      (details omitted: fix the problems above first, or run pytest on "
-                  "test_kernel.py to see them all)", file=out)
+            print(
+                "      (details omitted: fix the problems above first, or run pytest on "
+                "test_kernel.py to see them all)",
+                file=out,
+            )
 
     done = passed == len(counted) and bool(counted)
     done = done and not refused
@@ -154,38 +173,48 @@ def check(module: Module, impl: str | Path = "learner", out=sys.stdout, function
     slow = False
     if done and device.is_cuda():
         from grader.learn.speed import report_speed
+
         slow = report_speed(module, impl, out) is False
     if path.resolve() == (module.learner_dir / "kernel.py").resolve():
         progress.record(module, path, passed, len(counted), slow=slow, not_compiled=not_compiled)
     print(file=out)
     if done and slow:
         where = ", and the TODOs left are where the speed comes from" if todos else ""
-        print("All public tests pass, but your kernel is below the course's speed bar (above): the "
-              f"performance points need it{where}. The README's Performance section shows what the "
-              "reference does differently.", file=out)
+        print(
+            "All public tests pass, but your kernel is below the course's speed bar (above): the "
+            f"performance points need it{where}. The README's Performance section shows what the "
+            "reference does differently.",
+            file=out,
+        )
         done = False
     elif done:
-        print(f"All public tests pass{' (TODO markers remain: delete them)' if todos else ''}. "
-              "Well done!", file=out)
+        print(f"All public tests pass{' (TODO markers remain: delete them)' if todos else ''}. Well done!", file=out)
         if not device.is_cuda():
-            print("Speed is measured on a CUDA GPU only; on this CPU the interpreter checks correctness.",
-                  file=out)
+            print("Speed is measured on a CUDA GPU only; on this CPU the interpreter checks correctness.", file=out)
         print(_next_steps(module), file=out)
     elif todos:
         # A failing test that names the TODO behind it (the traffic bars do) beats file order.
         first = todo_named(todos, [message for _, outcome, message in results if outcome == "failed"])
-        print(f"Next: complete {first}, then run the check again. (Done with it already? Delete its "
-              f"`# TODO {first.label}` line: the check reads the markers left as the work left.)", file=out)
+        print(
+            f"Next: complete {first}, then run the check again. (Done with it already? Delete its "
+            f"`# TODO {first.label}` line: the check reads the markers left as the work left.)",
+            file=out,
+        )
     elif passed == len(counted) and counted and not refused:
-        print("Next: every public test passes on this CPU, but a GPU would not compile or launch the kernel "
-              "above; fix what the compile check names (the interpreter is more lenient than the compiler).",
-              file=out)
+        print(
+            "Next: every public test passes on this CPU, but a GPU would not compile or launch the kernel "
+            "above; fix what the compile check names (the interpreter is more lenient than the compiler).",
+            file=out,
+        )
     else:
         print("Next: read the first failure above; the README's Hints and Common errors help.", file=out)
     if not done:
-        print(f"Run it again with `make check M={module.id}`, or with `python kernel.py` in "
-              f"{module.learner_dir.relative_to(REPO_ROOT)} once `source .venv/bin/activate` has run "
-              "in this terminal.", file=out)
+        print(
+            f"Run it again with `make check M={module.id}`, or with `python kernel.py` in "
+            f"{module.learner_dir.relative_to(REPO_ROOT)} once `source .venv/bin/activate` has run "
+            "in this terminal.",
+            file=out,
+        )
     return done
 
 
@@ -207,11 +236,13 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
     parts = {part.name: part for part in cases.parts(module) if part.name}
     if function not in known and function not in parts:
         named = f"; its parts are {', '.join(parts)}" if parts else ""
-        print(f"{module.id} has no function {function!r} with tests of its own; its functions are "
-              f"{', '.join(known)}{named}. Run the check with one of them as K, or without K for all.", file=out)
+        print(
+            f"{module.id} has no function {function!r} with tests of its own; its functions are "
+            f"{', '.join(known)}{named}. Run the check with one of them as K, or without K for all.",
+            file=out,
+        )
         return False
-    what = f"part {list(parts).index(function) + 1} ({parts[function].title})" if function in parts \
-        else f"{function}()"
+    what = f"part {list(parts).index(function) + 1} ({parts[function].title})" if function in parts else f"{function}()"
     path = _heading(module, impl, f"{what} in ", out)
     if path is None:
         return False
@@ -230,8 +261,11 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
     done = bool(counted) and passed == len(counted)
     mine = set(parts[function].functions) if function in parts else {function}
     others = [name for name in known if name not in mine]
-    print(f"\n{'All of them pass' if done else 'Not yet'}: run the check without K for the whole module"
-          f"{' (' + ', '.join(others) + ')' if others else ''}, its speed and its progress.", file=out)
+    print(
+        f"\n{'All of them pass' if done else 'Not yet'}: run the check without K for the whole module"
+        f"{' (' + ', '.join(others) + ')' if others else ''}, its speed and its progress.",
+        file=out,
+    )
     return done
 
 
@@ -246,6 +280,7 @@ def _recording():
     if device.is_cuda() or os.environ.get(GPU_CHECK_SWITCH, "1") == "0":
         return nullcontext()
     from grader.core.gpu_compile import LaunchRecorder
+
     return LaunchRecorder()
 
 
@@ -260,32 +295,51 @@ def _gpu_compiles(path: Path, recorder, out) -> bool:
     try:
         compiled = gpu_compile.compile_launches(path, launches, limit=GPU_CHECK_LIMIT)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
-        print(f"\nGPU compile check: not run ({error}). The tests above still count; `make check GPUCHECK=0` "
-              "skips this step.", file=out)
+        print(
+            f"\nGPU compile check: not run ({error}). The tests above still count; `make check GPUCHECK=0` "
+            "skips this step.",
+            file=out,
+        )
         return True
     if not compiled.checked:
         return True  # kernels made inside functions: nothing this check can reach
     if not compiled.findings:
-        print(f"\nGPU compile check: the {compiled.checked} kernel specialisation(s) your tests launched compile for "
-              f"{gpu_compile.TARGET_NAME} (`make check GPUCHECK=0` skips this).", file=out)
+        print(
+            f"\nGPU compile check: the {compiled.checked} kernel specialisation(s) your tests launched compile for "
+            f"{gpu_compile.TARGET_NAME} (`make check GPUCHECK=0` skips this).",
+            file=out,
+        )
         return True
-    print(f"\nGPU compile check: {len(compiled.findings)} of the {compiled.checked} kernel specialisation(s) your "
-          f"tests launched would not run on {gpu_compile.TARGET_NAME}:", file=out)
+    print(
+        f"\nGPU compile check: {len(compiled.findings)} of the {compiled.checked} kernel specialisation(s) your "
+        f"tests launched would not run on {gpu_compile.TARGET_NAME}:",
+        file=out,
+    )
     by_kernel: dict[str, list] = {}
     for finding in compiled.findings:
         by_kernel.setdefault(finding.launch.name, []).append(finding)
     for findings in by_kernel.values():
         more = f" (and {len(findings) - 1} more setting(s) of this kernel)" if len(findings) > 1 else ""
-        print(textwrap.fill(f"{findings[0].launch.describe()}{more}: {findings[0].problem}", 100, initial_indent="  ",
-                            subsequent_indent="    "), file=out)
+        print(
+            textwrap.fill(
+                f"{findings[0].launch.describe()}{more}: {findings[0].problem}",
+                100,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            ),
+            file=out,
+        )
     return False
 
 
 def _memcheck_line() -> str:
     from grader.core import memcheck
+
     if memcheck.enabled():
-        return ("Memory checker: on (out-of-bounds and misaligned accesses, races between programs, "
-                "reads of unwritten memory; `make check MEMCHECK=0` turns it off).\n")
+        return (
+            "Memory checker: on (out-of-bounds and misaligned accesses, races between programs, "
+            "reads of unwritten memory; `make check MEMCHECK=0` turns it off).\n"
+        )
     return "Memory checker: off (`make check` without MEMCHECK=0 turns it on).\n"
 
 
@@ -330,20 +384,25 @@ def _breakdown(counted: list[tuple[str, str, str]]) -> str:
     others = [r for r in counted if r not in cases_run and r not in bars]
     if not cases_run or not others:
         return ""
+
     def n_pass(rows):
         return sum(outcome == "passed" for _, outcome, _ in rows)
+
     traffic = f", {n_pass(bars)} of {len(bars)} memory-traffic bars" if bars else ""
-    return (f": {n_pass(cases_run)} of {len(cases_run)} output cases{traffic}, and {n_pass(others)} of "
-            f"{len(others)} other tests (bad inputs, edge cases)"
-            f"{_LAUNCHER if n_pass(cases_run) < len(cases_run) else ''}")
+    return (
+        f": {n_pass(cases_run)} of {len(cases_run)} output cases{traffic}, and {n_pass(others)} of "
+        f"{len(others)} other tests (bad inputs, edge cases)"
+        f"{_LAUNCHER if n_pass(cases_run) < len(cases_run) else ''}"
+    )
 
 
 def _across_cases(module: Module, results: list[tuple[str, str, str]]) -> str | None:
     """What the failing output cases share that the passing ones lack (grader.core.diagnosis)."""
     spec, public = cases.public(module)
     by_name = {f"{_CASE_TEST}[{case.name}]": case for case in public}
-    verdicts = [(by_name[name], outcome == "passed") for name, outcome, _ in results
-                if name in by_name and outcome != "skipped"]
+    verdicts = [
+        (by_name[name], outcome == "passed") for name, outcome, _ in results if name in by_name and outcome != "skipped"
+    ]
     try:
         return across(spec, verdicts)
     except Exception:  # a summary is a bonus: never let it hide the report above
@@ -354,8 +413,9 @@ def _next_steps(module: Module) -> str:
     """Where to go once a module passes: its notebook, then the next unfinished module."""
     lines = []
     if module.notebook.is_file():
-        lines.append(f"Next: the study notebook {module.notebook.relative_to(REPO_ROOT)} runs your kernel "
-                     "live (`make lab`).")
+        lines.append(
+            f"Next: the study notebook {module.notebook.relative_to(REPO_ROOT)} runs your kernel live (`make lab`)."
+        )
     following = progress.next_unfinished()
     if following is not None and following != module:
         lines.append(f"Then: {following.id} ({following.title}): `make check M={following.id}`.")
@@ -382,12 +442,15 @@ def check_contained(module: Module, impl: str | Path, memcheck: bool = True, fun
         return 0 if check(module, impl, function=function) else 1
     sys.stdout.flush()
     from grader.core.memcheck import ENV_SWITCH
+
     switch = os.environ.get(ENV_SWITCH, "1") if memcheck else "0"
     only = ["--function", function] if function else []
     with tempfile.TemporaryDirectory(prefix="check-") as folder:
         journal = Path(folder) / "journal.jsonl"
-        child = subprocess.run([sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl), *only],
-                               env={**os.environ, _INNER: "1", ENV_SWITCH: switch, JOURNAL: str(journal)})
+        child = subprocess.run(
+            [sys.executable, "-m", "grader", "check", module.id, "--impl", str(impl), *only],
+            env={**os.environ, _INNER: "1", ENV_SWITCH: switch, JOURNAL: str(journal)},
+        )
         if crashes.signal_name(child.returncode):  # the same words as the grader's feedback
             print("\n" + crash_report(journal, child.returncode, module.learner_dir / "test_kernel.py"))
             return CRASHED

@@ -28,8 +28,13 @@ def command(jupyter_args: list[str]) -> list[str]:
     """The JupyterLab command line: rooted at the repository (so the tracks' kernel.py files can
     be opened too), opening the notebooks folder, with `jupyter_args` last so that they win."""
     notebooks = NOTEBOOKS_DIR.relative_to(REPO_ROOT).as_posix()
-    args = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={REPO_ROOT}",
-            f"--LabApp.default_url=/lab/tree/{notebooks}"]
+    args = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={REPO_ROOT}",
+        f"--LabApp.default_url=/lab/tree/{notebooks}",
+    ]
     if os.geteuid() == 0:  # the usual user in a container; Jupyter refuses root without this flag
         args.append("--allow-root")
     return args + list(jupyter_args)
@@ -45,12 +50,15 @@ def run(jupyter_args: list[str]) -> int:
     """Run JupyterLab until it stops; echo its log and point out the URL to open."""
     # Only the log (stderr) passes through here, to spot the URL. stdout and stdin stay the
     # terminal's, so that Jupyter's own "Shut down this Jupyter server (y/[n])?" works on Ctrl-C.
-    lab = subprocess.Popen(command(jupyter_args), env=environment(), stderr=subprocess.PIPE, text=True,
-                           errors="replace")
+    lab = subprocess.Popen(
+        command(jupyter_args), env=environment(), stderr=subprocess.PIPE, text=True, errors="replace"
+    )
     # Ctrl-C reaches Jupyter too (same process group): it decides when to stop, and this process
     # keeps echoing its log until it has. A stop request for this process is passed on.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: lab.terminate())}
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: lab.terminate()),
+    }
     try:
         shown = False
         for line in lab.stderr:
@@ -59,8 +67,11 @@ def run(jupyter_args: list[str]) -> int:
             url = _URL.search(line)
             if url and not shown:
                 shown = True
-                print(f"\n    JupyterLab is running. Open this address in your browser:\n\n"
-                      f"        {url.group(0)}\n\n    Stop it with Ctrl-C, twice.\n", flush=True)
+                print(
+                    f"\n    JupyterLab is running. Open this address in your browser:\n\n"
+                    f"        {url.group(0)}\n\n    Stop it with Ctrl-C, twice.\n",
+                    flush=True,
+                )
         return lab.wait()
     finally:
         for signum, handler in previous.items():

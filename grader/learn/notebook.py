@@ -46,8 +46,7 @@ def kernel_or_fallback(module_id: str, api: str | None = None) -> NotebookKernel
     module = find_module(module_id)
     impl = os.environ.get("GRADER_NOTEBOOK_IMPL", "learner")
     module_spec, public_cases = cases.public(module)
-    spec = next((s for s in cases.specs_of(module_spec, public_cases) if s.api == api), None) \
-        if api else module_spec
+    spec = next((s for s in cases.specs_of(module_spec, public_cases) if s.api == api), None) if api else module_spec
     if spec is None:
         raise LookupError(f"{module_id}'s public tests have no function {api}()")
     own_cases = [case for case in public_cases if cases.spec_for(case, module_spec) is spec]
@@ -64,7 +63,9 @@ def kernel_or_fallback(module_id: str, api: str | None = None) -> NotebookKernel
         print(f"Using {spec.api}() from {impl if impl != 'learner' else 'your kernel.py'}: it passes a quick check.")
         return NotebookKernel(fn, _label(impl), is_fallback=False, namespace=loaded.namespace)
     rule = "=" * 100
-    print(f"{rule}\n{FALLBACK.upper()}\nYour kernel.py is not ready yet, so this notebook uses PyTorch's "
-          f"version for now.\nEvery result below that PyTorch computed is labelled \"{FALLBACK}\".\n"
-          f"Why:\n{problem.strip()}\n{rule}")
+    print(
+        f"{rule}\n{FALLBACK.upper()}\nYour kernel.py is not ready yet, so this notebook uses PyTorch's "
+        f'version for now.\nEvery result below that PyTorch computed is labelled "{FALLBACK}".\n'
+        f"Why:\n{problem.strip()}\n{rule}"
+    )
     return NotebookKernel(spec.torch_baseline, FALLBACK, is_fallback=True)

@@ -28,13 +28,17 @@ def _load() -> dict:
         return {}
 
 
-def record(module: Module, path: Path, passed: int, total: int, slow: bool = False,
-           not_compiled: bool = False) -> None:
+def record(module: Module, path: Path, passed: int, total: int, slow: bool = False, not_compiled: bool = False) -> None:
     """The last check of ``path``: tests passed of total, and whether a GPU found it below the
     speed bar or a GPU would not compile it (then it is not done, though every test passes)."""
     data = _load()
-    data[module.id] = {"hash": file_hash(path), "passed": passed, "total": total, "slow": slow,
-                       "not_compiled": not_compiled}
+    data[module.id] = {
+        "hash": file_hash(path),
+        "passed": passed,
+        "total": total,
+        "slow": slow,
+        "not_compiled": not_compiled,
+    }
     STORE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

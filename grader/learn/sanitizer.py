@@ -50,27 +50,41 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # right after that space; the lines that continue it are indented further.
 _LINE = re.compile(r"^\s*={3,}(?P<gap> +)(?P<text>\S.*?)\s*$")
 _INVALID = re.compile(r"^Invalid (?P<space>__\w+__) (?P<access>\w+|\?) of size (?P<size>\d+)(?: bytes?)?$")
-_UNINITIALISED = re.compile(r"^Uninitiali[sz]ed (?P<space>__\w+__) memory (?P<access>\w+) of size "
-                            r"(?P<size>\d+)(?: bytes?)?$")
-_HOST_UNINITIALISED = re.compile(r"^Host API memory access error at host access to (?P<address>0x[0-9a-fA-F]+) "
-                                 r"of size (?P<size>\d+) bytes?$")
-_RACE = re.compile(r"^(?P<severity>Error|Warning|ERROR|WARN\w*): Race reported between (?P<first>Read|Write) "
-                   r"access at (?P<where>.+?)(?: \[(?P<hazards>\d+) hazards?\])?$")
-_OLD_HAZARD = re.compile(r"^(?P<severity>ERROR|WARN|INFO)\S*: Potential (?P<hazard>\w+) hazard detected at "
-                         r"__shared__ (?P<address>0x[0-9a-fA-F]+) in block \((?P<block>[\d, ]+)\)")
-_API_ERROR = re.compile(r'^Program hit (?P<error>\w+) \(error (?P<code>\d+)\) due to "(?P<why>[^"]*)" on CUDA '
-                        r"API call to (?P<api>\w+)")
+_UNINITIALISED = re.compile(
+    r"^Uninitiali[sz]ed (?P<space>__\w+__) memory (?P<access>\w+) of size "
+    r"(?P<size>\d+)(?: bytes?)?$"
+)
+_HOST_UNINITIALISED = re.compile(
+    r"^Host API memory access error at host access to (?P<address>0x[0-9a-fA-F]+) "
+    r"of size (?P<size>\d+) bytes?$"
+)
+_RACE = re.compile(
+    r"^(?P<severity>Error|Warning|ERROR|WARN\w*): Race reported between (?P<first>Read|Write) "
+    r"access at (?P<where>.+?)(?: \[(?P<hazards>\d+) hazards?\])?$"
+)
+_OLD_HAZARD = re.compile(
+    r"^(?P<severity>ERROR|WARN|INFO)\S*: Potential (?P<hazard>\w+) hazard detected at "
+    r"__shared__ (?P<address>0x[0-9a-fA-F]+) in block \((?P<block>[\d, ]+)\)"
+)
+_API_ERROR = re.compile(
+    r'^Program hit (?P<error>\w+) \(error (?P<code>\d+)\) due to "(?P<why>[^"]*)" on CUDA '
+    r"API call to (?P<api>\w+)"
+)
 _HARDWARE = re.compile(r"^(?:Warp|Lane|Device) [A-Z][\w -]+$")
 _ERROR_SUMMARY = re.compile(r"^ERROR SUMMARY: (?P<count>[\d,]+) errors?")
 _RACE_SUMMARY = re.compile(r"^RACECHECK SUMMARY: (?P<count>[\d,]+) hazards? displayed \((?P<errors>[\d,]+) errors?")
 
 _AT = re.compile(r"^at (?P<where>.+)$")
 _THREAD = re.compile(r"^by thread \((?P<thread>[\d, ]+)\) in block \((?P<block>[\d, ]+)\)")
-_ADDRESS = re.compile(r"^(?:Address|Access to|Access at) (?P<address>0x[0-9a-fA-F]+)"
-                      r"(?: is (?P<state>out of bounds|misaligned))?")
-_NEAREST = re.compile(r"^and is (?:(?P<distance>[\d,]+) bytes (?P<relation>after|before)|(?P<inside>inside)) "
-                      r"the nearest allocation at (?P<allocation>0x[0-9a-fA-F]+) of size "
-                      r"(?P<allocation_size>[\d,]+) bytes?")
+_ADDRESS = re.compile(
+    r"^(?:Address|Access to|Access at) (?P<address>0x[0-9a-fA-F]+)"
+    r"(?: is (?P<state>out of bounds|misaligned))?"
+)
+_NEAREST = re.compile(
+    r"^and is (?:(?P<distance>[\d,]+) bytes (?P<relation>after|before)|(?P<inside>inside)) "
+    r"the nearest allocation at (?P<allocation>0x[0-9a-fA-F]+) of size "
+    r"(?P<allocation_size>[\d,]+) bytes?"
+)
 _RACE_OTHER = re.compile(r"^and (?P<second>Read|Write) access at (?P<where>.+?)(?: \[(?P<hazards>\d+) hazards?\])?$")
 _THREAD_AT = re.compile(r"^(?P<access>Read|Write) Thread \((?P<thread>[\d, ]+)\) at (?P<where>.+)$")
 _UNINITIALISED_AT = re.compile(r"^Uninitiali[sz]ed access at (?P<address>0x[0-9a-fA-F]+) on access by (?P<by>.+)$")
@@ -86,6 +100,7 @@ _SPACES = {"__global__": "global", "__shared__": "shared", "__local__": "local"}
 class SanitizerFinding:
     """One problem compute-sanitizer reported (the first of its kind at one place; ``count`` says
     how many reports it stands for: usually one per thread that made the access)."""
+
     tool: str
     kind: str  # "out-of-bounds", "misaligned", "uninitialised-read", "race", "hardware-exception", "api-error"
     access: str = ""  # "read", "write", "atomic", ... as the report says
@@ -131,20 +146,26 @@ class SanitizerFinding:
 
 
 def _short(kernel: str, limit: int = 80) -> str:
-    return kernel if len(kernel) <= limit else kernel[:limit - 3] + "..."
+    return kernel if len(kernel) <= limit else kernel[: limit - 3] + "..."
 
 
 def _out_of_bounds(f: SanitizerFinding) -> str:
     if f.relation == "after":
-        where = (f"out of bounds, past the end of the nearest allocation ({f.distance} byte(s) after it; that "
-                 f"allocation holds {f.allocation_size} bytes at {f.allocation:#x}): check the mask of this access")
+        where = (
+            f"out of bounds, past the end of the nearest allocation ({f.distance} byte(s) after it; that "
+            f"allocation holds {f.allocation_size} bytes at {f.allocation:#x}): check the mask of this access"
+        )
     elif f.relation == "before":
-        where = (f"out of bounds, before the start of the nearest allocation ({f.distance} byte(s) before it; "
-                 f"that allocation holds {f.allocation_size} bytes at {f.allocation:#x}): check the offsets and "
-                 "the mask of this access")
+        where = (
+            f"out of bounds, before the start of the nearest allocation ({f.distance} byte(s) before it; "
+            f"that allocation holds {f.allocation_size} bytes at {f.allocation:#x}): check the offsets and "
+            "the mask of this access"
+        )
     elif f.relation == "inside":
-        where = (f"out of bounds of what was allocated, though inside a block of {f.allocation_size} bytes that "
-                 "an allocator reserved: with PyTorch, set PYTORCH_NO_CUDA_MEMORY_CACHING=1 to see which tensor")
+        where = (
+            f"out of bounds of what was allocated, though inside a block of {f.allocation_size} bytes that "
+            "an allocator reserved: with PyTorch, set PYTORCH_NO_CUDA_MEMORY_CACHING=1 to see which tensor"
+        )
     else:
         address = f" (address {f.address:#x})" if f.address is not None else ""
         where = f"out of bounds of every allocation{address}"
@@ -153,41 +174,59 @@ def _out_of_bounds(f: SanitizerFinding) -> str:
 
 def _misaligned(f: SanitizerFinding) -> str:
     address = f"address {f.address:#x}" if f.address is not None else "the address"
-    return (f"{f._head()}: {address} is misaligned, not a multiple of the access size, and the GPU stops "
-            "with 'misaligned address'. Offsets are counted in elements of the pointer's type: check the "
-            "pointer's dtype and how its offsets are computed.")
+    return (
+        f"{f._head()}: {address} is misaligned, not a multiple of the access size, and the GPU stops "
+        "with 'misaligned address'. Offsets are counted in elements of the pointer's type: check the "
+        "pointer's dtype and how its offsets are computed."
+    )
 
 
 def _uninitialised(f: SanitizerFinding) -> str:
     if f.detail:  # a host API call copied it
-        return (f"{f.detail} copied {f.size} bytes of device memory that nothing has written since it was "
-                "allocated: fill the tensor first (torch.zeros, or a kernel's store).")
+        return (
+            f"{f.detail} copied {f.size} bytes of device memory that nothing has written since it was "
+            "allocated: fill the tensor first (torch.zeros, or a kernel's store)."
+        )
     address = f" (address {f.address:#x})" if f.address is not None else ""
-    return (f"{f._head()}: it reads global memory that nothing has written since it was allocated{address}, "
-            "so its value is whatever the memory held before. Fill it first (torch.zeros, or a store) or "
-            "do not read it.")
+    return (
+        f"{f._head()}: it reads global memory that nothing has written since it was allocated{address}, "
+        "so its value is whatever the memory held before. Fill it first (torch.zeros, or a store) or "
+        "do not read it."
+    )
 
 
 def _race(f: SanitizerFinding) -> str:
     hazards = f" ({f.hazards} hazards)" if f.hazards else ""
     other = f" and a {f.other}" if f.other else ""
-    return (f"race in shared memory: a {f.access} {f._place()}{other}, by threads of one program with no "
-            f"barrier between them{hazards}. racecheck looks at shared memory only; programs that overwrite "
-            "each other in global memory show as results that change from run to run instead.")
+    return (
+        f"race in shared memory: a {f.access} {f._place()}{other}, by threads of one program with no "
+        f"barrier between them{hazards}. racecheck looks at shared memory only; programs that overwrite "
+        "each other in global memory show as results that change from run to run instead."
+    )
 
 
 def _hardware(f: SanitizerFinding) -> str:
-    return (f"{f.detail} {f._place()}: the GPU stopped the kernel there. memcheck names the exact "
-            "access when the fault is an out-of-bounds or misaligned one.")
+    return (
+        f"{f.detail} {f._place()}: the GPU stopped the kernel there. memcheck names the exact "
+        "access when the fault is an out-of-bounds or misaligned one."
+    )
 
 
 def _api_error(f: SanitizerFinding) -> str:
-    return (f"a CUDA call failed: {f.detail}. This is usually the echo of an earlier fault in a kernel "
-            "(CUDA reports errors at the next call that synchronises): look at the findings before it.")
+    return (
+        f"a CUDA call failed: {f.detail}. This is usually the echo of an earlier fault in a kernel "
+        "(CUDA reports errors at the next call that synchronises): look at the findings before it."
+    )
 
 
-_SENTENCES = {"out-of-bounds": _out_of_bounds, "misaligned": _misaligned, "uninitialised-read": _uninitialised,
-              "race": _race, "hardware-exception": _hardware, "api-error": _api_error}
+_SENTENCES = {
+    "out-of-bounds": _out_of_bounds,
+    "misaligned": _misaligned,
+    "uninitialised-read": _uninitialised,
+    "race": _race,
+    "hardware-exception": _hardware,
+    "api-error": _api_error,
+}
 
 
 def _number(text: str | None) -> int | None:
@@ -205,8 +244,11 @@ def _location(where: str) -> dict:
         found = pattern.match(where)
         if found:
             parts = found.groupdict()
-            return {"kernel": parts.get("kernel") or "", "file": parts.get("file") or "",
-                    "line": int(parts["line"]) if parts.get("line") else 0}
+            return {
+                "kernel": parts.get("kernel") or "",
+                "file": parts.get("file") or "",
+                "line": int(parts["line"]) if parts.get("line") else 0,
+            }
     return {"kernel": where, "file": "", "line": 0}
 
 
@@ -235,23 +277,47 @@ def _finding(tool: str, head: str, rest: list[str]) -> SanitizerFinding | None:
     """One record as a finding, or None for the banner, summaries, leaks and other chatter."""
     fields: dict = {}
     if invalid := _INVALID.match(head):
-        fields.update(kind="out-of-bounds", access=invalid["access"], size=int(invalid["size"]),
-                      space=_SPACES.get(invalid["space"], invalid["space"]))
+        fields.update(
+            kind="out-of-bounds",
+            access=invalid["access"],
+            size=int(invalid["size"]),
+            space=_SPACES.get(invalid["space"], invalid["space"]),
+        )
     elif uninitialised := _UNINITIALISED.match(head):
-        fields.update(kind="uninitialised-read", access=uninitialised["access"], size=int(uninitialised["size"]),
-                      space=_SPACES.get(uninitialised["space"], uninitialised["space"]))
+        fields.update(
+            kind="uninitialised-read",
+            access=uninitialised["access"],
+            size=int(uninitialised["size"]),
+            space=_SPACES.get(uninitialised["space"], uninitialised["space"]),
+        )
     elif host := _HOST_UNINITIALISED.match(head):
-        fields.update(kind="uninitialised-read", access="copy", size=int(host["size"]),
-                      address=int(host["address"], 16), detail="a copy from the GPU")
+        fields.update(
+            kind="uninitialised-read",
+            access="copy",
+            size=int(host["size"]),
+            address=int(host["address"], 16),
+            detail="a copy from the GPU",
+        )
     elif race := _RACE.match(head):
-        fields.update(kind="race", access=race["first"].lower(), space="shared", hazards=_number(race["hazards"]),
-                      **_location(race["where"]))
+        fields.update(
+            kind="race",
+            access=race["first"].lower(),
+            space="shared",
+            hazards=_number(race["hazards"]),
+            **_location(race["where"]),
+        )
     elif hazard := _OLD_HAZARD.match(head):
-        fields.update(kind="race", access=f"{hazard['hazard']} hazard", space="shared",
-                      address=int(hazard["address"], 16), block=_coordinates(hazard["block"]))
+        fields.update(
+            kind="race",
+            access=f"{hazard['hazard']} hazard",
+            space="shared",
+            address=int(hazard["address"], 16),
+            block=_coordinates(hazard["block"]),
+        )
     elif api := _API_ERROR.match(head):
-        fields.update(kind="api-error",
-                      detail=f"{api['api']} returned {api['error']} (error {api['code']}: {api['why']})")
+        fields.update(
+            kind="api-error", detail=f"{api['api']} returned {api['error']} (error {api['code']}: {api['why']})"
+        )
     elif _HARDWARE.match(head):
         fields.update(kind="hardware-exception", detail=head)
     else:
@@ -267,9 +333,12 @@ def _finding(tool: str, head: str, rest: list[str]) -> SanitizerFinding | None:
             if address["state"] == "misaligned":
                 fields["kind"] = "misaligned"
         elif nearest := _NEAREST.match(line):
-            fields.update(relation="inside" if nearest["inside"] else nearest["relation"],
-                          distance=_number(nearest["distance"]), allocation=int(nearest["allocation"], 16),
-                          allocation_size=_number(nearest["allocation_size"]))
+            fields.update(
+                relation="inside" if nearest["inside"] else nearest["relation"],
+                distance=_number(nearest["distance"]),
+                allocation=int(nearest["allocation"], 16),
+                allocation_size=_number(nearest["allocation_size"]),
+            )
         elif other := _RACE_OTHER.match(line):
             if not fields.get("other"):
                 fields["other"] = _describe_location(other["second"], other["where"])
@@ -293,8 +362,15 @@ def parse_report(text: str, tool: str = "memcheck") -> list[SanitizerFinding]:
         finding = _finding(tool, head, rest)
         if finding is None:
             continue
-        key = (finding.kind, finding.access, finding.space, finding.kernel, finding.file, finding.line,
-               finding.detail if finding.kind in ("api-error", "hardware-exception") else "")
+        key = (
+            finding.kind,
+            finding.access,
+            finding.space,
+            finding.kernel,
+            finding.file,
+            finding.line,
+            finding.detail if finding.kind in ("api-error", "hardware-exception") else "",
+        )
         if key in merged:
             merged[key] = replace(merged[key], count=merged[key].count + 1)
         else:
@@ -314,6 +390,7 @@ def reported_errors(text: str) -> int | None:
 @dataclass
 class SanitizerRun:
     """What one run under compute-sanitizer gave: its command, exit code, output and findings."""
+
     tool: str
     command: list[str]
     returncode: int
@@ -332,12 +409,17 @@ class SanitizerRun:
     def report(self) -> str:
         if self.clean:
             return f"compute-sanitizer --tool {self.tool}: nothing to report."
-        lines = [f"compute-sanitizer --tool {self.tool} found {len(self.findings)} problem(s)"
-                 + (f" ({self.errors} error(s) in its summary)" if self.errors else "") + ":"]
+        lines = [
+            f"compute-sanitizer --tool {self.tool} found {len(self.findings)} problem(s)"
+            + (f" ({self.errors} error(s) in its summary)" if self.errors else "")
+            + ":"
+        ]
         lines += [f"  - {finding}" for finding in self.findings]
         if not self.findings and self.returncode:
-            lines.append(f"  the program exited with code {self.returncode}; its output ends with:\n"
-                         + "\n".join(self.output.splitlines()[-15:]))
+            lines.append(
+                f"  the program exited with code {self.returncode}; its output ends with:\n"
+                + "\n".join(self.output.splitlines()[-15:])
+            )
         return "\n".join(lines)
 
 
@@ -348,22 +430,27 @@ def find_tool() -> str | None:
         return found
     homes = [os.environ.get(name) for name in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
     for home in filter(None, homes):
-        for candidate in (Path(home) / "bin" / "compute-sanitizer",
-                          Path(home) / "compute-sanitizer" / "compute-sanitizer"):
+        for candidate in (
+            Path(home) / "bin" / "compute-sanitizer",
+            Path(home) / "compute-sanitizer" / "compute-sanitizer",
+        ):
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
     return None
 
 
-def command(program: list[str], tool: str = "memcheck", print_limit: int = 20,
-            sanitizer: str | None = None) -> list[str]:
+def command(
+    program: list[str], tool: str = "memcheck", print_limit: int = 20, sanitizer: str | None = None
+) -> list[str]:
     """The command line that runs ``program`` (an argv) under compute-sanitizer's ``tool``."""
     if tool not in TOOLS:
         raise ValueError(f"unknown tool {tool!r}; compute-sanitizer's tools are {', '.join(TOOLS)}")
     tool_path = sanitizer or find_tool()
     if tool_path is None:
-        raise FileNotFoundError("compute-sanitizer was not found: it ships with the CUDA toolkit (e.g. "
-                                "/usr/local/cuda/bin); add that folder to PATH or set CUDA_HOME.")
+        raise FileNotFoundError(
+            "compute-sanitizer was not found: it ships with the CUDA toolkit (e.g. "
+            "/usr/local/cuda/bin); add that folder to PATH or set CUDA_HOME."
+        )
     return [tool_path, "--tool", tool, "--print-limit", str(print_limit), *program]
 
 
@@ -380,13 +467,21 @@ def child_environment(caching: bool = False, extra: dict | None = None) -> dict[
     return env
 
 
-def run(program: list[str], tool: str = "memcheck", print_limit: int = 20, timeout: float = 600,
-        caching: bool = False, env: dict | None = None, cwd: str | Path | None = None,
-        sanitizer: str | None = None) -> SanitizerRun:
+def run(
+    program: list[str],
+    tool: str = "memcheck",
+    print_limit: int = 20,
+    timeout: float = 600,
+    caching: bool = False,
+    env: dict | None = None,
+    cwd: str | Path | None = None,
+    sanitizer: str | None = None,
+) -> SanitizerRun:
     """Run ``program`` (an argv) under compute-sanitizer and read its report."""
     argv = command(program, tool, print_limit, sanitizer)
-    child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                           env=child_environment(caching, env))
+    child = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=child_environment(caching, env)
+    )
     output = child.stdout + child.stderr
     return SanitizerRun(tool, argv, child.returncode, output, parse_report(output, tool), reported_errors(output))
 
@@ -402,31 +497,39 @@ def run_function(path: str | Path, function: str, **options) -> SanitizerRun:
     if not function.isidentifier():
         raise ValueError(f"{function!r} is not a function name")
     path = Path(path).resolve()
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('sanitized_module', {str(path)!r})\n"
-            "module = importlib.util.module_from_spec(spec)\n"
-            "sys.modules['sanitized_module'] = module\n"
-            "spec.loader.exec_module(module)\n"
-            f"module.{function}()\n"
-            "import torch\n"
-            "torch.cuda.synchronize()\n")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('sanitized_module', {str(path)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['sanitized_module'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        f"module.{function}()\n"
+        "import torch\n"
+        "torch.cuda.synchronize()\n"
+    )
     return run_python(code, **options)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grader sanitize",
-                                     description="Run a Python script under compute-sanitizer and explain "
-                                                 "its findings in plain sentences.")
+    parser = argparse.ArgumentParser(
+        prog="python -m grader sanitize",
+        description="Run a Python script under compute-sanitizer and explain its findings in plain sentences.",
+    )
     parser.add_argument("--tool", choices=TOOLS, default="memcheck")
     parser.add_argument("--print-limit", type=int, default=20, help="reports the tool prints at most")
-    parser.add_argument("--caching", action="store_true",
-                        help="keep PyTorch's caching allocator (overruns inside its blocks go unseen)")
+    parser.add_argument(
+        "--caching", action="store_true", help="keep PyTorch's caching allocator (overruns inside its blocks go unseen)"
+    )
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     options = parser.parse_args(argv)
     try:
-        result = run([sys.executable, options.script, *options.args], tool=options.tool,
-                     print_limit=options.print_limit, caching=options.caching)
+        result = run(
+            [sys.executable, options.script, *options.args],
+            tool=options.tool,
+            print_limit=options.print_limit,
+            caching=options.caching,
+        )
     except FileNotFoundError as error:
         print(error, file=sys.stderr)
         return 2

@@ -47,9 +47,11 @@ def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: floa
         ratio = reference.ms / yours.ms
         verdict = "meets" if ratio >= spec.learner_threshold else "is below"
         versus = f" ({pytorch.ms / yours.ms:.2f} x PyTorch's)" if pytorch else ""
-        print(f"Your kernel runs at {ratio:.2f} x the reference speed{versus}: it {verdict} the course's "
-              f"bar of {spec.learner_threshold:.2f} x (no performance credit at or below {spec.floor:.2f} x).",
-              file=out)
+        print(
+            f"Your kernel runs at {ratio:.2f} x the reference speed{versus}: it {verdict} the course's "
+            f"bar of {spec.learner_threshold:.2f} x (no performance credit at or below {spec.floor:.2f} x).",
+            file=out,
+        )
         return ratio >= spec.learner_threshold
     ratio = bench.ceiling_ratio(spec, yours, rows, copy_gbs)
     goal = spec.target * spec.learner_threshold
@@ -69,8 +71,10 @@ def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -
             continue
         impls = implementations(module, impl, spec)
         # a bench case belongs to the Spec that lists it (its inputs may depend on which one)
-        bound = [case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
-                 for case in spec.bench_cases]
+        bound = [
+            case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
+            for case in spec.bench_cases
+        ]
         rows = [row for case in bound for row in bench.measure(spec, case, impls)]
         print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)
         suffix = "" if spec is module_spec else f"-{spec.api}"

@@ -37,22 +37,84 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203}
 # (architecture as the kernel's audit code names it, {name: number}); numbers from the kernel's
 # syscall tables (x86_64: arch/x86/entry/syscalls/syscall_64.tbl; aarch64: the generic table).
 _REFUSED_CALLS = {
-    "x86_64": (0xC000003E, {
-        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165, "umount2": 166,
-        "pivot_root": 155, "chroot": 161, "setns": 308, "unshare": 272, "keyctl": 250, "add_key": 248,
-        "request_key": 249, "bpf": 321, "perf_event_open": 298, "kexec_load": 246, "kexec_file_load": 320,
-        "init_module": 175, "finit_module": 313, "delete_module": 176, "userfaultfd": 323,
-        "open_by_handle_at": 304, "name_to_handle_at": 303, "swapon": 167, "swapoff": 168, "reboot": 169,
-        "acct": 163, "iopl": 172, "ioperm": 173, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-        "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442}),
-    "aarch64": (0xC00000B7, {
-        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39,
-        "pivot_root": 41, "chroot": 51, "setns": 268, "unshare": 97, "keyctl": 219, "add_key": 217,
-        "request_key": 218, "bpf": 280, "perf_event_open": 241, "kexec_load": 104, "kexec_file_load": 294,
-        "init_module": 105, "finit_module": 273, "delete_module": 106, "userfaultfd": 282,
-        "open_by_handle_at": 265, "name_to_handle_at": 264, "swapon": 224, "swapoff": 225, "reboot": 142,
-        "acct": 89, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-        "fspick": 433, "mount_setattr": 442}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "mount": 165,
+            "umount2": 166,
+            "pivot_root": 155,
+            "chroot": 161,
+            "setns": 308,
+            "unshare": 272,
+            "keyctl": 250,
+            "add_key": 248,
+            "request_key": 249,
+            "bpf": 321,
+            "perf_event_open": 298,
+            "kexec_load": 246,
+            "kexec_file_load": 320,
+            "init_module": 175,
+            "finit_module": 313,
+            "delete_module": 176,
+            "userfaultfd": 323,
+            "open_by_handle_at": 304,
+            "name_to_handle_at": 303,
+            "swapon": 167,
+            "swapoff": 168,
+            "reboot": 169,
+            "acct": 163,
+            "iopl": 172,
+            "ioperm": 173,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "mount": 40,
+            "umount2": 39,
+            "pivot_root": 41,
+            "chroot": 51,
+            "setns": 268,
+            "unshare": 97,
+            "keyctl": 219,
+            "add_key": 217,
+            "request_key": 218,
+            "bpf": 280,
+            "perf_event_open": 241,
+            "kexec_load": 104,
+            "kexec_file_load": 294,
+            "init_module": 105,
+            "finit_module": 273,
+            "delete_module": 106,
+            "userfaultfd": 282,
+            "open_by_handle_at": 265,
+            "name_to_handle_at": 264,
+            "swapon": 224,
+            "swapoff": 225,
+            "reboot": 142,
+            "acct": 89,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "mount_setattr": 442,
+        },
+    ),
 }
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
@@ -123,8 +185,12 @@ def _report_namespaces(done: int, report: dict) -> int:
 
 
 def _mount(libc, source, target, fstype, flags, data=None) -> None:
-    _call(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
-                     flags, data and data.encode()), f"mount {source} on {target}")
+    _call(
+        libc.mount(
+            source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode()
+        ),
+        f"mount {source} on {target}",
+    )
 
 
 def _bind(libc, source: str, target: str, read_only: bool) -> None:
@@ -143,8 +209,14 @@ def _bind(libc, source: str, target: str, read_only: bool) -> None:
 def _kept_flags(path: str) -> int:
     """The mount flags of ``path`` that a bind remount must repeat (statvfs -> mount bits)."""
     have = os.statvfs(path).f_flag
-    pairs = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-             (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+    pairs = (
+        (os.ST_NOSUID, MS_NOSUID),
+        (os.ST_NODEV, MS_NODEV),
+        (os.ST_NOEXEC, MS_NOEXEC),
+        (os.ST_NOATIME, 1024),
+        (os.ST_NODIRATIME, 2048),
+        (os.ST_RELATIME, 1 << 21),
+    )
     return sum(bit for st, bit in pairs if have & st)
 
 
@@ -168,8 +240,7 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
     _mount(libc, "tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path in PRIVATE_TMP[:2]:  # first, so that folders exposed below /tmp stay visible
         os.makedirs(new_root + path, exist_ok=True)
-        _mount(libc, "tmpfs", new_root + path, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={cfg['tmp_bytes']},mode=1777")
+        _mount(libc, "tmpfs", new_root + path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777")
     exposed: list[str] = []
     for path in SYSTEM_FOLDERS:
         if not os.path.exists(path):
@@ -190,8 +261,9 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
         if os.path.isdir(path):
             _bind(libc, path, new_root + path, read_only=path == "/sys")
     if os.path.isdir(new_root + "/dev/shm"):
-        _mount(libc, "tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={cfg['tmp_bytes']},mode=1777")
+        _mount(
+            libc, "tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777"
+        )
     _bind(libc, cfg["workdir"], new_root + cfg["workdir"], read_only=False)
     if cfg.get("shared"):  # the folder the children of one grading share (Triton's cache)
         _bind(libc, cfg["shared"], new_root + cfg["shared"], read_only=False)
@@ -219,8 +291,10 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
         _mount(libc, None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
         pass  # the view's own root stays writable by root only; the child is not root
-    report["filesystem"] = (f"private view ({how}): read-only system folders, Python and the grader "
-                            "package; its own working folder; empty /tmp")
+    report["filesystem"] = (
+        f"private view ({how}): read-only system folders, Python and the grader "
+        "package; its own working folder; empty /tmp"
+    )
     report["hidden_paths"] = covered
 
 
@@ -244,8 +318,10 @@ def _own_memory_report(covered: list[str], report: dict) -> None:
     """What keeps the child out of its own memory file, for the record."""
     parts = [f"/dev/null over {' and '.join(covered)}"] if covered else []
     if os.getuid() != 0:
-        parts.append("made non-dumpable as the child starts, before kernel.py is imported, so that "
-                     "no thread's /proc/<pid>/mem opens for it")
+        parts.append(
+            "made non-dumpable as the child starts, before kernel.py is imported, so that "
+            "no thread's /proc/<pid>/mem opens for it"
+        )
     else:
         parts.append("not made unopenable otherwise: the child runs as root, which non-dumpable does not stop")
     report["own_memory"] = "; ".join(parts)
@@ -279,9 +355,13 @@ def _limits(cfg: dict, report: dict) -> None:
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         hard_value = value + 5 if which == resource.RLIMIT_CPU and hard == resource.RLIM_INFINITY else value
         resource.setrlimit(which, (value, hard_value))
-    report["limits"] = {"cpu_seconds": limits["cpu_seconds"], "memory_bytes": limits["memory_bytes"],
-                        "address_space_bytes": limits.get("address_space_bytes") or None,
-                        "file_bytes": limits["file_bytes"], "open_files": limits["open_files"]}
+    report["limits"] = {
+        "cpu_seconds": limits["cpu_seconds"],
+        "memory_bytes": limits["memory_bytes"],
+        "address_space_bytes": limits.get("address_space_bytes") or None,
+        "file_bytes": limits["file_bytes"],
+        "open_files": limits["open_files"],
+    }
 
 
 def _count_tasks(uid: int) -> int:
@@ -336,8 +416,13 @@ def _syscall_filter(libc, report: dict) -> None:
     allow, refuse, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000
     numbers = sorted(calls.values())
     refuse_at = 6 + len(numbers)  # index of the "refuse" return, after the "allow" one
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill),  # a foreign ABI: stop
-               (ld, 0, 0, 0), (jge, refuse_at - 5, 0, 0x40000000)]  # x32 calls on x86_64
+    program = [
+        (ld, 0, 0, 4),
+        (jeq, 1, 0, audit_arch),
+        (ret, 0, 0, kill),  # a foreign ABI: stop
+        (ld, 0, 0, 0),
+        (jge, refuse_at - 5, 0, 0x40000000),
+    ]  # x32 calls on x86_64
     program += [(jeq, refuse_at - (5 + i) - 1, 0, number) for i, number in enumerate(numbers)]
     program += [(ret, 0, 0, allow), (ret, 0, 0, refuse)]
 
@@ -352,8 +437,9 @@ def _syscall_filter(libc, report: dict) -> None:
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         report["syscall_filter"] = f"none ({os.strerror(ctypes.get_errno())})"
         return
-    report["syscall_filter"] = (f"{len(numbers)} system calls refused (ptrace, mount, unshare, bpf, "
-                                "perf_event_open, ...)")
+    report["syscall_filter"] = (
+        f"{len(numbers)} system calls refused (ptrace, mount, unshare, bpf, perf_event_open, ...)"
+    )
 
 
 def _mirror_exit(pid: int, fds: list[int]) -> None:

@@ -31,8 +31,10 @@ from pathlib import Path
 # What the child runs as, after ``python -I -B``: the repository root goes first on sys.path so
 # that the grader package is this checkout's.
 # The clock is read first so that the child can report how long its imports took (--profile).
-BOOTSTRAP = ("import sys, time; booted = time.monotonic(); sys.path.insert(0, sys.argv[1]); "
-             "from grader.sandbox.child import main; sys.exit(main(sys.argv[2:], booted))")
+BOOTSTRAP = (
+    "import sys, time; booted = time.monotonic(); sys.path.insert(0, sys.argv[1]); "
+    "from grader.sandbox.child import main; sys.exit(main(sys.argv[2:], booted))"
+)
 
 
 def command(repo_root: str | Path) -> list[str]:
@@ -53,9 +55,7 @@ class Channel:
             self._exit(0)
         data = (self._dumps({"t": self.token, "event": event, **fields}) + "\n").encode()
         while data:
-            data = data[self._write(self.fd, data):]
-
-
+            data = data[self._write(self.fd, data) :]
 
 
 def input_name(trial: int) -> str:
@@ -117,6 +117,7 @@ class CompileClock:
         self.compiling = self.autotuning = 0.0
         try:
             from triton import knobs
+
             knobs.compilation.listener = self._compiled
             knobs.autotuning.listener = self._autotuned
         except (ImportError, AttributeError):
@@ -147,6 +148,7 @@ class CompileGate:
         self.channel, self.orders, self.synchronize = channel, orders, synchronize
         try:
             from triton import knobs
+
             knobs.runtime.jit_cache_hook = self._compiling
             knobs.runtime.jit_post_compile_hook = self._compiled
         except (ImportError, AttributeError):  # a Triton without these hooks: calls are waited for whole
@@ -186,9 +188,17 @@ def main(argv: list[str], booted: float | None = None) -> int:
     canary_seen = canary(monitor)  # bound now: checks after each call that the monitor still sees
     allowed_ops = ALLOWED_OPS | frozenset(request.get("allowed_ops", ()))
     # Taken before the learner's file is imported, so that patching them later changes nothing here.
-    tools = _Tools(save=wire.dump_spans, load=wire.parse, clock=time.perf_counter, plain_tensor=torch.Tensor,
-                   synchronize=torch.cuda.synchronize, event=torch.cuda.Event, take=_take_file, put=_put_file,
-                   trace=KernelTrace)
+    tools = _Tools(
+        save=wire.dump_spans,
+        load=wire.parse,
+        clock=time.perf_counter,
+        plain_tensor=torch.Tensor,
+        synchronize=torch.cuda.synchronize,
+        event=torch.cuda.Event,
+        take=_take_file,
+        put=_put_file,
+        trace=KernelTrace,
+    )
     cuda = device.is_cuda()
     # Under the interpreter a kernel's addresses are host addresses: from before the learner's
     # import on, every access outside the launch's tensors is refused.
@@ -221,8 +231,12 @@ def main(argv: list[str], booted: float | None = None) -> int:
         return 0
     except BaseException as error:  # e.g. KeyboardInterrupt raised by the file itself
         fault = guard.take_fault() if guard is not None else None
-        channel.send("load_error", message=_stopped_at_import(fault) if fault else
-                     f"kernel.py raised {type(error).__name__} while being imported: {short_error(error, 3)}")
+        channel.send(
+            "load_error",
+            message=_stopped_at_import(fault)
+            if fault
+            else f"kernel.py raised {type(error).__name__} while being imported: {short_error(error, 3)}",
+        )
         return 0
     fault = guard.take_fault() if guard is not None else None
     if fault is not None:  # refused, even if the file caught the error
@@ -236,8 +250,10 @@ def main(argv: list[str], booted: float | None = None) -> int:
         try:
             tools.synchronize()
         except BaseException as error:
-            channel.send("load_error", message=f"GPU work that kernel.py started while being imported failed: "
-                                               f"{short_error(error, 3)}")
+            channel.send(
+                "load_error",
+                message=f"GPU work that kernel.py started while being imported failed: {short_error(error, 3)}",
+            )
             return 0
     channel.send("loaded")
 
@@ -267,8 +283,9 @@ def main(argv: list[str], booted: float | None = None) -> int:
             seconds = tools.clock() - started
             observed = monitor.report()
             if trace is not None:
-                observed.update(kernels=trace.names, kernel_counts=trace.counts, kernel_us=trace.times_us,
-                                busy_us=trace.busy_us)
+                observed.update(
+                    kernels=trace.names, kernel_counts=trace.counts, kernel_us=trace.times_us, busy_us=trace.busy_us
+                )
             if guard is not None:
                 fault = guard.take_fault()
                 if fault is not None:  # refused, even if the learner's code caught the error
@@ -280,8 +297,17 @@ def main(argv: list[str], booted: float | None = None) -> int:
             observed["canary"] = canary_seen()  # after the report, which it replaces in the monitor
             kept = [out if type(out) is tools.plain_tensor else None for out in outputs]
             try:
-                tools.put(output_name(trial), tools.save({"outputs": kept, "args": list(passed[0]), "kwargs": passed[1],
-                                                          "after": tensors_in((args, kwargs))}))
+                tools.put(
+                    output_name(trial),
+                    tools.save(
+                        {
+                            "outputs": kept,
+                            "args": list(passed[0]),
+                            "kwargs": passed[1],
+                            "after": tensors_in((args, kwargs)),
+                        }
+                    ),
+                )
             except BaseException as failure:
                 error = error or f"the grader could not save what {called}() returned: {short_error(failure, 2)}"
             fatal = None
@@ -289,16 +315,24 @@ def main(argv: list[str], booted: float | None = None) -> int:
                 if "out of memory" in error.lower():
                     fatal = "GPU memory ran out"
                     if memory_cap:
-                        error += (f"\nThe grader lets this process allocate {memory_cap / (1 << 30):.1f} GiB of GPU "
-                                  "memory, room to spare for what the reference solution needs here.")
+                        error += (
+                            f"\nThe grader lets this process allocate {memory_cap / (1 << 30):.1f} GiB of GPU "
+                            "memory, room to spare for what the reference solution needs here."
+                        )
                 try:
                     tools.synchronize()
                 except BaseException:
                     fatal = "the CUDA context was lost (an illegal memory access, or a crashed kernel)"
-            channel.send("done", trial=trial, error=error, seconds=seconds, **observed,
-                         **compile_clock.take(),
-                         returned=[type(out).__name__ for out in outputs],
-                         devices=[out.device.type if type(out) is tools.plain_tensor else None for out in outputs])
+            channel.send(
+                "done",
+                trial=trial,
+                error=error,
+                seconds=seconds,
+                **observed,
+                **compile_clock.take(),
+                returned=[type(out).__name__ for out in outputs],
+                devices=[out.device.type if type(out) is tools.plain_tensor else None for out in outputs],
+            )
             del outputs, kept, args, kwargs, value, passed
             if fatal:  # the rest of the trials need a fresh process
                 channel.send("fatal", reason=fatal)
@@ -317,8 +351,16 @@ def main(argv: list[str], booted: float | None = None) -> int:
             else:
                 if order.get("retune"):
                     retune()
-                _timed_loop(channel, timed(from_order(order.get("call"))[0], raw, api), int(order["timing"]),
-                            tools, timing_sets, compile_clock, bool(order.get("save")), int(order.get("windows", 1)))
+                _timed_loop(
+                    channel,
+                    timed(from_order(order.get("call"))[0], raw, api),
+                    int(order["timing"]),
+                    tools,
+                    timing_sets,
+                    compile_clock,
+                    bool(order.get("save")),
+                    int(order.get("windows", 1)),
+                )
         else:
             break
     channel.send("finished")
@@ -326,13 +368,16 @@ def main(argv: list[str], booted: float | None = None) -> int:
 
 
 def _stopped_at_import(fault) -> str:
-    return (f"kernel.py launched a kernel while being imported, and the grader stopped it: {fault} "
-            "Launch kernels only inside your functions, on the tensors they are given.")
+    return (
+        f"kernel.py launched a kernel while being imported, and the grader stopped it: {fault} "
+        "Launch kernels only inside your functions, on the tensors they are given."
+    )
 
 
 def _traced(fn, trace):
     """``fn`` with ``trace`` around the learner's call alone: the harness's own copies and checks
     in ``call_api`` stay out of the kernel list."""
+
     def call(*args, **kwargs):
         with trace:
             return fn(*args, **kwargs)
@@ -370,8 +415,9 @@ def _warm_up(channel, fn, tools: _Tools, sets: list | None) -> None:
         channel.send("warmed_up", error=f"{type(failure).__name__}: {short_error(failure, 3)}")
 
 
-def _timed_loop(channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock,
-                save: bool, windows: int = 1) -> None:
+def _timed_loop(
+    channel, fn, reps: int, tools: _Tools, sets: list, compile_clock: CompileClock, save: bool, windows: int = 1
+) -> None:
     """Call ``fn`` ``reps`` times on the parent's inputs between two messages the parent times,
     in each of ``windows`` windows one after another (the parent keeps the fastest).
 

@@ -14,5 +14,3 @@ class SandboxError(RuntimeError):
 
 class UnsafeSandbox(SandboxError):
     """A protection that the shared machine relies on is missing (see ``allow_unsafe``)."""
-
-

@@ -36,9 +36,14 @@ class UnsafeFile(Exception):
 
 
 def _kind(mode: int) -> str:
-    for test, words in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-                        (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, words in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return words
     return "a regular file" if stat.S_ISREG(mode) else "of an unknown type"

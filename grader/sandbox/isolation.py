@@ -41,18 +41,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def offers(protections: dict, what: str) -> bool:
     """Whether a child's ``protections`` report (see ``boot``) holds ``what``: "view" (a private
     file-system view), "network" (no network), "processes" (a process limit), "pid_namespace"."""
-    readings = {"view": lambda: protections.get("filesystem", "").startswith("private view"),
-                "network": lambda: protections.get("network", "").startswith("isolated"),
-                "processes": lambda: not protections.get("processes", "").startswith("not limited"),
-                "pid_namespace": lambda: bool(protections.get("pid_namespace"))}
+    readings = {
+        "view": lambda: protections.get("filesystem", "").startswith("private view"),
+        "network": lambda: protections.get("network", "").startswith("isolated"),
+        "processes": lambda: not protections.get("processes", "").startswith("not limited"),
+        "pid_namespace": lambda: bool(protections.get("pid_namespace")),
+    }
     return readings[what]()
 
 
 def _python_paths() -> list[str]:
     """Folders the child's Python needs: its installation, the venv, the grader package."""
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-                  *site.getsitepackages()}
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+        *site.getsitepackages(),
+    }
     for name in ("LD_LIBRARY_PATH",):
         candidates.update(p for p in os.environ.get(name, "").split(":") if p)
     kept = sorted(p for p in candidates if p and os.path.isdir(p) and p != "/")
@@ -70,9 +77,19 @@ def _python_paths() -> list[str]:
 class Sandbox:
     """Starts children; holds the worker slots (uids, GPUs) and the scratch folder."""
 
-    def __init__(self, *, limits: Limits | None = None, workers: int = 1, gpus: list[int] | None = None,
-                 hide: list[str | Path] = (), expose: list[str | Path] = (), cuda: bool = False,
-                 network: str = "isolate", allow_unsafe: bool = False, uid_base: int | None = None):
+    def __init__(
+        self,
+        *,
+        limits: Limits | None = None,
+        workers: int = 1,
+        gpus: list[int] | None = None,
+        hide: list[str | Path] = (),
+        expose: list[str | Path] = (),
+        cuda: bool = False,
+        network: str = "isolate",
+        allow_unsafe: bool = False,
+        uid_base: int | None = None,
+    ):
         self.limits = limits or Limits()
         self.cuda = cuda
         self.network = network
@@ -134,12 +151,19 @@ class Sandbox:
         home = workdir / "home"
         env = {
             "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home), "TMPDIR": str(home / "tmp"), "USER": "learner", "LOGNAME": "learner",
-            "LANG": "C.UTF-8", "TRITON_CACHE_DIR": str(shared or home / "triton-cache"),
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+            "HOME": str(home),
+            "TMPDIR": str(home / "tmp"),
+            "USER": "learner",
+            "LOGNAME": "learner",
+            "LANG": "C.UTF-8",
+            "TRITON_CACHE_DIR": str(shared or home / "triton-cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
             # One CPU thread each: several children share the machine, and every thread
             # counts against the process limit.
-            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
         }
         if self.cuda:
             env["CUDA_VISIBLE_DEVICES"] = visible_gpu(slot.gpu if slot.gpu is not None else 0)
@@ -175,8 +199,17 @@ class Sandbox:
         """The host-memory limit: a CUDA context alone takes a few GiB of the data segment."""
         return limits.memory_bytes or (16 * GiB if self.cuda else 4 * GiB)
 
-    def start(self, slot: Slot, files: dict[str, bytes | Path], argv_tail: list[str], request: dict,
-              n_cases: int, token: str, limits: Limits | None = None, shared: Path | None = None) -> Child:
+    def start(
+        self,
+        slot: Slot,
+        files: dict[str, bytes | Path],
+        argv_tail: list[str],
+        request: dict,
+        n_cases: int,
+        token: str,
+        limits: Limits | None = None,
+        shared: Path | None = None,
+    ) -> Child:
         """Start ``python -c <bootstrap> <argv_tail>`` in the sandbox with ``files`` in its folder.
 
         ``request`` (JSON) goes to the child on its request pipe; the child's replies must
@@ -192,20 +225,41 @@ class Sandbox:
         memory = self.memory_bytes(limits)
         address_space = 0 if self.cuda else memory + 6 * GiB
         cfg = {
-            "reply_fd": reply_w, "request_fd": request_r, "token": token, "parent_pid": os.getpid(),
-            "workdir": str(workdir), "view_root": str(view_root), "argv": argv,
-            "network": self.network, "hide": self.hide, "expose": self.expose,
-            "tmp_bytes": limits.tmp_bytes, "uid": slot.uid, "shared": str(shared) if shared else None,
-            "limits": {"cpu_seconds": limits.cpu_seconds(n_cases), "memory_bytes": memory,
-                       "address_space_bytes": address_space, "file_bytes": limits.file_bytes,
-                       "open_files": limits.open_files, "processes": limits.processes},
+            "reply_fd": reply_w,
+            "request_fd": request_r,
+            "token": token,
+            "parent_pid": os.getpid(),
+            "workdir": str(workdir),
+            "view_root": str(view_root),
+            "argv": argv,
+            "network": self.network,
+            "hide": self.hide,
+            "expose": self.expose,
+            "tmp_bytes": limits.tmp_bytes,
+            "uid": slot.uid,
+            "shared": str(shared) if shared else None,
+            "limits": {
+                "cpu_seconds": limits.cpu_seconds(n_cases),
+                "memory_bytes": memory,
+                "address_space_bytes": address_space,
+                "file_bytes": limits.file_bytes,
+                "open_files": limits.open_files,
+                "processes": limits.processes,
+            },
         }
         boot = [sys.executable, "-I", "-S", "-B", str(Path(boot_step.__file__).resolve()), "--boot", json.dumps(cfg)]
         try:
             with open(log_path, "wb") as log:
-                popen = subprocess.Popen(boot, cwd=str(workdir), env=self._env(workdir, slot, shared),
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         pass_fds=(request_r, reply_w), start_new_session=True)
+                popen = subprocess.Popen(
+                    boot,
+                    cwd=str(workdir),
+                    env=self._env(workdir, slot, shared),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(request_r, reply_w),
+                    start_new_session=True,
+                )
         finally:
             os.close(request_r)
             os.close(reply_w)
@@ -242,7 +296,8 @@ class Sandbox:
                 "The child's number of processes cannot be limited (the grader runs as root and "
                 "could not switch the child to a dedicated uid), so a fork bomb could take the "
                 "machine down. Run the grader as a normal user, or pass allow_unsafe / "
-                "--allow-unsafe if this machine is yours alone.")
+                "--allow-unsafe if this machine is yours alone."
+            )
 
     def probe(self) -> dict:
         """Start a trivial child once and return the protections it got (cached)."""
@@ -253,12 +308,12 @@ class Sandbox:
                     protections = self.wait_sandbox(child)
                     try:
                         event = child.next_event(time.monotonic() + 30)
-                        raise SandboxError(f"Python does not start inside the sandbox: {event}\n"
-                                           f"{child.log_tail()}")
+                        raise SandboxError(f"Python does not start inside the sandbox: {event}\n{child.log_tail()}")
                     except ChildEnded as ended:
                         if ended.returncode != 0:
-                            raise SandboxError(f"Python does not start inside the sandbox "
-                                               f"({ended.how}):\n{child.log_tail()}") from None
+                            raise SandboxError(
+                                f"Python does not start inside the sandbox ({ended.how}):\n{child.log_tail()}"
+                            ) from None
                 finally:
                     child.close()
                 self._probe = protections

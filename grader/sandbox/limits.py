@@ -18,6 +18,7 @@ MiB = 1 << 20
 @dataclass
 class Limits:
     """Resource limits for one child process."""
+
     # Time limits count the child's CPU time, which a busy machine hardly changes; wall time
     # only backs them up (``wall_factor`` times longer), for a child that waits without
     # computing (a GPU kernel that never ends, a sleep).
@@ -34,5 +35,3 @@ class Limits:
 
     def cpu_seconds(self, n_cases: int) -> int:
         return int(self.startup_seconds + self.case_seconds * max(n_cases, 1)) + 10
-
-

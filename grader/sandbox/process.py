@@ -58,9 +58,19 @@ class Child:
     """A running sandboxed child: its events, its working folder, and how to stop it."""
 
     # sandbox: the Sandbox that started it (unannotated: isolation.py imports this file, not the reverse)
-    def __init__(self, sandbox, slot: Slot, workdir: Path, view_root: Path,
-                 popen: subprocess.Popen, reply_fd: int, order_fd: int, log_path: Path, token: str,
-                 limits: Limits):
+    def __init__(
+        self,
+        sandbox,
+        slot: Slot,
+        workdir: Path,
+        view_root: Path,
+        popen: subprocess.Popen,
+        reply_fd: int,
+        order_fd: int,
+        log_path: Path,
+        token: str,
+        limits: Limits,
+    ):
         self.sandbox, self.slot, self.workdir, self.popen = sandbox, slot, workdir, popen
         self.order_fd: int | None = order_fd
         self.view_root = view_root
@@ -103,7 +113,7 @@ class Child:
             if not select.select([], [self.order_fd], [], min(remaining, 0.25))[1]:
                 continue
             try:
-                data = data[os.write(self.order_fd, data):]
+                data = data[os.write(self.order_fd, data) :]
             except BlockingIOError:
                 continue
             except OSError:
@@ -122,8 +132,9 @@ class Child:
         the child placed there beforehand makes this fail instead of being followed."""
         folder = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o644, dir_fd=folder)
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder
+            )
         finally:
             os.close(folder)
         with os.fdopen(fd, "wb") as handle:
@@ -221,8 +232,9 @@ class Child:
             total, count = total + more, count + files
         if total > self.limits.disk_bytes or count > 10_000:
             self.kill()
-            raise ChildEnded(f"wrote more than {self.limits.disk_bytes // MiB} MiB or 10,000 "
-                             "files to its working folder", None)
+            raise ChildEnded(
+                f"wrote more than {self.limits.disk_bytes // MiB} MiB or 10,000 files to its working folder", None
+            )
 
     def _signal_all(self, signum: int) -> None:
         for pid in _descendants(self.popen.pid):
@@ -309,10 +321,13 @@ def describe_exit(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        meaning = {"SIGKILL": " (killed: a time, memory or CPU limit, or the grader)",
-                   "SIGSEGV": " (a segmentation fault: an invalid memory access)",
-                   "SIGXCPU": " (the CPU-time limit)", "SIGXFSZ": " (the file-size limit)",
-                   "SIGBUS": " (a bus error: an invalid memory access)",
-                   "SIGABRT": " (aborted: often the memory allocator finding its heap damaged)"}.get(name, "")
+        meaning = {
+            "SIGKILL": " (killed: a time, memory or CPU limit, or the grader)",
+            "SIGSEGV": " (a segmentation fault: an invalid memory access)",
+            "SIGXCPU": " (the CPU-time limit)",
+            "SIGXFSZ": " (the file-size limit)",
+            "SIGBUS": " (a bus error: an invalid memory access)",
+            "SIGABRT": " (aborted: often the memory allocator finding its heap damaged)",
+        }.get(name, "")
         return f"ended by {name}{meaning}"
     return f"exited with code {code}"

@@ -38,8 +38,12 @@ def _remove_stale_scratch() -> None:
             parts = (folder / "owner").read_text().split()
         except OSError:
             continue
-        if len(parts) == 3 and parts[0].isdigit() and parts[2] == namespace \
-                and _process_identity(int(parts[0])) != " ".join(parts):
+        if (
+            len(parts) == 3
+            and parts[0].isdigit()
+            and parts[2] == namespace
+            and _process_identity(int(parts[0])) != " ".join(parts)
+        ):
             remove_tree(folder, time_limit=60)
 
 

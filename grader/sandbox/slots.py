@@ -27,6 +27,7 @@ DEFAULT_UID_BASE = 59000
 @dataclass
 class Slot:
     """One worker's identity: its sandbox uid (when the grader is root) and its GPU."""
+
     uid: int | None = None
     gpu: int | None = None
     lock_fd: int | None = None
@@ -83,8 +84,17 @@ def _kill_uid(uid: int) -> None:
     ``kill -9 -1`` run as that uid signals exactly the processes the uid owns."""
     kill = shutil.which("kill", path="/usr/bin:/bin")
     if kill:
-        subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[], env={},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+        subprocess.run(
+            [kill, "-9", "-1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
         return
     pid = os.fork()
     if pid == 0:  # only system calls from here on: safe even in a threaded parent

@@ -33,9 +33,23 @@ import torch
 
 MAGIC = b"GRT2"
 ALIGN = 64
-DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
-    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-    torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+DTYPES = {
+    str(dtype).removeprefix("torch."): dtype
+    for dtype in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
 
 
 class WireError(ValueError):
@@ -59,9 +73,15 @@ def _prepared(value, spans: bool) -> tuple[bytes, list[torch.Tensor], list[int],
                 storages.append(storage)
                 viewing.append([])
             viewing[storage_index[key]].append(item)
-            tensors.append({"storage": storage_index[key], "dtype": str(item.dtype).removeprefix("torch."),
-                            "shape": list(item.shape), "stride": list(item.stride()),
-                            "offset": item.storage_offset()})
+            tensors.append(
+                {
+                    "storage": storage_index[key],
+                    "dtype": str(item.dtype).removeprefix("torch."),
+                    "shape": list(item.shape),
+                    "stride": list(item.stride()),
+                    "offset": item.storage_offset(),
+                }
+            )
             return {"$tensor": len(tensors) - 1}
         if isinstance(item, tuple):
             return {"$tuple": [encode(part) for part in item]}
@@ -80,8 +100,12 @@ def _prepared(value, spans: bool) -> tuple[bytes, list[torch.Tensor], list[int],
     if spans:
         for index, views in enumerate(viewing):
             sources[index] = _span(views, [t for t in tensors if t["storage"] == index], storages[index])
-    sources = [torch.empty(0, dtype=torch.uint8, device=source.device).set_(source)
-               if isinstance(source, torch.UntypedStorage) else source for source in sources]
+    sources = [
+        torch.empty(0, dtype=torch.uint8, device=source.device).set_(source)
+        if isinstance(source, torch.UntypedStorage)
+        else source
+        for source in sources
+    ]
     sizes = [source.numel() for source in sources]
     header = json.dumps({"storages": sizes, "tensors": tensors, "value": skeleton}).encode()
     header += b" " * (_aligned(8 + len(header)) - 8 - len(header))
@@ -95,7 +119,7 @@ def dump(value, spans: bool = False) -> bytearray:
     ``spans`` only the bytes its tensors address (``dump_spans``)."""
     head, sources, offsets, end = _prepared(value, spans)
     data = bytearray(end)  # zero-filled: the padding between storages
-    data[:len(head)] = head
+    data[: len(head)] = head
     for source, offset in zip(sources, offsets):
         if source.numel():  # straight from the device into the file's bytes: one copy
             torch.frombuffer(data, dtype=torch.uint8, count=source.numel(), offset=offset).copy_(source)
@@ -111,7 +135,7 @@ def write(value, handle, chunk_bytes: int = 64 << 20) -> None:
     for source, offset in zip(sources, offsets):
         handle.write(bytes(offset - position))  # the padding before the storage
         for start in range(0, source.numel(), chunk_bytes):
-            handle.write(source[start:start + chunk_bytes].cpu().numpy().tobytes())
+            handle.write(source[start : start + chunk_bytes].cpu().numpy().tobytes())
         position = offset + source.numel()
     handle.write(bytes(end - position))
 
@@ -134,8 +158,13 @@ def _span(views: list[torch.Tensor], described: list[dict], storage: torch.Untyp
             entry["offset"] = 0
         return whole[:0]
     first_view = reached[0][0]
-    alone = all(t.dtype == first_view.dtype and t.shape == first_view.shape and t.stride() == first_view.stride()
-                and t.storage_offset() == first_view.storage_offset() for t, _ in reached)
+    alone = all(
+        t.dtype == first_view.dtype
+        and t.shape == first_view.shape
+        and t.stride() == first_view.stride()
+        and t.storage_offset() == first_view.storage_offset()
+        for t, _ in reached
+    )
     dense = first_view.numel() * first_view.element_size()
     low, high = min(start for _, (start, _) in reached), max(end for _, (_, end) in reached)
     if alone and high - low > 2 * dense + 4096:
@@ -153,8 +182,9 @@ def _span(views: list[torch.Tensor], described: list[dict], storage: torch.Untyp
     low -= low % unit
     high = min(high + (-high) % unit, storage.nbytes())
     for view, entry in zip(views, described):
-        entry["offset"] = max(0, (view.storage_offset() * view.element_size() - low) // view.element_size()) \
-            if view.numel() else 0
+        entry["offset"] = (
+            max(0, (view.storage_offset() * view.element_size() - low) // view.element_size()) if view.numel() else 0
+        )
     return whole[low:high]
 
 
@@ -189,7 +219,7 @@ def parse(data: bytes | bytearray, max_elements: int, device: torch.device | str
     if 8 + length > len(data):
         raise WireError("the header runs past the end of the file")
     try:
-        header = json.loads(bytes(data[8:8 + length]))
+        header = json.loads(bytes(data[8 : 8 + length]))
         sizes = [int(n) for n in header["storages"]]
         views, skeleton = header["tensors"], header["value"]
     except (ValueError, KeyError, TypeError):
@@ -203,8 +233,11 @@ def parse(data: bytes | bytearray, max_elements: int, device: torch.device | str
         data = bytearray(data)  # writable, so that the views below may be written to
     storages = []
     for offset, size in zip(offsets, sizes):
-        storage = torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset) if size \
+        storage = (
+            torch.frombuffer(data, dtype=torch.uint8, count=size, offset=offset)
+            if size
             else torch.empty(0, dtype=torch.uint8)
+        )
         storages.append(storage.to(device))
     tensors = [_view(view, storages, max_elements) for view in views]
 

@@ -52,11 +52,15 @@ def policy_for(*specs: object) -> Policy:
     (``allowed_torch_names``, dotted below torch like "autograd.Function",
     ``allowed_tensor_methods`` and ``allowed_hooks``): one file serves all of a module's
     functions. Duck-typed so that this module needs no grader import."""
+
     def union(field: str) -> set:
         return set().union(*(getattr(spec, field, ()) for spec in specs))
 
-    return DEFAULT_POLICY.widen(torch_names=union("allowed_torch_names"),
-                                tensor_methods=union("allowed_tensor_methods"), hooks=union("allowed_hooks"))
+    return DEFAULT_POLICY.widen(
+        torch_names=union("allowed_torch_names"),
+        tensor_methods=union("allowed_tensor_methods"),
+        hooks=union("allowed_hooks"),
+    )
 
 
 def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation]:
@@ -65,8 +69,13 @@ def check_source(source: str, policy: Policy = DEFAULT_POLICY) -> list[Violation
     A file that does not parse gives no violation (the loader reports syntax errors better); a
     file too deeply nested to parse or walk is refused outright ("syntax") rather than waved through.
     """
-    too_deep = [Violation(1, "syntax", "kernel.py is nested too deeply for the grader to check: "
-                                       "split long expressions into several statements.")]
+    too_deep = [
+        Violation(
+            1,
+            "syntax",
+            "kernel.py is nested too deeply for the grader to check: split long expressions into several statements.",
+        )
+    ]
     try:
         tree = syntax.parse(source)
     except (SyntaxError, ValueError):  # ValueError: NUL bytes on Python < 3.12
@@ -89,4 +98,3 @@ def explain(violations: list[Violation], limit: int = 5) -> str:
         lines.append(f"  ... and {len(violations) - limit} more")
     lines.append(_DO_INSTEAD)
     return "\n".join(lines)
-

@@ -61,16 +61,17 @@ class Policy:
         for name, values in extra.items():
             if isinstance(values, str):  # widen(imports="numpy") would add n, u, m, ...
                 raise TypeError(f"widen({name}=...) takes a collection of names, not the string {values!r}")
-        return replace(self, **{name: getattr(self, name) | frozenset(values)
-                                for name, values in extra.items()})
+        return replace(self, **{name: getattr(self, name) | frozenset(values) for name, values in extra.items()})
 
     @functools.cached_property
     def _members(self) -> frozenset[str]:
         """Every allowed restricted member as a dotted name."""
-        return (frozenset(f"torch.{n}" for n in self.torch_names)
-                | frozenset(f"torch.cuda.{n}" for n in self.torch_cuda_names)
-                | frozenset(f"triton.{n}" for n in self.triton_names)
-                | self.module_members)
+        return (
+            frozenset(f"torch.{n}" for n in self.torch_names)
+            | frozenset(f"torch.cuda.{n}" for n in self.torch_cuda_names)
+            | frozenset(f"triton.{n}" for n in self.triton_names)
+            | self.module_members
+        )
 
     @functools.cached_property
     def _prefixes(self) -> frozenset[str]:
@@ -83,92 +84,273 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy(
-    imports=frozenset({
-        "torch", "triton", "triton.language", "math", "typing", "__future__",
-        "grader.validation", "grader.check",
-        # A tensor descriptor only describes a tensor (base, shape, strides, block) for TMA loads
-        # and stores; it reaches no memory a kernel's own pointers could not.
-        "triton.tools.tensor_descriptor",
-        # print(..., file=sys.stderr) and warnings.warn(...) are how learners debug (see the
-        # "noisy" example); only those members are allowed.
-        "sys", "warnings",
-    }),
-    torch_names=frozenset({
-        "Tensor", "Size", "device", "dtype",
-        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like",
-        "full", "full_like",
-        "float16", "float32", "float64", "bfloat16", "half", "float", "double",
-        "int8", "int16", "int32", "int64", "uint8", "bool", "long", "int", "short",
-        "channels_last", "contiguous_format", "preserve_format",
-        "is_tensor", "is_floating_point", "finfo", "iinfo", "cuda",
-    }),
-    torch_cuda_names=frozenset({
-        "is_available", "current_device", "device_count", "get_device_properties",
-        "get_device_capability", "get_device_name", "synchronize", "Stream", "stream",
-        "current_stream",
-    }),
-    triton_names=frozenset({
-        "jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "constexpr",
-    }),
-    tensor_methods=frozenset({
-        # metadata
-        "shape", "dtype", "device", "ndim", "size", "stride", "dim", "numel", "nelement",
-        "element_size", "itemsize", "nbytes", "is_contiguous", "is_cuda", "is_floating_point",
-        "is_signed", "is_complex", "storage_offset", "data_ptr", "requires_grad", "is_leaf",
-        # views and layout
-        "contiguous", "view", "view_as", "reshape", "flatten", "unflatten", "unsqueeze", "squeeze",
-        "t", "T", "mT", "transpose", "permute", "expand", "expand_as", "narrow", "select",
-        "unbind", "chunk", "split", "movedim",
-        # allocation, conversion, copies
-        "new_empty", "new_zeros", "new_ones", "new_full", "to", "cpu", "cuda", "float", "half",
-        "bfloat16", "double", "type", "clone", "detach", "copy_", "zero_", "fill_",
-        # Names Tensor shares with other types that wrapper code uses (the full list of
-        # collisions and the decision for each is at _COLLISION_HINTS below):
-        "index",   # device.index, tuple.index / str.index (Tensor.index needs functorch Dims)
-        "values",  # dict.values (Tensor.values is for sparse tensors only)
-    }),
-    module_members=frozenset({
-        "sys.stderr", "sys.stdout",
-        "warnings.warn",
-        "grader.validation.check_tensors",
-        "grader.check.self_check",
-        "triton.tools.tensor_descriptor.TensorDescriptor",
-        # typing: annotations only. Not get_type_hints (it evals strings) nor ForwardRef.
-        *(f"typing.{n}" for n in (
-            "Any", "Callable", "Dict", "Final", "Iterable", "Iterator", "List", "Literal",
-            "Mapping", "NamedTuple", "Optional", "Sequence", "Tuple", "TypeVar", "Union",
-            "TYPE_CHECKING", "cast", "overload")),
-    }),
+    imports=frozenset(
+        {
+            "torch",
+            "triton",
+            "triton.language",
+            "math",
+            "typing",
+            "__future__",
+            "grader.validation",
+            "grader.check",
+            # A tensor descriptor only describes a tensor (base, shape, strides, block) for TMA loads
+            # and stores; it reaches no memory a kernel's own pointers could not.
+            "triton.tools.tensor_descriptor",
+            # print(..., file=sys.stderr) and warnings.warn(...) are how learners debug (see the
+            # "noisy" example); only those members are allowed.
+            "sys",
+            "warnings",
+        }
+    ),
+    torch_names=frozenset(
+        {
+            "Tensor",
+            "Size",
+            "device",
+            "dtype",
+            "empty",
+            "empty_like",
+            "empty_strided",
+            "zeros",
+            "zeros_like",
+            "ones",
+            "ones_like",
+            "full",
+            "full_like",
+            "float16",
+            "float32",
+            "float64",
+            "bfloat16",
+            "half",
+            "float",
+            "double",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "bool",
+            "long",
+            "int",
+            "short",
+            "channels_last",
+            "contiguous_format",
+            "preserve_format",
+            "is_tensor",
+            "is_floating_point",
+            "finfo",
+            "iinfo",
+            "cuda",
+        }
+    ),
+    torch_cuda_names=frozenset(
+        {
+            "is_available",
+            "current_device",
+            "device_count",
+            "get_device_properties",
+            "get_device_capability",
+            "get_device_name",
+            "synchronize",
+            "Stream",
+            "stream",
+            "current_stream",
+        }
+    ),
+    triton_names=frozenset(
+        {
+            "jit",
+            "autotune",
+            "heuristics",
+            "Config",
+            "cdiv",
+            "next_power_of_2",
+            "language",
+            "constexpr",
+        }
+    ),
+    tensor_methods=frozenset(
+        {
+            # metadata
+            "shape",
+            "dtype",
+            "device",
+            "ndim",
+            "size",
+            "stride",
+            "dim",
+            "numel",
+            "nelement",
+            "element_size",
+            "itemsize",
+            "nbytes",
+            "is_contiguous",
+            "is_cuda",
+            "is_floating_point",
+            "is_signed",
+            "is_complex",
+            "storage_offset",
+            "data_ptr",
+            "requires_grad",
+            "is_leaf",
+            # views and layout
+            "contiguous",
+            "view",
+            "view_as",
+            "reshape",
+            "flatten",
+            "unflatten",
+            "unsqueeze",
+            "squeeze",
+            "t",
+            "T",
+            "mT",
+            "transpose",
+            "permute",
+            "expand",
+            "expand_as",
+            "narrow",
+            "select",
+            "unbind",
+            "chunk",
+            "split",
+            "movedim",
+            # allocation, conversion, copies
+            "new_empty",
+            "new_zeros",
+            "new_ones",
+            "new_full",
+            "to",
+            "cpu",
+            "cuda",
+            "float",
+            "half",
+            "bfloat16",
+            "double",
+            "type",
+            "clone",
+            "detach",
+            "copy_",
+            "zero_",
+            "fill_",
+            # Names Tensor shares with other types that wrapper code uses (the full list of
+            # collisions and the decision for each is at _COLLISION_HINTS below):
+            "index",  # device.index, tuple.index / str.index (Tensor.index needs functorch Dims)
+            "values",  # dict.values (Tensor.values is for sparse tensors only)
+        }
+    ),
+    module_members=frozenset(
+        {
+            "sys.stderr",
+            "sys.stdout",
+            "warnings.warn",
+            "grader.validation.check_tensors",
+            "grader.check.self_check",
+            "triton.tools.tensor_descriptor.TensorDescriptor",
+            # typing: annotations only. Not get_type_hints (it evals strings) nor ForwardRef.
+            *(
+                f"typing.{n}"
+                for n in (
+                    "Any",
+                    "Callable",
+                    "Dict",
+                    "Final",
+                    "Iterable",
+                    "Iterator",
+                    "List",
+                    "Literal",
+                    "Mapping",
+                    "NamedTuple",
+                    "Optional",
+                    "Sequence",
+                    "Tuple",
+                    "TypeVar",
+                    "Union",
+                    "TYPE_CHECKING",
+                    "cast",
+                    "overload",
+                )
+            ),
+        }
+    ),
     open_modules=frozenset({"triton.language", "math", "__future__"}),
 )
 
 
 # --- fixed vocabularies (not part of a policy: nothing legitimate needs them widened) ---------
 
-_BANNED_BUILTINS = frozenset({
-    "exec", "eval", "compile", "__import__", "open", "globals", "locals", "vars", "getattr",
-    "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview",
-    "__builtins__",
-})
+_BANNED_BUILTINS = frozenset(
+    {
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "open",
+        "globals",
+        "locals",
+        "vars",
+        "getattr",
+        "setattr",
+        "delattr",
+        "breakpoint",
+        "input",
+        "exit",
+        "quit",
+        "help",
+        "memoryview",
+        "__builtins__",
+    }
+)
 _ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__file__"})
 _ALLOWED_DUNDER_STRINGS = frozenset({"__main__"})
 
 # Frames, code objects and the class hierarchy: the ways from a value back into the harness.
-_INTROSPECTION = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame",
-    "ag_code", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "tb_frame",
-    "tb_next", "co_code", "co_consts", "co_names", "mro",
-})
+_INTROSPECTION = frozenset(
+    {
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "ag_frame",
+        "ag_code",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "f_trace",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "co_consts",
+        "co_names",
+        "mro",
+    }
+)
 
 # Python callables that Triton runs on the kernel's tensors during a launch, outside the kernel.
-_HOOKS = frozenset({
-    "pre_hook", "post_hook", "prune_configs_by", "early_config_prune", "perf_model",
-    "reset_to_zero", "restore_value", "do_bench", "ir_override", "add_pre_run_hook",
-    "pre_run_hooks",
-    # triton.jit's: called at every launch with the kernel's arguments once a launch hook is set
-    # (the grader sets one on a GPU), and at compile time.
-    "launch_metadata", "repr",
-})
+_HOOKS = frozenset(
+    {
+        "pre_hook",
+        "post_hook",
+        "prune_configs_by",
+        "early_config_prune",
+        "perf_model",
+        "reset_to_zero",
+        "restore_value",
+        "do_bench",
+        "ir_override",
+        "add_pre_run_hook",
+        "pre_run_hooks",
+        # triton.jit's: called at every launch with the kernel's arguments once a launch hook is set
+        # (the grader sets one on a GPU), and at compile time.
+        "launch_metadata",
+        "repr",
+    }
+)
 
 # Triton's callables that take hooks, with the parameters known to be plain values in every
 # version: a positional argument is resolved to its parameter name from the installed Triton's
@@ -179,11 +361,20 @@ _HOOK_TAKERS = {
     "triton.heuristics": ("values",),
     "triton.jit": ("fn",),
 }
-_PLAIN_PARAMETERS = frozenset({
-    *(name for names in _HOOK_TAKERS.values() for name in names),
-    "warmup", "rep", "use_cuda_graph", "cache_results", "version", "do_not_specialize",
-    "do_not_specialize_on_alignment", "debug", "noinline",
-})
+_PLAIN_PARAMETERS = frozenset(
+    {
+        *(name for names in _HOOK_TAKERS.values() for name in names),
+        "warmup",
+        "rep",
+        "use_cuda_graph",
+        "cache_results",
+        "version",
+        "do_not_specialize",
+        "do_not_specialize_on_alignment",
+        "debug",
+        "noinline",
+    }
+)
 # Members whose calls are checked where they are written (their arguments, a kernel's body):
 # stored, passed on or subclassed, they would be called where the gate cannot see.
 _CALLED_WHERE_NAMED = frozenset({"torch.Tensor", *_HOOK_TAKERS})
@@ -206,24 +397,74 @@ _INSPECTING_BUILTINS = frozenset({"isinstance", "issubclass", "print", "str", "r
 _KERNEL_BUILTINS = frozenset({"range", "min", "max", "int", "float", "len", "isinstance", "print", "list"})
 
 # Tensor attributes that hand values to Python, NumPy or raw memory.
-_TENSOR_ESCAPES = frozenset({
-    "numpy", "tolist", "item", "storage", "untyped_storage", "data", "set_", "share_memory_",
-})
+_TENSOR_ESCAPES = frozenset(
+    {
+        "numpy",
+        "tolist",
+        "item",
+        "storage",
+        "untyped_storage",
+        "data",
+        "set_",
+        "share_memory_",
+    }
+)
 
 # torch.X that move values in or out of PyTorch (Python data, NumPy, DLPack, files).
-_TORCH_ESCAPES = frozenset({
-    "from_numpy", "from_dlpack", "frombuffer", "from_file", "as_tensor", "asarray", "tensor",
-    "save", "load", "dlpack",
-})
+_TORCH_ESCAPES = frozenset(
+    {
+        "from_numpy",
+        "from_dlpack",
+        "frombuffer",
+        "from_file",
+        "as_tensor",
+        "asarray",
+        "tensor",
+        "save",
+        "load",
+        "dlpack",
+    }
+)
 # torch.X that reach PyTorch's machinery rather than compute.
-_TORCH_INTERNALS = frozenset({
-    "utils", "library", "overrides", "multiprocessing", "compile", "jit", "autograd", "profiler",
-    "testing", "fx", "export", "distributed", "backends", "futures", "hub", "package", "func",
-    "compiler", "set_default_dtype", "set_default_device", "manual_seed", "seed",
-    "use_deterministic_algorithms", "set_grad_enabled", "no_grad", "enable_grad",
-    "inference_mode", "cpu", "mps", "xpu", "accelerator", "serialization", "storage",
-    "UntypedStorage", "TypedStorage",
-})
+_TORCH_INTERNALS = frozenset(
+    {
+        "utils",
+        "library",
+        "overrides",
+        "multiprocessing",
+        "compile",
+        "jit",
+        "autograd",
+        "profiler",
+        "testing",
+        "fx",
+        "export",
+        "distributed",
+        "backends",
+        "futures",
+        "hub",
+        "package",
+        "func",
+        "compiler",
+        "set_default_dtype",
+        "set_default_device",
+        "manual_seed",
+        "seed",
+        "use_deterministic_algorithms",
+        "set_grad_enabled",
+        "no_grad",
+        "enable_grad",
+        "inference_mode",
+        "cpu",
+        "mps",
+        "xpu",
+        "accelerator",
+        "serialization",
+        "storage",
+        "UntypedStorage",
+        "TypedStorage",
+    }
+)
 
 # Public torch.Tensor names that other types share. Decisions (why, per name):
 #   index      allowed (policy): device.index, tuple.index, str.index; Tensor.index needs functorch.
@@ -248,5 +489,3 @@ _COLLISION_HINTS = {
 _FORMAT_FIELD_PARTS = re.compile(r"\.([^.\[]+)|\[([^\]]*)\]")
 
 _DO_INSTEAD = "Compute inside your @triton.jit kernel; around the launch, only allocate, reshape and copy tensors."
-
-

@@ -70,7 +70,7 @@ def _positional_parameters(callee: str) -> tuple[str, ...] | None:
     except (ImportError, AttributeError, TypeError, ValueError):  # no signature to read
         return None
     names = []
-    for parameter in parameters[1 if cls else 0:]:
+    for parameter in parameters[1 if cls else 0 :]:
         if parameter.kind not in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
             break  # *args: what follows cannot be named
         names.append(parameter.name)
@@ -150,8 +150,7 @@ class _Function:
         self.kernel = kernel
         self.name = getattr(node, "name", "<lambda>")
         body = node.body if isinstance(node.body, list) else [node.body]
-        declared_global = {n for top in body for s in ast.walk(top)
-                           if isinstance(s, ast.Global) for n in s.names}
+        declared_global = {n for top in body for s in ast.walk(top) if isinstance(s, ast.Global) for n in s.names}
         self.locals = ({a.arg for a in _arg_names(node.args)} | _stored_names(body)) - declared_global
         # Locals that merely name a global object (k = add_kernel; for k in KERNELS): setting
         # their attributes changes that object, not one this function created.
@@ -189,21 +188,24 @@ class _Checker(ast.NodeVisitor):
                 self.bound.update(a.arg for a in _arg_names(node.args))
         # Names a class or function may bind: a hook name makes an object Triton calls during the
         # launch (a config of one's own with a pre_hook method), unless the module allows that hook.
-        self.hook_names = frozenset(_HOOKS - policy.hooks
-                                    - {p for h in policy.hooks for p in _HOOK_PARTS.get(h, ())})
+        self.hook_names = frozenset(_HOOKS - policy.hooks - {p for h in policy.hooks for p in _HOOK_PARTS.get(h, ())})
         self.aliases = self._collect_aliases(tree)  # names that hold a module's member
-        self.jit_functions = {s.name for s in ast.walk(tree)
-                              if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_jit(s)}
+        self.jit_functions = {
+            s.name for s in ast.walk(tree) if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and self._is_jit(s)
+        }
         self.constants = self._collect_constants(tree)
         self.functions: list[_Function] = []
         self.heuristics_depth = 0
         # Module-level functions handed to @triton.heuristics run during the launch, like lambdas.
         defs = {s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.heuristics_functions = {
-            n.id for call in ast.walk(tree)
+            n.id
+            for call in ast.walk(tree)
             if isinstance(call, ast.Call) and self._dotted(call.func) == "triton.heuristics"
             for arg in [*call.args, *(kw.value for kw in call.keywords)]
-            for n in ast.walk(arg) if isinstance(n, ast.Name) and n.id in defs}
+            for n in ast.walk(arg)
+            if isinstance(n, ast.Name) and n.id in defs
+        }
 
     # --- reporting -------------------------------------------------------------------------
 
@@ -319,19 +321,28 @@ class _Checker(ast.NodeVisitor):
         child, parent = node, self.parents.get(node)
         while isinstance(parent, (ast.Subscript, ast.Tuple, ast.List, ast.BinOp)):  # Optional[T], T | None
             child, parent = parent, self.parents.get(parent)
-        if (isinstance(parent, ast.arg) and parent.annotation is child
-                or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.returns is child
-                or isinstance(parent, ast.AnnAssign) and parent.annotation is child):
+        if (
+            isinstance(parent, ast.arg)
+            and parent.annotation is child
+            or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and parent.returns is child
+            or isinstance(parent, ast.AnnAssign)
+            and parent.annotation is child
+        ):
             return True
         child, parent = self._passed_on(node)
-        if isinstance(parent, ast.Compare) or (isinstance(parent, ast.FormattedValue) and parent.value is child) \
-                or (isinstance(parent, ast.MatchClass) and parent.cls is child):
+        if (
+            isinstance(parent, ast.Compare)
+            or (isinstance(parent, ast.FormattedValue) and parent.value is child)
+            or (isinstance(parent, ast.MatchClass) and parent.cls is child)
+        ):
             return True
         if isinstance(parent, ast.Tuple):  # isinstance(x, (A, B))
             child, parent = parent, self.parents.get(parent)
         if isinstance(parent, ast.Call) and any(arg is child for arg in parent.args):
-            return (self._builtin(parent.func, _INSPECTING_BUILTINS)
-                    or (self._dotted(parent.func) == "typing.cast" and parent.args[0] is child))
+            return self._builtin(parent.func, _INSPECTING_BUILTINS) or (
+                self._dotted(parent.func) == "typing.cast" and parent.args[0] is child
+            )
         return False
 
     def _is_jit(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -373,7 +384,7 @@ class _Checker(ast.NodeVisitor):
                 continue
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 good = const(stmt.value)
-                for target in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                     if good and isinstance(target, ast.Name):
                         constants.add(target.id)
                     else:
@@ -402,43 +413,68 @@ class _Checker(ast.NodeVisitor):
         return f"`{what}` is not allowed in kernel.py: it may import only {self._importable_text()}."
 
     def _kernel_message(self, name: str) -> str:
-        return (f"`{name}` cannot be used inside the @triton.jit kernel `{self.kernel.name}`: a kernel "
-                "may only use tl.*, its arguments, module-level constants and other @triton.jit "
-                "functions (on a GPU anything else does not compile; the grader refuses it everywhere).")
+        return (
+            f"`{name}` cannot be used inside the @triton.jit kernel `{self.kernel.name}`: a kernel "
+            "may only use tl.*, its arguments, module-level constants and other @triton.jit "
+            "functions (on a GPU anything else does not compile; the grader refuses it everywhere)."
+        )
 
     def _refuse_member(self, node: ast.AST, dotted: str) -> None:
         module, _, name = dotted.rpartition(".")
         if module == "torch":
             if name in _TORCH_ESCAPES:
-                self.report(node, "tensor-escape",
-                            f"`{dotted}` moves tensor values between PyTorch and NumPy, DLPack, Python "
-                            "objects or files, which kernel.py may not do: tensor values must stay on "
-                            "the device and be computed by your @triton.jit kernel.")
+                self.report(
+                    node,
+                    "tensor-escape",
+                    f"`{dotted}` moves tensor values between PyTorch and NumPy, DLPack, Python "
+                    "objects or files, which kernel.py may not do: tensor values must stay on "
+                    "the device and be computed by your @triton.jit kernel.",
+                )
             elif name in _TORCH_INTERNALS:
-                self.report(node, "torch-internals",
-                            f"`{dotted}` reaches PyTorch's machinery, which no exercise needs: kernel.py "
-                            "may use torch only to allocate tensors, name dtypes and devices, and query "
-                            "the GPU (torch.cuda).")
+                self.report(
+                    node,
+                    "torch-internals",
+                    f"`{dotted}` reaches PyTorch's machinery, which no exercise needs: kernel.py "
+                    "may use torch only to allocate tensors, name dtypes and devices, and query "
+                    "the GPU (torch.cuda).",
+                )
             else:
-                self.report(node, "torch-compute",
-                            f"`{dotted}` computes with PyTorch, which kernel.py may not do: compute inside "
-                            "your @triton.jit kernel; around the launch only allocate, reshape and copy tensors.")
+                self.report(
+                    node,
+                    "torch-compute",
+                    f"`{dotted}` computes with PyTorch, which kernel.py may not do: compute inside "
+                    "your @triton.jit kernel; around the launch only allocate, reshape and copy tensors.",
+                )
         elif module.startswith("torch"):
-            self.report(node, "torch-internals",
-                        f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
-                        + self._allowed_list(module) + ".")
+            self.report(
+                node,
+                "torch-internals",
+                f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
+                + self._allowed_list(module)
+                + ".",
+            )
         elif module.startswith("triton"):
-            self.report(node, "triton-internals",
-                        f"`{dotted}` is not needed by any exercise: kernel.py may use tl.* and, from "
-                        f"triton, only {self._allowed_list('triton')}.")
+            self.report(
+                node,
+                "triton-internals",
+                f"`{dotted}` is not needed by any exercise: kernel.py may use tl.* and, from "
+                f"triton, only {self._allowed_list('triton')}.",
+            )
         else:
-            self.report(node, "module-member",
-                        f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
-                        + self._allowed_list(module) + ".")
+            self.report(
+                node,
+                "module-member",
+                f"`{dotted}` is not allowed in kernel.py: from {module} it may use only "
+                + self._allowed_list(module)
+                + ".",
+            )
 
     def _allowed_list(self, module: str) -> str:
-        names = sorted(m[len(module) + 1:] for m in self.policy._members
-                       if m.startswith(module + ".") and "." not in m[len(module) + 1:])
+        names = sorted(
+            m[len(module) + 1 :]
+            for m in self.policy._members
+            if m.startswith(module + ".") and "." not in m[len(module) + 1 :]
+        )
         return _and_list([f"{module}.{n}" for n in names]) or "nothing (no exercise needs it)"
 
     # --- module members: torch.X, tl.X, sys.X ----------------------------------------------
@@ -456,13 +492,19 @@ class _Checker(ast.NodeVisitor):
             if kind == "module":
                 if detail == root or detail.startswith(root + "."):
                     return detail
-                self.report(node, "import", f"`{dotted}` is the module {detail}, which kernel.py may not "
-                            f"use: it may import only {self._importable_text()}.")
+                self.report(
+                    node,
+                    "import",
+                    f"`{dotted}` is the module {detail}, which kernel.py may not "
+                    f"use: it may import only {self._importable_text()}.",
+                )
                 return None
             if kind == "foreign":
-                self.report(node, "module-member",
-                            f"`{dotted}` comes from {detail}, not from {root}: kernel.py may use only "
-                            f"{root}'s own names.")
+                self.report(
+                    node,
+                    "module-member",
+                    f"`{dotted}` comes from {detail}, not from {root}: kernel.py may use only {root}'s own names.",
+                )
                 return None
             return ""
         p = self.policy
@@ -485,9 +527,12 @@ class _Checker(ast.NodeVisitor):
         module = self.modules[base.id]
         kernel = self.kernel
         if isinstance(node.ctx, (ast.Store, ast.Del)):
-            self.report(node, "module-attribute-write",
-                        f"`{base.id}.{'.'.join(attrs)}` belongs to {module.split('.')[0]}: kernel.py must not "
-                        "change other modules; define your own names instead.")
+            self.report(
+                node,
+                "module-attribute-write",
+                f"`{base.id}.{'.'.join(attrs)}` belongs to {module.split('.')[0]}: kernel.py must not "
+                "change other modules; define your own names instead.",
+            )
             return
         if kernel is not None and not (module.split(".")[0] == "triton" or module == "math"):
             self.report(node, "kernel-body", self._kernel_message(base.id))
@@ -505,154 +550,224 @@ class _Checker(ast.NodeVisitor):
             if step == "":
                 dotted = f"{current}.{name}"
                 if dotted in _STREAMS:
-                    self._stream(node, attrs[i + 1:])
+                    self._stream(node, attrs[i + 1 :])
                     return
                 if dotted in _CALLED_WHERE_NAMED and i == len(attrs) - 1:
                     self._called_where_named(node, f"{base.id}.{'.'.join(attrs)}", dotted)
                 if dotted in _BASE_ONLY and i == len(attrs) - 1:
                     self._base_only(node, f"{base.id}.{'.'.join(attrs)}")
-                for rest in attrs[i + 1:]:
+                for rest in attrs[i + 1 :]:
                     self._attribute(node, rest, value=None)
                 return
             current = step
-        self.report(node, "module-object",
-                    f"`{base.id}.{'.'.join(attrs)}` is a module: kernel.py may use a module only to reach "
-                    "its members (write the full name, e.g. torch.empty(...)), not as a value.")
+        self.report(
+            node,
+            "module-object",
+            f"`{base.id}.{'.'.join(attrs)}` is a module: kernel.py may use a module only to reach "
+            "its members (write the full name, e.g. torch.empty(...)), not as a value.",
+        )
 
     # --- attributes on values -----------------------------------------------------------------
 
     def _attribute(self, node: ast.AST, name: str, value: ast.AST | None) -> None:
         if name.startswith("_"):
-            self.report(node, "private",
-                        f"`.{name}` is private: kernel.py may use only public attributes (Python "
-                        "internals and private APIs are off limits).")
+            self.report(
+                node,
+                "private",
+                f"`.{name}` is private: kernel.py may use only public attributes (Python "
+                "internals and private APIs are off limits).",
+            )
             return
         if name in _INTROSPECTION:
-            self.report(node, "introspection",
-                        f"`.{name}` inspects frames, code or classes, which kernel.py may not do: use "
-                        "only the values you are given.")
+            self.report(
+                node,
+                "introspection",
+                f"`.{name}` inspects frames, code or classes, which kernel.py may not do: use "
+                "only the values you are given.",
+            )
             return
         if name in _FILE_ATTRIBUTES:
-            self.report(node, "stream",
-                        f"`.{name}` leads from a stream to the file beneath it, which kernel.py may not touch: "
-                        "to print, use print(..., file=sys.stderr).")
+            self.report(
+                node,
+                "stream",
+                f"`.{name}` leads from a stream to the file beneath it, which kernel.py may not touch: "
+                "to print, use print(..., file=sys.stderr).",
+            )
             return
         kernel = self.kernel
         if kernel is None and name in _HOOKS and name not in self.policy.hooks:
-            self.report(node, "hook",
-                        f"`.{name}` installs or reaches a Python hook that Triton runs during the launch, "
-                        "which kernel.py may not use: put the work in your @triton.jit kernel.")
+            self.report(
+                node,
+                "hook",
+                f"`.{name}` installs or reaches a Python hook that Triton runs during the launch, "
+                "which kernel.py may not use: put the work in your @triton.jit kernel.",
+            )
             return
         if kernel is not None and name == "handle":
-            self.report(node, "kernel-body",
-                        f"`.handle` is the interpreter's internal storage of a block: kernel "
-                        f"`{kernel.name}` may use only tl.* operations on its values.")
+            self.report(
+                node,
+                "kernel-body",
+                f"`.handle` is the interpreter's internal storage of a block: kernel "
+                f"`{kernel.name}` may use only tl.* operations on its values.",
+            )
             return
         if name not in _tensor_attributes():
             return
         if self.heuristics_depth and name.endswith("_"):
-            self.report(node, "heuristics",
-                        f"`.{name}` writes into a tensor from a @triton.heuristics function, which Triton "
-                        "runs during the launch: heuristics may only compute launch parameters.")
+            self.report(
+                node,
+                "heuristics",
+                f"`.{name}` writes into a tensor from a @triton.heuristics function, which Triton "
+                "runs during the launch: heuristics may only compute launch parameters.",
+            )
             return
         if name in self.policy.tensor_methods:
             return
         if kernel is not None and name in _kernel_value_attributes() and name not in _TENSOR_ESCAPES:
             return
-        if value is not None and name in ("max", "min", "dtype", "bits", "eps", "tiny", "resolution") \
-                and isinstance(value, ast.Call) and self._dotted(value.func) in ("torch.finfo", "torch.iinfo"):
+        if (
+            value is not None
+            and name in ("max", "min", "dtype", "bits", "eps", "tiny", "resolution")
+            and isinstance(value, ast.Call)
+            and self._dotted(value.func) in ("torch.finfo", "torch.iinfo")
+        ):
             return
         if name in _TENSOR_ESCAPES:
-            self.report(node, "tensor-escape",
-                        f"`.{name}` takes values out of a tensor (into Python, NumPy or raw storage), "
-                        "which kernel.py may not do: tensor values must stay on the device and be "
-                        "computed by your @triton.jit kernel.")
+            self.report(
+                node,
+                "tensor-escape",
+                f"`.{name}` takes values out of a tensor (into Python, NumPy or raw storage), "
+                "which kernel.py may not do: tensor values must stay on the device and be "
+                "computed by your @triton.jit kernel.",
+            )
         else:
-            self.report(node, "torch-compute",
-                        f"`.{name}` is a PyTorch tensor operation{_COLLISION_HINTS.get(name, '')}, "
-                        "which kernel.py may not use: compute inside your @triton.jit kernel; around "
-                        "the launch only allocate, reshape and copy tensors.")
+            self.report(
+                node,
+                "torch-compute",
+                f"`.{name}` is a PyTorch tensor operation{_COLLISION_HINTS.get(name, '')}, "
+                "which kernel.py may not use: compute inside your @triton.jit kernel; around "
+                "the launch only allocate, reshape and copy tensors.",
+            )
 
     def _heuristics_torch(self, node: ast.AST, what: str) -> None:
-        self.report(node, "heuristics",
-                    f"`{what}` is used in a @triton.heuristics function, which Triton runs on the "
-                    "kernel's arguments during the launch: heuristics may compute launch parameters "
-                    "from sizes and strides only, without torch.")
+        self.report(
+            node,
+            "heuristics",
+            f"`{what}` is used in a @triton.heuristics function, which Triton runs on the "
+            "kernel's arguments during the launch: heuristics may compute launch parameters "
+            "from sizes and strides only, without torch.",
+        )
 
     def _attribute_write(self, node: ast.Attribute | ast.Subscript) -> None:
         base = _root(node)
         if isinstance(base, ast.Name):
             if base.id in self.modules or base.id in self.aliases:
                 owner = self.modules.get(base.id) or (self.members.get(base.id) or "another module")
-                self.report(node, "module-attribute-write",
-                            f"`{ast.unparse(node)}` changes {owner.split('.')[0]}: kernel.py must not change "
-                            "other modules; define your own names instead.")
+                self.report(
+                    node,
+                    "module-attribute-write",
+                    f"`{ast.unparse(node)}` changes {owner.split('.')[0]}: kernel.py must not change "
+                    "other modules; define your own names instead.",
+                )
                 return
             fn = self.functions[-1] if self.functions else None
-            if isinstance(node, ast.Subscript) or (fn is not None and base.id in fn.locals
-                                                   and base.id not in fn.borrowed):
+            if isinstance(node, ast.Subscript) or (
+                fn is not None and base.id in fn.locals and base.id not in fn.borrowed
+            ):
                 return  # items of containers, attributes of the function's own objects
         elif isinstance(node, ast.Subscript):
             return
-        self.report(node, "attribute-write",
-                    f"`{ast.unparse(node)} = ...` sets an attribute of an object kernel.py did not create "
-                    "in this function: set attributes only on your own local objects.")
+        self.report(
+            node,
+            "attribute-write",
+            f"`{ast.unparse(node)} = ...` sets an attribute of an object kernel.py did not create "
+            "in this function: set attributes only on your own local objects.",
+        )
 
     # --- classes, streams and the arguments of hook-taking calls ------------------------------
 
     def _class_value(self, node: ast.AST, what: str) -> None:
         """`type` or `type(x)`: a class, which may only be looked at."""
         if not self._inspected_only(node):
-            self.report(node, "class-object",
-                        f"`{what}` is a class, which kernel.py may only compare or print (type(x) is T, "
-                        "f\"{type(x)}\"): called, stored or passed on, a class builds objects the grader never "
-                        "sees, such as open files. To check a type, use isinstance(x, T).")
+            self.report(
+                node,
+                "class-object",
+                f"`{what}` is a class, which kernel.py may only compare or print (type(x) is T, "
+                'f"{type(x)}"): called, stored or passed on, a class builds objects the grader never '
+                "sees, such as open files. To check a type, use isinstance(x, T).",
+            )
 
     def _called_where_named(self, node: ast.AST, what: str, dotted: str) -> None:
         """A member whose calls are checked where they are written: called there, or only looked at."""
         parent = self.parents.get(node)
-        if self._called(node) or self._inspected_only(node) or (
-                dotted == "triton.jit" and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and any(dec is node for dec in parent.decorator_list)):
+        if (
+            self._called(node)
+            or self._inspected_only(node)
+            or (
+                dotted == "triton.jit"
+                and isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and any(dec is node for dec in parent.decorator_list)
+            )
+        ):
             return
         if dotted == "torch.Tensor":
-            self.report(node, "class-object",
-                        f"`{what}` may only be named in annotations and in isinstance(x, {what}): stored, passed "
-                        "on or subclassed, it builds tensors the grader cannot see being built.")
+            self.report(
+                node,
+                "class-object",
+                f"`{what}` may only be named in annotations and in isinstance(x, {what}): stored, passed "
+                "on or subclassed, it builds tensors the grader cannot see being built.",
+            )
             return
-        self.report(node, "class-object",
-                    f"`{what}` may only be called where it is named ({what}(...)): the grader checks what "
-                    "each call passes, so kernel.py may not store it, pass it on or subclass it.")
+        self.report(
+            node,
+            "class-object",
+            f"`{what}` may only be called where it is named ({what}(...)): the grader checks what "
+            "each call passes, so kernel.py may not store it, pass it on or subclass it.",
+        )
 
     def _base_only(self, node: ast.AST, what: str) -> None:
         """typing.NamedTuple: a base of a class statement, or only looked at."""
         parent = self.parents.get(node)
-        if (isinstance(parent, ast.ClassDef) and any(base is node for base in parent.bases)) \
-                or self._inspected_only(node):
+        if (isinstance(parent, ast.ClassDef) and any(base is node for base in parent.bases)) or self._inspected_only(
+            node
+        ):
             return
-        self.report(node, "class-object",
-                    f"`{what}` may only be the base of a class statement (class Point({what}): ...), where "
-                    "the grader can read the fields: kernel.py may not call it, store it or pass it on.")
+        self.report(
+            node,
+            "class-object",
+            f"`{what}` may only be the base of a class statement (class Point({what}): ...), where "
+            "the grader can read the fields: kernel.py may not call it, store it or pass it on.",
+        )
 
     def _bind(self, node: ast.AST, name: str) -> None:
         """A name bound by kernel.py: not one of the hooks Triton calls on objects during a launch."""
         if name in self.hook_names:
-            self.report(node, "hook",
-                        f"`{name}` is the name of a Python hook that Triton calls during the launch (on a "
-                        "config, for one), so kernel.py may not define it: choose another name.")
+            self.report(
+                node,
+                "hook",
+                f"`{name}` is the name of a Python hook that Triton calls during the launch (on a "
+                "config, for one), so kernel.py may not define it: choose another name.",
+            )
 
     def _stream(self, node: ast.AST, rest: list[str]) -> None:
         """sys.stdout or sys.stderr as ``node``, followed by the attributes ``rest``: printed to only."""
         parent = self._passed_on(node)[1]
-        if not rest and isinstance(parent, ast.keyword) and parent.arg == "file" \
-                and self._builtin(self.parents[parent].func, frozenset({"print"})):
+        if (
+            not rest
+            and isinstance(parent, ast.keyword)
+            and parent.arg == "file"
+            and self._builtin(self.parents[parent].func, frozenset({"print"}))
+        ):
             return
         if len(rest) == 1 and rest[0] in _STREAM_METHODS and self._called(node):
             return
-        self.report(node, "stream",
-                    f"`{ast.unparse(node)}`: kernel.py may use sys.stdout and sys.stderr only to print "
-                    "(print(..., file=sys.stderr) or sys.stderr.write(...)); as objects, they lead to the "
-                    "process's open files.")
+        self.report(
+            node,
+            "stream",
+            f"`{ast.unparse(node)}`: kernel.py may use sys.stdout and sys.stderr only to print "
+            "(print(..., file=sys.stderr) or sys.stderr.write(...)); as objects, they lead to the "
+            "process's open files.",
+        )
 
     def _hook_arguments(self, node: ast.Call, callee: str) -> None:
         """Positional and unpacked arguments of a Triton callable that takes hooks: each must fill
@@ -663,27 +778,39 @@ class _Checker(ast.NodeVisitor):
         allowed = _PLAIN_PARAMETERS | self.policy.hooks
         for i, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
-                self.report(arg, "hook",
-                            f"`*{ast.unparse(arg.value)}` in `{callee}(...)` hides which parameters it fills, "
-                            "and some of them take Python hooks: write the arguments out.")
+                self.report(
+                    arg,
+                    "hook",
+                    f"`*{ast.unparse(arg.value)}` in `{callee}(...)` hides which parameters it fills, "
+                    "and some of them take Python hooks: write the arguments out.",
+                )
                 break
             name = names[i] if i < len(names) else None
             if name in allowed or isinstance(arg, ast.Constant):  # a literal (None) is never a hook
                 continue
             if name in _HOOKS:
-                self.report(arg, "hook",
-                            f"argument {i + 1} of `{callee}(...)` is its `{name}`, a Python hook that Triton "
-                            "runs on the kernel's tensors during the launch, which kernel.py may not use: put "
-                            "the work in your @triton.jit kernel.")
+                self.report(
+                    arg,
+                    "hook",
+                    f"argument {i + 1} of `{callee}(...)` is its `{name}`, a Python hook that Triton "
+                    "runs on the kernel's tensors during the launch, which kernel.py may not use: put "
+                    "the work in your @triton.jit kernel.",
+                )
             else:
-                self.report(arg, "hook",
-                            f"argument {i + 1} of `{callee}(...)` is not one the grader knows to be a plain "
-                            "value: pass it by keyword (name=value), or leave it out.")
+                self.report(
+                    arg,
+                    "hook",
+                    f"argument {i + 1} of `{callee}(...)` is not one the grader knows to be a plain "
+                    "value: pass it by keyword (name=value), or leave it out.",
+                )
         for kw in node.keywords:
             if kw.arg is None:
-                self.report(kw, "hook",
-                            f"`**{ast.unparse(kw.value)}` in `{callee}(...)` passes keywords the grader cannot "
-                            "read, and some of them take Python hooks: write each keyword out (name=value).")
+                self.report(
+                    kw,
+                    "hook",
+                    f"`**{ast.unparse(kw.value)}` in `{callee}(...)` passes keywords the grader cannot "
+                    "read, and some of them take Python hooks: write each keyword out (name=value).",
+                )
 
     # --- visitors -------------------------------------------------------------------------------
 
@@ -702,16 +829,22 @@ class _Checker(ast.NodeVisitor):
         if self.kernel is not None:
             self.report(node, "kernel-body", self._kernel_message("import"))
         if node.level:
-            self.report(node, "import", "Relative imports are not allowed in kernel.py: it may import "
-                        f"only {self._importable_text()}.")
+            self.report(
+                node,
+                "import",
+                f"Relative imports are not allowed in kernel.py: it may import only {self._importable_text()}.",
+            )
             return
         if not self._importable(node.module):
             self.report(node, "import", self._import_message(f"from {node.module} import ..."))
             return
         for alias in node.names:
             if alias.name == "*":
-                self.report(node, "import", f"`from {node.module} import *` is not allowed in kernel.py: "
-                            "import the names you use one by one.")
+                self.report(
+                    node,
+                    "import",
+                    f"`from {node.module} import *` is not allowed in kernel.py: import the names you use one by one.",
+                )
                 continue
             if node.module == "__future__":
                 continue
@@ -724,9 +857,12 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
         if name in _BANNED_BUILTINS:
-            self.report(node, "builtin",
-                        f"`{name}` is not allowed in kernel.py: it runs, reads or reaches code and files "
-                        "outside your kernel, which no exercise needs.")
+            self.report(
+                node,
+                "builtin",
+                f"`{name}` is not allowed in kernel.py: it runs, reads or reaches code and files "
+                "outside your kernel, which no exercise needs.",
+            )
             return
         if _is_dunder(name) and name not in _ALLOWED_DUNDER_NAMES:
             self.report(node, "private", f"`{name}` is a Python internal, which kernel.py may not use.")
@@ -736,15 +872,22 @@ class _Checker(ast.NodeVisitor):
                 what = "used as a value"
             else:
                 what = "rebound"
-            self.report(node, "module-object",
-                        f"`{name}` is a module and may not be {what}: kernel.py may use a module only to "
-                        f"reach its members (write {name}.something).")
+            self.report(
+                node,
+                "module-object",
+                f"`{name}` is a module and may not be {what}: kernel.py may use a module only to "
+                f"reach its members (write {name}.something).",
+            )
             return
         kernel = self.kernel
         if kernel is not None and isinstance(node.ctx, ast.Load):
-            allowed = (name in kernel.locals or name in _KERNEL_BUILTINS or name in self.jit_functions
-                       or name in self.constants
-                       or (name in self.members and self.members[name].split(".")[0] in ("triton", "math")))
+            allowed = (
+                name in kernel.locals
+                or name in _KERNEL_BUILTINS
+                or name in self.jit_functions
+                or name in self.constants
+                or (name in self.members and self.members[name].split(".")[0] in ("triton", "math"))
+            )
             if not allowed:
                 self.report(node, "kernel-body", self._kernel_message(name))
                 return
@@ -788,8 +931,9 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(node.value, str):
             return
         if re.fullmatch(r"__\w+__", node.value) and node.value not in _ALLOWED_DUNDER_STRINGS:
-            self.report(node, "private",
-                        f"the string {node.value!r} names a Python internal, which kernel.py may not use.")
+            self.report(
+                node, "private", f"the string {node.value!r} names a Python internal, which kernel.py may not use."
+            )
         elif "{" in node.value:
             self._format_fields(node, node.value)
 
@@ -804,8 +948,11 @@ class _Checker(ast.NodeVisitor):
                 if attr:
                     self._attribute(node, attr, None)
                 elif _is_dunder(key):
-                    self.report(node, "private",
-                                f"the format field {{{field}}} names a Python internal, which kernel.py may not use.")
+                    self.report(
+                        node,
+                        "private",
+                        f"the format field {{{field}}} names a Python internal, which kernel.py may not use.",
+                    )
             if spec and "{" in spec:
                 self._format_fields(node, spec)
 
@@ -820,23 +967,33 @@ class _Checker(ast.NodeVisitor):
             if kw.arg is None:
                 continue
             if "__" in kw.arg:
-                self.report(kw, "private",
-                            f"the keyword `{kw.arg}` names a Python internal, which kernel.py may not use.")
+                self.report(
+                    kw, "private", f"the keyword `{kw.arg}` names a Python internal, which kernel.py may not use."
+                )
             elif kw.arg in _HOOKS and kw.arg not in self.policy.hooks:
-                self.report(kw, "hook",
-                            f"`{kw.arg}=` installs a Python hook that Triton runs on the kernel's tensors "
-                            "during the launch, which kernel.py may not use: put the work in your "
-                            "@triton.jit kernel.")
+                self.report(
+                    kw,
+                    "hook",
+                    f"`{kw.arg}=` installs a Python hook that Triton runs on the kernel's tensors "
+                    "during the launch, which kernel.py may not use: put the work in your "
+                    "@triton.jit kernel.",
+                )
         callee = self._dotted(node.func)
         if callee == "torch.Tensor":
-            self.report(node, "tensor-escape",
-                        "`torch.Tensor(...)` builds a tensor from Python values, which kernel.py may not "
-                        "do: allocate with torch.empty/torch.zeros and compute in your @triton.jit kernel.")
+            self.report(
+                node,
+                "tensor-escape",
+                "`torch.Tensor(...)` builds a tensor from Python values, which kernel.py may not "
+                "do: allocate with torch.empty/torch.zeros and compute in your @triton.jit kernel.",
+            )
         if isinstance(node.func, ast.Name) and node.func.id == "type":
             if len(node.args) == 3:
-                self.report(node, "metaclass",
-                            "`type(name, bases, namespace)` creates a class at run time, which no exercise "
-                            "needs: write a plain class statement.")
+                self.report(
+                    node,
+                    "metaclass",
+                    "`type(name, bases, namespace)` creates a class at run time, which no exercise "
+                    "needs: write a plain class statement.",
+                )
             else:
                 text = ast.unparse(node)
                 self._class_value(node, text if len(text) <= 40 else "type(...)")
@@ -857,12 +1014,14 @@ class _Checker(ast.NodeVisitor):
         name = getattr(node, "name", None)
         if self.kernel is not None:
             what = "a lambda" if name is None else f"a nested function `{name}`"
-            self.report(node, "kernel-body",
-                        f"{what} cannot be defined inside the @triton.jit kernel `{self.kernel.name}`: "
-                        "define it at module level as another @triton.jit function.")
+            self.report(
+                node,
+                "kernel-body",
+                f"{what} cannot be defined inside the @triton.jit kernel `{self.kernel.name}`: "
+                "define it at module level as another @triton.jit function.",
+            )
         if name is not None and _is_dunder(name):
-            self.report(node, "private",
-                        f"`def {name}` defines a Python or PyTorch hook, which kernel.py may not do.")
+            self.report(node, "private", f"`def {name}` defines a Python or PyTorch hook, which kernel.py may not do.")
         if name is not None:
             self._bind(node, name)
         for arg in _arg_names(node.args):
@@ -870,8 +1029,11 @@ class _Checker(ast.NodeVisitor):
             if _is_dunder(arg.arg):
                 self.report(arg, "private", f"the argument `{arg.arg}` names a Python internal; rename it.")
             if arg.arg in self.modules:
-                self.report(arg, "module-object",
-                            f"the argument `{arg.arg}` hides the module {self.modules[arg.arg]}; rename it.")
+                self.report(
+                    arg,
+                    "module-object",
+                    f"the argument `{arg.arg}` hides the module {self.modules[arg.arg]}; rename it.",
+                )
         # Decorators, defaults and annotations run as Python where the function is defined.
         for dec in getattr(node, "decorator_list", []):
             self.visit(dec)
@@ -888,7 +1050,7 @@ class _Checker(ast.NodeVisitor):
         self.functions.append(_Function(node, kernel=kernel or self.kernel is not None))
         self.heuristics_depth += heuristics
         try:
-            for stmt in (node.body if isinstance(node.body, list) else [node.body]):
+            for stmt in node.body if isinstance(node.body, list) else [node.body]:
                 self.visit(stmt)
         finally:
             self.functions.pop()
@@ -898,15 +1060,19 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         if self.kernel is not None:
-            self.report(node, "kernel-body",
-                        f"a class cannot be defined inside the @triton.jit kernel `{self.kernel.name}`.")
+            self.report(
+                node, "kernel-body", f"a class cannot be defined inside the @triton.jit kernel `{self.kernel.name}`."
+            )
         if _is_dunder(node.name):
             self.report(node, "private", f"`class {node.name}` uses a Python internal name; rename it.")
         self._bind(node, node.name)
         for kw in node.keywords:
-            self.report(node, "metaclass",
-                        f"`{kw.arg}=` in a class statement customises class creation, which no exercise "
-                        "needs: write a plain class.")
+            self.report(
+                node,
+                "metaclass",
+                f"`{kw.arg}=` in a class statement customises class creation, which no exercise "
+                "needs: write a plain class.",
+            )
         self.generic_visit(node)
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
@@ -927,12 +1093,13 @@ class _Checker(ast.NodeVisitor):
             self.report(node, "kernel-body", self._kernel_message("global"))
         for name in node.names:
             if name in self.modules:
-                self.report(node, "module-object",
-                            f"`global {name}` would let this function rebind the module {self.modules[name]}; "
-                            "use another name.")
+                self.report(
+                    node,
+                    "module-object",
+                    f"`global {name}` would let this function rebind the module {self.modules[name]}; "
+                    "use another name.",
+                )
 
     def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
         if self.kernel is not None:
             self.report(node, "kernel-body", self._kernel_message("nonlocal"))
-
-
