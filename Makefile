@@ -7,6 +7,7 @@
 #   make progress | make bench M=... | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] [STUDENT=..] [M=..] [REGRADE=1] [ROSTER=..] [DEADLINES=..] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
+#   make mutants [M=...] [EXTRA=file.py]   (maintainers: the kill table of the typical mistakes)
 #   make verify-secrets [M=...] [SECRETS=8]   (maintainers: every case of the references, many secrets)
 #   make verify-versions [ROWS="--row oldest"]   (maintainers: the references on the oldest and newest versions)
 
@@ -39,7 +40,7 @@ SUPPORTED_PYTHON := import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <=
 # nbgrader, which grade and release use, needs 3.11 (versions.GRADING_PYTHON).
 GRADING_PYTHON := import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)
 
-.PHONY: help check progress bench stubs test lint verify-gpu verify-secrets verify-versions lab grade release clean-env
+.PHONY: help check progress bench stubs test lint mutants verify-gpu verify-secrets verify-versions lab grade release clean-env
 
 help:
 	@sed -n '1,11p' Makefile | sed 's/^# \{0,1\}//'
@@ -114,6 +115,10 @@ verify-gpu: $(DEV_ENV)
 	$(PYTHON) -m pytest --impl=solutions -m timed
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
+
+# Each typical mistake planted into its reference: the cases that kill it, a score per module.
+mutants: $(DEV_ENV)
+	$(PYTHON) -m grader mutants $(if $(M),--module $(M)) $(if $(EXTRA),--extra $(EXTRA))
 
 # A hidden case's inputs come from the run's secret: the references must pass for any of them.
 verify-secrets: $(DEV_ENV)

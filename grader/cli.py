@@ -89,6 +89,31 @@ def cmd_stubs(args) -> int:
     return 1 if kept else 0
 
 
+def cmd_mutants(args) -> int:
+    import tempfile
+
+    from grader.authoring import kill_table, mistakes
+
+    if args.module:
+        modules = [find_module(name) for name in args.module]
+    else:
+        modules = [m for m in available_modules() if m.api and mistakes.for_module(m)]
+    extra = kill_table.extra_mistakes(Path(args.extra)) if args.extra else []
+    if extra and len(modules) != 1:
+        print("--extra plants its mistakes into one reference: name it with --module.")
+        return 2
+    survived = False
+    for module in modules:
+        with tempfile.TemporaryDirectory() as folder:
+            kills = [
+                kill_table.plant(module, mistake, Path(folder), hidden=not args.no_hidden)
+                for mistake in mistakes.for_module(module) + extra
+            ]
+        print(kill_table.table(module, kills) + "\n", flush=True)
+        survived = survived or any(kill.verdict == "SURVIVED" for kill in kills)
+    return 1 if survived else 0
+
+
 def cmd_sweep_secrets(args) -> int:
     from grader.authoring import secret_sweep
 
@@ -208,6 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     sweep_cmd.add_argument("--seed", type=int, default=0, help="draws the secrets (default 0)")
     sweep_cmd.add_argument("--impl", default="solutions", help="solutions (default), or a folder/file")
     sweep_cmd.set_defaults(run=cmd_sweep_secrets)
+
+    mutants_cmd = commands.add_parser(
+        "mutants", help="each typical mistake planted into a reference: the cases that kill it (maintainers)"
+    )
+    mutants_cmd.add_argument("--module", action="append", help="one module (repeatable; default: every one)")
+    mutants_cmd.add_argument("--extra", help="a file of MISTAKES to try too (written like a module's mistakes.py)")
+    mutants_cmd.add_argument("--no-hidden", action="store_true", help="run the public cases only")
+    mutants_cmd.set_defaults(run=cmd_mutants)
 
     lab_cmd = commands.add_parser("lab", help="JupyterLab on the study notebooks")
     lab_cmd.add_argument(

@@ -189,7 +189,17 @@ def test_speed_carries_most_points_where_the_starting_kernel_is_already_correct(
 
 # --- the bundle's Makefile --------------------------------------------------------------------
 
-INSTRUCTOR_TARGETS = ("grade", "release", "test", "lint", "verify-gpu", "verify-secrets", "verify-versions", "stubs")
+INSTRUCTOR_TARGETS = (
+    "grade",
+    "release",
+    "test",
+    "lint",
+    "mutants",
+    "verify-gpu",
+    "verify-secrets",
+    "verify-versions",
+    "stubs",
+)
 
 
 def _make(folder, *args: str) -> subprocess.CompletedProcess:

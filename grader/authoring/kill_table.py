@@ -1,0 +1,110 @@
+"""The kill table: every typical mistake of a module planted into its reference, and which cases
+catch it (``python -m grader mutants``, ``make mutants``).
+
+The suite proves that each listed mistake is caught and named (``tests/test_mistakes.py``); this
+shows the whole picture a maintainer needs when cases change or a new mistake is tried: for each
+mutant, how many public and hidden cases fail, whether the first failures a learner reads name
+its cause, and a score per module: the share killed by the public cases alone. Mutants from
+another file (``--extra``, a file with ``MISTAKES`` like a module's ``mistakes.py``) are tried the
+same way, so a bug seen in a learner's file can be checked against the cases before it is listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.authoring import mistakes
+from grader.core import cases, device
+from grader.core.catalog import Module
+from grader.core.checks import across, run_case
+from grader.core.loading import load_kernel
+
+FAILURES_READ = 3  # the first failures a learner reads, where the cause must be named
+
+
+@dataclass
+class Kill:
+    mistake: mistakes.Mistake
+    public_failing: int
+    public_total: int
+    hidden_failing: int
+    hidden_total: int
+    named: bool  # the first public failures name the mistake's cause
+    skipped: str = ""  # why this device cannot show it
+
+    @property
+    def verdict(self) -> str:
+        if self.skipped:
+            return "not on this device"
+        if self.public_failing:
+            return "killed" if self.named else "killed, cause not named"
+        return "hidden cases only" if self.hidden_failing else "SURVIVED"
+
+
+def extra_mistakes(path: Path) -> list[mistakes.Mistake]:
+    """The ``MISTAKES`` of a file written like a module's mistakes.py."""
+    return list(cases._import_file(Path(path), f"_extra_mistakes_{abs(hash(str(path)))}").MISTAKES)
+
+
+def plant(module: Module, mistake: mistakes.Mistake, folder: Path, hidden: bool = True) -> Kill:
+    """Plant ``mistake`` into the module's reference (a file in ``folder``) and run every case this
+    device runs in this process: how many fail, and whether what a learner reads names it."""
+    if mistake.gpu_only and not device.is_cuda():
+        return Kill(mistake, 0, 0, 0, 0, False, mistake.gpu_only)
+    if mistake.interpreter_only and device.is_cuda():
+        return Kill(mistake, 0, 0, 0, 0, False, mistake.interpreter_only)
+    planted = Path(folder) / "kernel.py"
+    planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
+    spec, public = cases.public(module)
+    kernel = load_kernel(module, planted)
+
+    def results(chosen: list) -> list:
+        return [run_case(kernel.api(cases.spec_for(c, spec).api), spec, c) for c in chosen]
+
+    public_cases = cases.for_mode(public, device.is_cuda())
+    hidden_cases = cases.for_mode(cases.hidden(module), device.is_cuda()) if hidden else []
+    public_results = results(public_cases)
+    public_failed = [r for r in public_results if not r.passed]
+    hidden_failed = [r for r in results(hidden_cases) if not r.passed]
+    # What the learner reads first: the summary across cases, then the first failures.
+    summary = across(spec, [(r.case, r.passed) for r in public_results]) or ""
+    read = "\n".join([summary] + [r.message for r in public_failed[:FAILURES_READ]])
+    return Kill(
+        mistake,
+        len(public_failed),
+        len(public_cases),
+        len(hidden_failed),
+        len(hidden_cases),
+        bool(public_failed) and mistake.named_by(read),
+    )
+
+
+def table(module: Module, kills: list[Kill]) -> str:
+    """The module's kill table and its score, as Markdown."""
+    lines = [
+        f"### {module.id}",
+        "",
+        "| mistake | public cases failing | hidden cases failing | verdict |",
+        "|---|---|---|---|",
+    ]
+    for kill in kills:
+        lines.append(
+            f"| {kill.mistake.name} | {kill.public_failing} of {kill.public_total} | "
+            f"{kill.hidden_failing} of {kill.hidden_total} | {kill.verdict} |"
+        )
+    lines += ["", score_line(kills)]
+    return "\n".join(lines)
+
+
+def score_line(kills: list[Kill]) -> str:
+    tried = [kill for kill in kills if not kill.skipped]
+    public = sum(kill.public_failing > 0 for kill in tried)
+    either = sum(kill.public_failing > 0 or kill.hidden_failing > 0 for kill in tried)
+    named = sum(kill.named for kill in tried)
+    if not tried:
+        return "No mutant could be tried on this device."
+    return (
+        f"Mutation score: {public} of {len(tried)} killed by the public cases ({public / len(tried):.0%}), "
+        f"{either} by public or hidden; the cause named for {named}."
+    )
