@@ -160,6 +160,7 @@ def pytest_runtest_setup(item):
 
 
 _loaded = {}
+_refused: dict[str, str] = {}  # kernel.py -> what the policy gate refuses in it (said at the end)
 
 
 @pytest.fixture
@@ -172,7 +173,31 @@ def kernel(request):
             _loaded[key] = load_kernel(module, impl)
         except LoadError as error:
             _loaded[key] = error
+        else:
+            _note_refusals(module, _loaded[key].path)
     loaded = _loaded[key]
     if isinstance(loaded, LoadError):
         pytest.fail(str(loaded), pytrace=False)
     return loaded
+
+
+def _note_refusals(module, path) -> None:
+    """Remember what the grader's policy gate would refuse in ``path``: the tests still run, and
+    the end of the session says it, as ``make check`` does, so that a file that passes here is
+    not a surprise 0 when graded."""
+    from grader.core import cases
+    from grader.sandbox.policy import check_source, explain, policy_for
+
+    try:
+        source = path.read_text()
+    except OSError:
+        return
+    refused = check_source(source, policy_for(*cases.specs_of(*cases.public(module))))
+    if refused:
+        _refused[str(path)] = explain(refused)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for path, text in _refused.items():
+        terminalreporter.section(f"what grading would refuse in {path}", yellow=True)
+        terminalreporter.write_line(f"{text}\nThe tests ran anyway, but a graded submission like this scores 0.")

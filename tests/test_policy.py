@@ -929,3 +929,62 @@ def test_explain_lists_a_few_violations_and_what_to_do():
     assert lines[6] == "  ... and 2 more"
     assert lines[7].startswith("Compute inside your @triton.jit kernel")
     assert "... and" not in explain(violations[:2])
+
+
+def test_pytest_says_what_grading_would_refuse(tmp_path):
+    """A learner who runs pytest directly hears what the policy gate refuses, as make check says
+    it: the tests still run, and the end of the session names the line."""
+    import shutil
+    import subprocess
+    import sys
+
+    from grader.core.catalog import REPO_ROOT, find_module
+
+    module = find_module("missing-elements/01-vector-add")
+    folder = tmp_path / module.track / module.slug
+    folder.mkdir(parents=True)
+    shutil.copy(module.solution_dir / "kernel.py", folder / "kernel.py")
+    with open(folder / "kernel.py", "a") as handle:
+        handle.write(
+            "\n\ndef _sizes(xs):\n    sizes = set()\n    for x in xs:\n        sizes.add(x)\n    return sizes\n"
+        )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--impl={tmp_path}",
+            str(module.learner_dir / "test_kernel.py"),
+            "-k",
+            "matches_reference",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert "what grading would refuse" in run.stdout and "`.add` is a PyTorch tensor operation" in run.stdout
+    assert "scores 0" in run.stdout
+    clean = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--impl=solutions",
+            str(module.learner_dir / "test_kernel.py"),
+            "-k",
+            "matches_reference",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert clean.returncode == 0 and "what grading would refuse" not in clean.stdout
