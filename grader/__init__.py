@@ -7,7 +7,8 @@ anything above it):
   the marker grammar, the call monitor;
 - ``learn``: the learner's commands (check, progress, bench, lab, the notebooks' helpers);
 - ``grade``: the instructor's grading (run phase, timing, records, nbgrader, release);
-- ``sandbox``: the child process that runs a submission, its protections and the policy gate;
+- ``policy``: the policy gate, a static check of a submission's source (allowlists and walker);
+- ``sandbox``: the child process that runs a submission and its protections;
 - ``authoring``: what maintainers run (committed stubs, example submissions, planted mistakes).
 
 Course files (kernels, their tests, notebooks) import a small public surface by short names:

@@ -186,7 +186,7 @@ def _note_refusals(module, path) -> None:
     the end of the session says it, as ``make check`` does, so that a file that passes here is
     not a surprise 0 when graded."""
     from grader.core import cases
-    from grader.sandbox.policy import check_source, explain, policy_for
+    from grader.policy import check_source, explain, policy_for
 
     try:
         source = path.read_text()

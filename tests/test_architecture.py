@@ -79,9 +79,44 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# What each package of the grader may import besides itself: dependencies point one way, down to
+# ``core`` (docs/maintainers.md, "The package").
+LAYERS = {
+    "core": set(),
+    "policy": {"core"},
+    "sandbox": {"core"},
+    "authoring": {"core"},
+    "learn": {"core", "policy"},
+    "grade": {"core", "policy", "sandbox", "authoring"},
+}
+
+
+def _crossing(graph: dict) -> list[str]:
+    """The imports of ``graph`` (module -> modules it imports) that go against ``LAYERS``."""
+
+    def package(name: str) -> str:
+        return name.split(".")[1] if name.count(".") >= 1 else name
+
+    return sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if package(source) in LAYERS
+        and package(target) != package(source)
+        and package(target) not in LAYERS[package(source)]
+    )
+
+
+def test_the_packages_import_one_way():
+    assert _crossing(_import_graph()) == [], "an import against the layers of docs/maintainers.md"
+    assert _crossing({"grader.core.cases": {"grader.grade.timing"}, "grader.learn.check": {"grader.policy"}}) == [
+        "grader.core.cases -> grader.grade.timing"
+    ]
+
+
 LONG_NAME = re.compile(
-    r"\bgrader\.(core|learn|grade|sandbox|authoring)\b"
-    r"|from grader import (core|learn|grade|sandbox)\b"
+    r"\bgrader\.(core|learn|grade|sandbox|policy|authoring)\b"
+    r"|from grader import (core|learn|grade|sandbox|policy)\b"
 )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.sandbox.policy import DEFAULT_POLICY, Policy, Violation, check_source, explain, policy_for
+from grader.policy import DEFAULT_POLICY, Policy, Violation, check_source, explain, policy_for
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE_FILES = sorted([*ROOT.glob("solutions/*/*/kernel.py"), *ROOT.glob("tracks/*/*/kernel.py")])
@@ -76,7 +76,7 @@ def test_a_positional_hook_is_found_by_the_installed_triton_s_parameter_names():
 
 
 def test_without_triton_s_signature_only_the_known_plain_positions_are_allowed(monkeypatch):
-    from grader.sandbox.policy import walker
+    from grader.policy import walker
 
     monkeypatch.setattr(walker, "_positional_parameters", lambda callee: None)
     assert check_source(whole('CONFIGS = [triton.Config({"BLOCK": 1024}, 4, 3, 1, 128)]\n')) == []

@@ -17,8 +17,8 @@ from grader.core import cases, device
 from grader.core.catalog import find_module
 from grader.grade import record as feedback
 from grader.grade import runphase
+from grader.policy import check_source, policy_for
 from grader.sandbox.isolation import GiB, Limits, offers
-from grader.sandbox.policy import check_source, policy_for
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux"),

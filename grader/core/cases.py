@@ -127,7 +127,7 @@ class Spec:
     # No performance credit at or below this fraction of the reference (None: half the threshold).
     # The optimization track sets it above its slow starting kernel's speed.
     learner_floor: float | None = None
-    # What this module's wrapper may do besides the course-wide allowlist (grader.sandbox.policy
+    # What this module's wrapper may do besides the course-wide allowlist (grader.policy
     # and grader.sandbox.evidence): extra PyTorch operators at run time, and for the static gate
     # extra torch names and tensor methods. Widen deliberately (an optimizer step, autograd).
     # The API works row by row over the last dimension (softmax, norms): diagnoses then compare

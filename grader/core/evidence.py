@@ -4,7 +4,7 @@ and on a GPU the kernels that actually ran.
 The ``Monitor`` runs in the same process as the learner's code: in the grader's child, and in
 ``make check`` and the public tests (through ``grader.core.checks``). It is evidence, not proof:
 Python code in that process could switch it off or patch it. What keeps a submission from doing
-so is the static policy gate (``grader.sandbox.policy``), which refuses imports, private
+so is the static policy gate (``grader.policy``), which refuses imports, private
 attributes and introspection before anything runs. On CUDA the child also records the GPU's own
 list of kernels that ran during the call (``KernelTrace``: CUPTI, through PyTorch's profiler),
 which no Python-level patch of torch's dispatcher can hide; the parent checks every kernel name

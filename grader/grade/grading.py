@@ -40,9 +40,9 @@ from grader.grade.driving import Cancelled, ChildRun
 from grader.grade.judging import Trial, Verdict
 from grader.grade.profile import Profile
 from grader.grade.store import cases_hash, sha256
+from grader.policy import check_source, explain, policy_for
 from grader.sandbox.child import command as child_command
 from grader.sandbox.isolation import ChildEnded, Limits, Sandbox
-from grader.sandbox.policy import check_source, explain, policy_for
 
 PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 

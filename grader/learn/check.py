@@ -26,7 +26,7 @@ from grader.core.diagnosis import gist
 from grader.core.loading import kernel_path, missing_kernel, todo_summary
 from grader.core.markers import open_todos, todo_named
 from grader.learn import progress
-from grader.sandbox.policy import check_source, explain, policy_for
+from grader.policy import check_source, explain, policy_for
 
 # Where the checking process notes each test as it starts and ends, so that the parent can still
 # report the finished tests, and name the one that ran, when a kernel crashes the process.

@@ -1,7 +1,7 @@
 """What the policy gate allows, as data: the ``Policy`` (modules, names, methods and hooks a
 kernel file may use, widened per module by its ``Spec``) and the fixed vocabularies no exercise
 needs widened (builtins, introspection, hooks, streams, PyTorch's and Triton's internals). The
-walker (``grader.sandbox.policy.walker``) reads them; nothing here reads source code."""
+walker (``grader.policy.walker``) reads them; nothing here reads source code."""
 
 from __future__ import annotations
 

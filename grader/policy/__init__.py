@@ -41,8 +41,8 @@ applies it; this module is the gate's API (``policy_for``, ``check_source``, ``e
 from __future__ import annotations
 
 from grader.core import syntax
-from grader.sandbox.policy.allowlists import _DO_INSTEAD, DEFAULT_POLICY, Policy, Violation
-from grader.sandbox.policy.walker import _Checker
+from grader.policy.allowlists import _DO_INSTEAD, DEFAULT_POLICY, Policy, Violation
+from grader.policy.walker import _Checker
 
 __all__ = ["DEFAULT_POLICY", "Policy", "Violation", "check_source", "explain", "policy_for"]
 

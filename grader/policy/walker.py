@@ -1,5 +1,5 @@
 """The policy gate's walker: an ``ast`` visitor that reads a kernel file and reports, line by
-line, what the allowlists (``grader.sandbox.policy.allowlists``) refuse, with the reason."""
+line, what the allowlists (``grader.policy.allowlists``) refuse, with the reason."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import string
 import types
 from collections.abc import Iterable
 
-from grader.sandbox.policy.allowlists import (
+from grader.policy.allowlists import (
     _ALLOWED_DUNDER_NAMES,
     _ALLOWED_DUNDER_STRINGS,
     _BANNED_BUILTINS,
