@@ -22,4 +22,17 @@ MISTAKES = [
     Mistake("column mask off by one",
             "mask = col_offsets < n_cols", "mask = col_offsets < n_cols - 1",
             cause=r"column mask|off.by.one"),
+    # Typical mistakes in the formula, the launch and the wrapper.
+    Mistake("sum taken over exp of the raw values, not of x - max",
+            "denominator = tl.sum(numerator, axis=0)", "denominator = tl.sum(tl.exp(row_values), axis=0)",
+            cause=r"divided by \(its sum\)"),
+    Mistake("x read with the output's row stride",
+            "x_rows.stride(0), out_rows.stride(0)", "out_rows.stride(0), out_rows.stride(0)",
+            cause=r"stride"),
+    Mistake("output returned as 2-D rows, not in x's shape",
+            "return out_rows.view(x.shape)", "return out_rows", cause=r"shape"),
+    Mistake("block size equal to the row length, not a power of two",
+            "block_size = triton.next_power_of_2(n_cols)", "block_size = n_cols", cause=r"power of two"),
+    Mistake("exp2 used without the log2(e) factor",
+            "numerator = tl.exp(row_minus_max)", "numerator = tl.exp2(row_minus_max)", cause=r"exp"),
 ]
