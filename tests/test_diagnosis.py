@@ -19,6 +19,20 @@ def test_unwritten_tail_is_called_a_tail():
     assert "never written" in text and "last, partial block is" in text and "triton.cdiv" in text
 
 
+def test_an_unwritten_end_of_a_matrix_also_names_a_mask_of_the_wrong_dimension():
+    """A transpose whose 2-D mask tests rows against the number of columns leaves the end of its
+    output unwritten, a pattern that in 1-D means overlapping programs: both causes are named."""
+    ref = torch.randn(300, 33, dtype=torch.float64)
+    out = ref.clone()
+    out.view(-1)[1120:] = float("nan")
+    text = diagnose(out, ref, ATOL, RTOL)
+    assert "start offsets are not multiplied" in text and "uses one dimension where the other is meant" in text
+    flat = torch.randn(9900, dtype=torch.float64)
+    wrong = flat.clone()
+    wrong[1120:] = float("nan")
+    assert "one dimension where the other" not in diagnose(wrong, flat, ATOL, RTOL), "1-D: no tiles"
+
+
 def test_every_other_row_points_at_the_stride():
     ref = torch.randn(16, 32, dtype=torch.float64)
     out = ref.clone()

@@ -38,8 +38,9 @@ def _runs(indices: torch.Tensor) -> bool:
     return indices.numel() > 0 and int(indices[-1] - indices[0]) + 1 == indices.numel()
 
 
-def _tail(n_bad: int, start: int, unwritten: bool) -> str | None:
-    """The pattern of a wrong region that runs from ``start`` to the last element."""
+def _tail(n_bad: int, start: int, unwritten: bool, tiles: bool = False) -> str | None:
+    """The pattern of a wrong region that runs from ``start`` to the last element (``tiles``: the
+    output has two or more dimensions, which a kernel may cover with 2-D tiles)."""
     where = f"from flat index {start} on"
     if n_bad <= 2:
         if start % _SMALLEST_BLOCK == 0:
@@ -62,6 +63,12 @@ def _tail(n_bad: int, start: int, unwritten: bool) -> str | None:
             "The usual cause: the programs' start offsets are not multiplied by the block size "
             "(program pid must start at pid times the block size), so the programs overlap and "
             "none reaches the end (or the grid has far too few programs)."
+            + (
+                " With 2-D tiles the same pattern comes from a mask or a grid that uses one "
+                "dimension where the other is meant (rows tested against the number of columns)."
+                if tiles
+                else ""
+            )
         )
     return (
         f"the last {n_bad} elements were never written ({where}): the last, partial block is "
@@ -272,7 +279,7 @@ def _pattern(
     row_length = bad.shape[-1] if bad.dim() >= 2 else total
     start = int(where[0])
     if start and int(where[-1]) == total - 1 and _runs(where) and (bad.dim() < 2 or n_bad % row_length):
-        text = _tail(n_bad, start, bool(unwritten.flatten()[where].all()))
+        text = _tail(n_bad, start, bool(unwritten.flatten()[where].all()), tiles=bad.dim() >= 2)
         if text:
             return text
     factor = _common_factor(got, want, bad)
