@@ -23,4 +23,15 @@ MISTAKES = [
             'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
             'grid = (M // config["BLOCK_M"], N // config["BLOCK_N"])',
             cause=r"triton\.cdiv"),
+    # Masks and the k-loop's bounds.
+    Mistake("a's k mask compares with K, not with what is left of it",
+            "(offs_k[None, :] < k_remaining)", "(offs_k[None, :] < K)",
+            cause=r"past the end of `a_ptr`|missing its mask reads outside an input"),
+    Mistake("b's row stride assumed to be N",
+            "offs_k[:, None] * stride_bk", "offs_k[:, None] * N", cause=r"b is not contiguous"),
+    Mistake("a loaded without other=",
+            "mask=mask_m & (offs_k[None, :] < k_remaining), other=0.0)",
+            "mask=mask_m & (offs_k[None, :] < k_remaining))", cause=r"\(other=\)"),
+    Mistake("number of k-steps rounded down",
+            "num_k_steps = tl.cdiv(K, BLOCK_K)", "num_k_steps = K // BLOCK_K", cause=r"partial block"),
 ]
