@@ -21,4 +21,17 @@ MISTAKES = [
     Mistake("output rounded to fp16 before the store",
             "out_tile = acc.to(out_ptr.dtype.element_ty)", "out_tile = acc.to(tl.float16)",
             cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+    # Output size, borders (padding) and the launch.
+    Mistake("output height without the + 1",
+            "OH = (H + 2 * pad_h - R) // stride_h + 1", "OH = (H + 2 * pad_h - R) // stride_h",
+            cause=r"shape"),
+    Mistake("padding counted on one side only in the output height",
+            "OH = (H + 2 * pad_h - R) // stride_h + 1", "OH = (H + pad_h - R) // stride_h + 1",
+            cause=r"shape"),
+    Mistake("bottom border check off by one",
+            "(ih < H)", "(ih <= H)", cause=r"where padding is set|of `x_ptr`"),
+    Mistake("rows above the image not masked",
+            "in_image = mask_m & (ih >= 0) & ", "in_image = mask_m & ", cause=r"where padding is set|of `x_ptr`"),
+    Mistake("grid rounds down",
+            'triton.cdiv(N * OH * OW, meta["BLOCK_M"])', '(N * OH * OW) // meta["BLOCK_M"]', cause=r"cdiv"),
 ]
