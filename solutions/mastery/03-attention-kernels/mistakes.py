@@ -33,4 +33,15 @@ MISTAKES = [
             'm_i = tl.full((BLOCK_M,), float("-inf"), dtype=COMPUTE_DTYPE)',
             "m_i = tl.zeros((BLOCK_M,), dtype=COMPUTE_DTYPE)",
             cause=r"must start at -inf"),
+    Mistake("naive softmax exponentiates the scores without subtracting the row maximum",
+            "e = tl.exp(s - s_max)", "e = tl.exp(s)",
+            cause=r"subtract each row's maximum"),
+    Mistake("dQ without the softmax scale",
+            "    dq = dq * sm_scale\n", "",
+            cause=r"dQ = sm_scale"),
+    # The diagnosis localizes it to the dK/dV kernel's recomputed probabilities (o and dQ right).
+    Mistake("the dK/dV kernel's causal mask leaves out the diagonal",
+            "pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)",
+            "pT = tl.where(offs_m[None, :] > offs_n[:, None], pT, 0.0)",
+            cause=r"only grad_k and grad_v depend on.*P recomputed"),
 ]

@@ -275,6 +275,8 @@ GQA = "grouped-query attention: query head h reads key/value head h // (Hq // Hk
 NEGATIVE_SCORES = ("every score of every row is -250 or lower (after sm_scale): the running maximum must start at "
                    "-inf. One that starts at 0 stays 0, so exp2(qk_scale * s - m) underflows to 0 for every key, "
                    "the sum l is 0 and o = acc / l is 0 / 0.")
+NAIVE_LARGE_SCORES = ("scores of +-100 and more: exp(s) passes float32's largest value once s > 88, so the "
+                      "softmax must subtract each row's maximum before exponentiating (exp(s - max) <= 1).")
 BROADCAST_DO = ("loss = o.sum(): autograd hands the backward a dO with all strides 0 (one value expanded), "
                 "which the kernels must read through its strides, or copy first.")
 FLOAT64 = ("float64 inputs, as torch.autograd.gradcheck gives: the kernels take them (compute_dtype makes the "
@@ -417,6 +419,12 @@ CASES = [
     Case({"shape": (1, 2, 20, 16)}, spec=NAIVE, label="naive"),
     Case({"shape": (1, 2, 33, 16), "causal": True}, torch.float16, spec=NAIVE, label="naive, causal", hint=CAUSAL),
     Case({"shape": (1, 4, 17, 32), "kv_heads": 2, "seq_k": 9}, spec=NAIVE, label="naive, grouped-query", hint=GQA),
+    Case({"shape": (1, 1, 24, 16), "scale": 40.0}, torch.float16, spec=NAIVE, label="naive, large scores",
+         hint=NAIVE_LARGE_SCORES),
+    Case({"shape": (1, 2, 33, 16), "scale": 40.0, "causal": True}, spec=NAIVE, label="naive, causal, large scores",
+         hint=NAIVE_LARGE_SCORES),
+    Case({"shape": (1, 4, 17, 32), "kv_heads": 2, "scale": 40.0}, spec=NAIVE,
+         label="naive, grouped-query, large scores", hint=NAIVE_LARGE_SCORES),
     Case({"shape": (2, 8, 512, 64), "causal": True}, torch.bfloat16, spec=NAIVE, label="naive, realistic",
          cuda_only=True),
     # every score far below 0: the softmax is as usual, a running maximum that starts at 0 is not
