@@ -285,3 +285,14 @@ def test_an_error_after_memory_damage_is_called_a_consequence_not_a_mistake():
     assert crashes.follow_on("output: 3 of 8 elements are wrong", -11).startswith("output: 3 of 8")
     assert crashes.follow_on("output: 3 of 8 elements are wrong", -11) == "output: 3 of 8 elements are wrong"
     assert "consequence of the same memory error" in crashes.check_message(-11)
+
+
+def test_nan_in_a_tensor_updated_in_place_was_computed_not_left_unwritten():
+    """An optimizer's parameters hold numbers before the call (no NaN fill): NaN there comes from
+    the formula (the square root of a second moment that went negative), never a missed store."""
+    ref = torch.randn(130, dtype=torch.float64)
+    out = ref.clone()
+    out[::2] = float("nan")
+    text = diagnose(out, ref, ATOL, RTOL, name="params[3]", updated_in_place=True)
+    assert "updates in place" in text and "square root" in text and "never written" not in text
+    assert "never written" in diagnose(out, ref, ATOL, RTOL), "an output the call allocates: as before"

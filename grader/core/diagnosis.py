@@ -342,12 +342,15 @@ def diagnose(
     name: str = "output",
     largest_input: float = 0.0,
     inf_elsewhere: bool = False,
+    updated_in_place: bool = False,
 ) -> str | None:
     """None when ``out`` matches ``ref`` within ``atol + rtol * |ref|``, else the diagnosis.
 
     ``largest_input`` (the largest finite magnitude among the case's inputs) and ``inf_elsewhere``
     (another output of the call holds inf where its result is finite) tell NaN that was computed
-    from NaN that was never written: the poison fill writes NaN, never inf.
+    from NaN that was never written: the poison fill writes NaN, never inf. ``updated_in_place``:
+    ``out`` is an input the call updates (an optimizer's parameters), which held numbers before
+    it, so its NaN was computed.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return (
@@ -377,6 +380,14 @@ def diagnose(
     n_nan = int(nan_out.sum())
     non_finite = bool((~torch.isfinite(got) & finite_ref).any())
     large = largest_input >= _OVERFLOW_INPUT
+    if non_finite and updated_in_place:
+        lines.append(
+            "Pattern: inf or NaN where the result is finite, in a tensor the call updates in place "
+            "(it held numbers before the call), so computed: the square root or log of a negative "
+            "number, a division by zero, inf - inf, or an overflow. Check each formula's terms "
+            "(a square left out, a sign, a running average that cannot go negative)."
+        )
+        return "\n".join(lines)
     if non_finite and (large or inf_elsewhere or bool((torch.isinf(got) & finite_ref).any())):
         why = f"this case's inputs reach {largest_input:.4g}, so " if large else ""
         lines.append(
