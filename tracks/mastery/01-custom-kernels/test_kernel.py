@@ -257,6 +257,8 @@ COMPLEX_MUL_BACKWARD = Spec(
 CUBIC = (0.5, -1.0, 0.25, 0.1)
 SATURATED = ("|x| up to about 60: sigmoid(x) is 0 or 1 to float32 precision there, and exp(-x) "
              "overflows to inf for x < -88. sigmoid = 1 / (1 + exp(-x)) still gives 0, not NaN.")
+PAST_EXP = ("|x| well past 88, where exp(x) is inf in float32: sigmoid written with exp(-x), 1 / (1 + exp(-x)), "
+            "gives 0 or 1 there; exp(x) / (1 + exp(x)) gives inf / inf = NaN.")
 UPSTREAM = ("the upstream gradient grad_y is not contiguous (a transpose or a slice: whatever the "
             "next operation produced). A kernel that walks it as packed memory reads it in the wrong "
             "order: call grad_y.contiguous() before passing it to the kernel.")
@@ -280,6 +282,8 @@ CASES = [
     Case({"shape": (5, 300)}, torch.bfloat16, label="bf16"),
     Case({"shape": (2, 3, 4, 25)}, label="4-D"),
     Case({"shape": (64, 50), "scale": 20.0}, label="saturated sigmoid", hint=SATURATED),
+    Case({"shape": (32, 40), "scale": 60.0}, label="x past exp's float32 range", hint=PAST_EXP),
+    Case({"shape": (9, 70), "scale": 60.0}, torch.float16, label="fp16, x past exp's float32 range", hint=PAST_EXP),
     Case({"shape": (30, 40), "layout": "transposed"}, label="x a transpose"),
     Case({"shape": (9, 100), "layout": "sliced"}, torch.float16, label="x every other element"),
     Case({"shape": (0, 5)}, label="no elements"),
@@ -291,6 +295,8 @@ CASES = [
     Case({"shape": (6, 200)}, torch.float16, spec=SILU_BACKWARD, label="backward, fp16"),
     Case({"shape": (8, 100)}, torch.bfloat16, spec=SILU_BACKWARD, label="backward, bf16"),
     Case({"shape": (20, 50), "scale": 20.0}, spec=SILU_BACKWARD, label="backward, saturated sigmoid", hint=SATURATED),
+    Case({"shape": (20, 30), "scale": 60.0}, spec=SILU_BACKWARD, label="backward, x past exp's float32 range",
+         hint=PAST_EXP),
     Case({"shape": (30, 20), "layout": "transposed"}, torch.float16, spec=SILU_BACKWARD, label="backward, x a transpose"),
     Case({"shape": (24, 40), "upstream": "transposed"}, spec=SILU_BACKWARD, label="backward, grad_y a transpose",
          hint=UPSTREAM),
