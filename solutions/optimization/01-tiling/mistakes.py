@@ -23,4 +23,21 @@ MISTAKES = [
     Mistake("matmul result rounded to fp16 before the store",
             "acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)",
             cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+    # The k-loop of the matmul (the case "several k-steps, b transposed" makes three cases see it).
+    Mistake("a's k mask compares with K, not with what is left of it",
+            "(offs_k[None, :] < k_left)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`"),
+    Mistake("b's k mask compares with K, not with what is left of it",
+            "(offs_k[:, None] < k_left)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`"),
+    Mistake("accumulator overwritten by each k-step instead of added to",
+            "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)",
+            cause=r"acc \+= tl\.dot\(a, b\)|each step adds to the accumulator"),
+    Mistake("a loaded without other=",
+            "(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))", cause=r"\(other=\)"),
+    Mistake("b's column stride assumed to be 1",
+            "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
+    # The transpose.
+    Mistake("transpose loads without a mask",
+            "cols[None, :] * stride_xn, mask=mask)", "cols[None, :] * stride_xn)", cause=r"`x_ptr`"),
+    Mistake("x's column stride assumed to be 1",
+            "cols[None, :] * stride_xn", "cols[None, :]", cause=r"not contiguous"),
 ]

@@ -84,6 +84,11 @@ CASES = [
          label="sliced a"),
     Case({"mnk": (10, 12, 20), "layouts": ("transposed", "transposed")}, spec=MATMUL,
          label="both transposed"),
+    Case({"mnk": (10, 18, 100), "layouts": ("row-major", "transposed")}, spec=MATMUL,
+         label="several k-steps, b transposed",
+         hint="K = 100 takes four k-steps of 32, the last one partial: each step adds to the "
+              "accumulator, its k mask compares with what is left of K (K - k), and both pointers "
+              "advance by BLOCK_K times their own k stride."),
     Case({"mnk": (300, 200, 150)}, torch.float16, spec=MATMUL, label="several tiles each way",
          cuda_only=True),
     Case({"mnk": (2048 + 5, 1024 - 3, 512 + 1)}, spec=MATMUL, label="large, odd", cuda_only=True),
