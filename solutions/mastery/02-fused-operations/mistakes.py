@@ -40,4 +40,9 @@ MISTAKES = [
             "    weight = _or_constant(weight, n_cols, 1.0, x)\n"
             "    bias = _or_constant(bias, n_cols, 0.0, x)\n",
             cause=r"stride 2"),
+    Mistake("K mask off by one in the matmul loop (<=): one lane past K is read",
+            "k_mask = offs_k < K - k", "k_mask = offs_k <= K - k",
+            cause=r"lanes past the end: mask them|past the end of `(x|w)t?_ptr`.*check the mask",
+            interpreter_only="the extra lane reads past the end of x or the weight: on a GPU whatever memory lies "
+                             "there decides the symptom, so only the interpreter shows it the same way each run"),
 ]
