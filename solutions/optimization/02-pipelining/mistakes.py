@@ -21,4 +21,18 @@ MISTAKES = [
     Mistake("result rounded to fp16 before the store",
             "acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)",
             cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+    # The k-loop: masks, the accumulator, the pointer steps (the two "several k-steps" cases with
+    # transposed inputs make a's k stride and b's column stride matter on three cases each).
+    Mistake("a's k mask compares with K, not with what is left of it",
+            "(offs_k[None, :] < K - k)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`"),
+    Mistake("b's k mask compares with K, not with what is left of it",
+            "(offs_k[:, None] < K - k)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`"),
+    Mistake("accumulator overwritten by each k-step instead of added to",
+            "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)", cause=r"acc \+= tl\.dot\(a, b\)"),
+    Mistake("a advanced by BLOCK_K elements, ignoring its k stride",
+            "a_ptrs += BLOCK_K * stride_ak", "a_ptrs += BLOCK_K", cause=r"k stride"),
+    Mistake("b loaded without other=",
+            "(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))", cause=r"\(other=\)"),
+    Mistake("b's column stride assumed to be 1",
+            "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
 ]

@@ -47,6 +47,10 @@ SPEC = Spec(
     learner_floor=0.5,
 )
 
+K_STRIDES = ("a transposed has a k stride of M, not 1, and K takes several k-steps: after each "
+             "step the pointers advance by BLOCK_K times their own k stride (stride_ak, stride_bk), "
+             "and every index into b uses b's strides.")
+
 CASES = [
     Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1"),
     Case({"mnk": (16, 16, 16)}, label="one 16 x 16 tile"),
@@ -61,6 +65,10 @@ CASES = [
     Case({"mnk": (257, 300, 65)}, label="several tiles each way"),
     Case({"mnk": (130, 600, 24)}, torch.float16, label="several tiles each way"),
     Case({"mnk": (20, 30, 40), "layouts": ("sliced", "row-major")}, label="a sliced"),
+    Case({"mnk": (24, 20, 100), "layouts": ("transposed", "transposed")},
+         label="both transposed, several k-steps", hint=K_STRIDES),
+    Case({"mnk": (20, 24, 150), "layouts": ("transposed", "row-major")}, torch.float16,
+         label="a transposed, several k-steps", hint=K_STRIDES),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"mnk": (1000, 1500, 700), "layouts": ("row-major", "transposed")}, torch.float16,
          label="large, b transposed", cuda_only=True),
