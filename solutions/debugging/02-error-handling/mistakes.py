@@ -17,4 +17,12 @@ MISTAKES = [
     Mistake("the padding lanes loaded as 0 instead of -inf",
             "mask=mask, other=-float(\"inf\")", "mask=mask, other=0.0",
             cause=r"lanes|padding|masked"),
+    Mistake("softmax exponentiates without subtracting the row's maximum",
+            "shifted = x - tl.max(x, axis=0)", "shifted = x",
+            cause=r"exp\(\) overflows float32"),
+    Mistake("A's pointers advanced down its rows (stride_am) instead of along K",
+            "a_ptrs += BLOCK_K * stride_ak", "a_ptrs += BLOCK_K * stride_am",
+            cause=r"BLOCK_K \* stride_ak|from the second on: .*the loop's pointer",
+            interpreter_only="from the second K-step on, A is read past its end: on a GPU whatever memory lies "
+                             "there decides the symptom, so only the interpreter shows it the same way each run"),
 ]

@@ -149,6 +149,8 @@ EMPTY = ("an empty input: the result is an empty tensor of the same shape, and t
 OTHER_DIM = ("softmax over a dimension that is not the last: in memory, the elements of one softmax "
              "are x.stride(dim) elements apart, not side by side.")
 LARGE_VALUES = "values near 100: exp() overflows float32 above 88."
+K_STEPS = ("K is longer than the BLOCK_K of every config, so the loop takes several K-steps: each moves A's "
+           "pointers BLOCK_K columns on (BLOCK_K * stride_ak) and B's BLOCK_K rows down (BLOCK_K * stride_bk).")
 
 CASES = [
     Case({"shape": (4, 0)}, label="empty rows", hint=EMPTY),
@@ -163,6 +165,8 @@ CASES = [
     Case({"shape": (9, 257)}, torch.float16, label="just past a power of two"),
     Case({"shape": (6, 77)}, torch.bfloat16, label="bf16"),
     Case({"shape": (6, 300), "scale": 100.0}, label="large values", hint=LARGE_VALUES),
+    Case({"shape": (5, 129), "scale": 100.0}, torch.float16, label="large values, fp16", hint=LARGE_VALUES),
+    Case({"shape": (50, 7), "scale": 100.0, "dim": 0}, label="large values along dim 0", hint=LARGE_VALUES),
     Case({"shape": (4, 200), "minus_inf": True}, label="-inf entries"),
     Case({"shape": (6, 10), "dim": 0}, label="dim 0", hint=OTHER_DIM),
     Case({"shape": (4, 6, 5), "dim": 1}, label="the middle dim", hint=OTHER_DIM),
@@ -216,6 +220,8 @@ CASES += [
     Case({"mnk": (20, 300, 30), "layouts": ("transposed", "sliced")}, spec=MATMUL,
          label="non-contiguous a and b", hint=RETRIED),
     Case({"mnk": (40, 150, 33)}, spec=MATMUL, label="C wider than the tile that runs", hint=RETRIED),
+    Case({"mnk": (20, 24, 300)}, spec=MATMUL, label="several K-steps", hint=K_STEPS),
+    Case({"mnk": (33, 40, 257)}, torch.float16, spec=MATMUL, label="several K-steps, K odd", hint=K_STEPS),
     Case({"mnk": (100, 200, 70)}, torch.float16, spec=MATMUL, label="C wider than the tile that runs",
          hint=RETRIED),
     Case({"mnk": (256, 512, 128)}, torch.float16, spec=MATMUL, label="aligned", cuda_only=True, hint=ALIGNED),
