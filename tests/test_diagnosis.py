@@ -296,3 +296,13 @@ def test_nan_in_a_tensor_updated_in_place_was_computed_not_left_unwritten():
     text = diagnose(out, ref, ATOL, RTOL, name="params[3]", updated_in_place=True)
     assert "updates in place" in text and "square root" in text and "never written" not in text
     assert "never written" in diagnose(out, ref, ATOL, RTOL), "an output the call allocates: as before"
+
+
+def test_a_float32_result_off_by_more_than_bfloat16_rounding_is_not_called_rounding():
+    """AdamW with beta2 in place of beta1: every parameter about 1% off, more than any 16-bit
+    rounding of a float32 value; the diagnosis must not send the learner after a conversion."""
+    ref = torch.rand(64, dtype=torch.float64) + 1.0
+    off = diagnose((ref * 1.0096).float(), ref, ATOL, RTOL)
+    assert "16-bit rounding" not in off
+    rounded = diagnose(ref.to(torch.bfloat16).float(), ref, ATOL, RTOL)
+    assert "16-bit rounding" in rounded, "a real bfloat16 round trip still is"

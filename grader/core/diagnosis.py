@@ -23,6 +23,9 @@ import torch
 # Block sizes are powers of two of at least this much, so a wrong region that starts at an index
 # that is not a multiple of it does not start at a block boundary.
 _SMALLEST_BLOCK = 16
+# The largest relative error 16-bit rounding of a float32 value explains: two units in the last
+# place of bfloat16 (Triton's interpreter truncates where a GPU rounds to nearest).
+_BF16_ROUNDING = 2.0**-7
 # exp() overflows float32 just above 88; inputs this large make any exponential suspect.
 _OVERFLOW_INPUT = 64.0
 # How many rows the search for a period of the wrong rows reads (a loop in Python).
@@ -122,13 +125,16 @@ def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: 
     if relative > 3e-2:
         return None
     if dtype == torch.float32:
-        if relative < 1e-4:
+        # Beyond two bfloat16 units in the last place (2 ** -7, a truncating conversion's worst),
+        # no 16-bit rounding explains it: a formula off by a little, reported as such.
+        if relative < 1e-4 or relative > _BF16_ROUNDING:
             return None
         return (
             f"every wrong element is off by at most {relative:.1g} of its value: the size of "
-            "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits). A value is "
-            "probably converted to a 16-bit type on the way (an operand of tl.dot, the "
-            "accumulator, or the result before the store): keep float32 throughout."
+            "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits, about 4e-3). "
+            "If a value is converted to a 16-bit type on the way (an operand of tl.dot, the "
+            "accumulator, or the result before the store), keep float32 throughout; if none is, "
+            "a term of the formula is slightly off (a constant, one coefficient for another)."
         )
     return (
         f"every wrong element is off by at most {relative:.1g} of its value: a few roundings "
