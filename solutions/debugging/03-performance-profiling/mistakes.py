@@ -32,4 +32,11 @@ MISTAKES = [
     Mistake("a strided bias read as if contiguous: the wrapper's .contiguous() left out",
             "bias = bias.contiguous() if has_bias else x2d", "bias = bias if has_bias else x2d",
             cause=r"stride 2"),
+    Mistake("grid rounded down (n // BLOCK) along both axes",
+            'grid = (triton.cdiv(n_rows, config["BLOCK_M"]) * triton.cdiv(n_cols, config["BLOCK_N"]),)',
+            'grid = ((n_rows // config["BLOCK_M"]) * (n_cols // config["BLOCK_N"]),)',
+            cause=r"use triton\.cdiv"),
+    Mistake("tiles per row rounded down, so the programs map to the wrong tiles",
+            "tiles_per_row = (n_cols + BLOCK_N - 1) // BLOCK_N", "tiles_per_row = n_cols // BLOCK_N",
+            cause=r"grid launches too few programs, or the programs are mapped to the wrong rows"),
 ]
