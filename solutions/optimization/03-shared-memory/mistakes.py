@@ -29,4 +29,21 @@ MISTAKES = [
             "partials = torch.empty(triton.cdiv(n, CHUNK), dtype=torch.float32, device=x.device)",
             "partials = torch.empty(triton.cdiv(n, CHUNK), dtype=x.dtype, device=x.device)",
             cause=r"must stay float32"),
+    # The online kernel's bookkeeping: the lanes, -inf entries, the second pass.
+    Mistake("lane sums combined without rescaling to the row maximum",
+            "running_sum * tl.exp(running_max - row_max)", "running_sum", cause=r"rescal"),
+    Mistake("running maximum never updated",
+            "        running_max = new_max\n", "", cause=r"rescal"),
+    Mistake("rescale not guarded against exp(-inf - (-inf))",
+            'rescale = tl.where(running_max == -float("inf"), 0.0, tl.exp(running_max - new_max))',
+            "rescale = tl.exp(running_max - new_max)", cause=r"exp\(-inf - \(-inf\)\) is NaN"),
+    Mistake("exponentials of -inf entries not guarded",
+            'tl.where(x == -float("inf"), 0.0, tl.exp(x - new_max))', "tl.exp(x - new_max)",
+            cause=r"exp\(-inf - \(-inf\)\) is NaN"),
+    Mistake("second pass subtracts each chunk's own maximum",
+            "y = tl.exp(x - row_max) / row_sum", "y = tl.exp(x - tl.max(x, axis=0)) / row_sum",
+            cause=r"larger than 8192"),
+    # The two-stage sum.
+    Mistake("vector sum ignores x's stride",
+            "x_ptr + offsets * stride", "x_ptr + offsets", cause=r"offsets \* stride"),
 ]

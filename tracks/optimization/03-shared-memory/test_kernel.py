@@ -94,6 +94,11 @@ CANCELLING = ("large values that cancel: the first half positive, the second hal
               "so each chunk of 4096 sums to tens of thousands while the whole vector sums to a few hundred at "
               "most. The partial sums must stay float32: a sum near 37000 rounded to float16 (11 significant "
               "bits) can be off by 16, rounded to bfloat16 (8 bits) by 128, errors that survive the cancellation.")
+MINUS_INF_LANES = ("a lane of the online kernel can see only -inf during a whole chunk, and exp(-inf - (-inf)) "
+                   "is NaN: the rescale and the new exponentials must give a -inf entry weight 0 "
+                   "(tl.where), not compute exp of it.")
+STRIDED_SUM = ("x is every other element of a buffer (stride 2): step through it with its stride, "
+               "offsets * stride, not as if it were packed.")
 ONLINE = ("rows longer than 8192 go through the online kernel: its running sum must be rescaled by "
           "exp(old max - new max) whenever the running maximum grows, and the lanes combined the same way.")
 
@@ -112,6 +117,9 @@ CASES = [
     Case({"shape": (2, 8193)}, label="one past it: the online kernel", hint=ONLINE),
     Case({"shape": (3, 20000), "scale": 100.0}, label="long rows, large values", hint=ONLINE),
     Case({"shape": (2, 12000), "minus_inf": True}, torch.float16, label="long rows, -inf entries", hint=ONLINE),
+    Case({"shape": (3, 9000), "minus_inf": True}, label="long rows, -inf entries", hint=MINUS_INF_LANES),
+    Case({"shape": (1, 16385), "minus_inf": True}, label="long row, -inf entries, five chunks",
+         hint=MINUS_INF_LANES),
     Case({"shape": (4, 10000), "scale": 3.0}, label="long rows", hint=ONLINE),
     Case({"shape": (2, 8193), "offset": -200.0}, label="long rows, every value near -200", hint=NEGATIVE_ROWS),
     Case({"shape": (1, 9000), "offset": -1000.0, "scale": 10.0}, torch.float16,
@@ -129,6 +137,10 @@ CASES = [
     Case({"n": 100_003}, spec=VECTOR_SUM, label="many chunks"),
     Case({"n": 30_001}, torch.float16, spec=VECTOR_SUM, label="many chunks"),
     Case({"n": 5000, "layout": "strided"}, spec=VECTOR_SUM, label="every other element"),
+    Case({"n": 9000, "layout": "strided"}, torch.float16, spec=VECTOR_SUM, label="every other element",
+         hint=STRIDED_SUM),
+    Case({"n": 4097, "layout": "strided"}, spec=VECTOR_SUM, label="every other element, one past a chunk",
+         hint=STRIDED_SUM),
     Case({"n": 0}, spec=VECTOR_SUM, label="empty: the sum of nothing is 0"),
     Case({"n": 12_288, "values": "cancelling"}, torch.float16, spec=VECTOR_SUM, label="large values that cancel",
          hint=CANCELLING),
