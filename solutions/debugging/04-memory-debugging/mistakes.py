@@ -29,4 +29,10 @@ MISTAKES = [
             "grid = (triton.cdiv(n, BLOCK_SIZE),)\n        scale_kernel",
             "grid = (n // BLOCK_SIZE,)\n        scale_kernel",
             cause=r"never written"),
+    Mistake("column_sum's rows start at 0 in every program (row_start left out)",
+            "rows = row_start + offset + tl.arange(0, BLOCK_M)", "rows = offset + tl.arange(0, BLOCK_M)",
+            cause=r"takes several, so look at what happens from the second on"),
+    Mistake("dot's grid-stride loop steps one block instead of one block per program",
+            "step = tl.num_programs(axis=0) * BLOCK", "step = BLOCK",
+            cause=r"takes several, so look at what happens from the second on"),
 ]
