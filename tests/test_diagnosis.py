@@ -306,3 +306,13 @@ def test_a_float32_result_off_by_more_than_bfloat16_rounding_is_not_called_round
     assert "16-bit rounding" not in off
     rounded = diagnose(ref.to(torch.bfloat16).float(), ref, ATOL, RTOL)
     assert "16-bit rounding" in rounded, "a real bfloat16 round trip still is"
+
+
+def test_a_transposed_square_output_is_named():
+    """A transpose that stores with y's strides swapped writes x itself: on a square matrix the
+    output is the expected one transposed, its diagonal alone right."""
+    ref = torch.randn(64, 64, dtype=torch.float64)
+    text = diagnose(ref.t().contiguous().float(), ref, ATOL, RTOL)
+    assert "expected matrix transposed" in text and "column stride" in text
+    symmetric = ref + ref.t()
+    assert "transposed" not in (diagnose((symmetric + 1).float(), symmetric, ATOL, RTOL) or "")

@@ -116,6 +116,16 @@ def _row_factors(
     return float(scale.min()), float(scale.max())
 
 
+def _transposed(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> bool:
+    """True when square matrices (the last two dimensions) are each other's transposes, and not
+    symmetric (then transposing would change nothing)."""
+    if got.dim() < 2 or got.shape[-1] != got.shape[-2] or got.shape[-1] < 2:
+        return False
+    flipped = want.transpose(-1, -2)
+    close = (got - flipped).abs() <= atol + rtol * flipped.abs()
+    return bool(close.all()) and not bool(torch.allclose(want, flipped, atol=atol, rtol=rtol))
+
+
 def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
     """Every wrong element a little off: rounding somewhere, not a logic error."""
     if not bool(torch.isfinite(got[bad]).all()) or not bool(torch.isfinite(want[bad]).all()):
@@ -288,6 +298,12 @@ def _pattern(
         text = _tail(n_bad, start, bool(unwritten.flatten()[where].all()), tiles=bad.dim() >= 2)
         if text:
             return text
+    if _transposed(got, want, atol, rtol):
+        return (
+            "the output is the expected matrix transposed (only its diagonal is right): a load or "
+            "a store pairs the row index with the column stride and the column index with the row "
+            "stride."
+        )
     factor = _common_factor(got, want, bad)
     if factor is not None:
         return (
