@@ -39,4 +39,13 @@ MISTAKES = [
     Mistake("tiles per row rounded down, so the programs map to the wrong tiles",
             "tiles_per_row = (n_cols + BLOCK_N - 1) // BLOCK_N", "tiles_per_row = n_cols // BLOCK_N",
             cause=r"grid launches too few programs, or the programs are mapped to the wrong rows"),
+    Mistake("ReLU written with tl.maximum, which drops NaN",
+            "x = tl.where(x < 0.0, 0.0, x)", "x = tl.maximum(x, 0.0)",
+            cause=r"dropped the NaN"),
+    Mistake("SiLU written with exp(x), which is inf / inf for large x",
+            "x = x / (1.0 + tl.exp(-x))", "x = x * tl.exp(x) / (1.0 + tl.exp(x))",
+            cause=r"overflowed.*inf / inf"),
+    Mistake("x not converted to float32 before the arithmetic",
+            "    x = x.to(tl.float32)\n    if HAS_BIAS:", "    if HAS_BIAS:",
+            cause=r"Expected dtype \[.*fp32.*fp64.*\] but got (fp16|bf16)"),
 ]

@@ -176,10 +176,13 @@ def bias_act_inputs(case, rand):
     bias is params["bias"]: True (a contiguous vector), False (None) or "strided"."""
     shape = case.params["shape"]
     layout = case.params.get("layout", "contiguous")
+    scale = case.params.get("scale", 2.0)
     if layout == "contiguous":
-        x = rand.randn(*shape, dtype=case.dtype, scale=2.0)
+        x = rand.randn(*shape, dtype=case.dtype, scale=scale)
     else:  # "transposed", "sliced" (every other column of a wider x), "padded" (NaN around it)
-        x = rand.matrix(*shape, layout=layout, dtype=case.dtype, scale=2.0)
+        x = rand.matrix(*shape, layout=layout, dtype=case.dtype, scale=scale)
+    if case.params.get("nan"):  # NaN in every fifth column: the activations must let it through
+        x[..., ::5] = float("nan")
     with_bias = case.params.get("bias", True)
     if with_bias == "strided":  # every other element of a vector twice as long: a view of stride 2
         bias = rand.randn(2 * shape[-1], dtype=case.dtype)[::2]
@@ -324,6 +327,12 @@ STRIDED_BIAS = ("the bias is every other element of a longer vector (stride 2): 
                 "bias_ptr + cols, so bias_act() must hand it a contiguous copy (bias.contiguous()), or pass the "
                 "bias's stride and use it.")
 
+COMPUTE_FP32 = "16-bit x and no bias: the arithmetic is float32 only if the kernel converts x to float32 itself."
+PAST_EXP = ("|x| well past 88, where exp(x) is inf in float32: silu written with exp(-x), x / (1 + exp(-x)), "
+            "gives x or 0 there; a form with exp(x) gives inf / inf = NaN.")
+NAN_THROUGH = ("x holds NaN: torch.relu returns NaN there, so the kernel must let it through (tl.maximum and a "
+               "select on x > 0 turn it into a number).")
+
 CASES = [
     Case({"shape": (64, 100)}, label="memory traffic checked", hint=TRAFFIC_HINT),
     Case({"shape": (48, 64)}, torch.float16, label="memory traffic checked", hint=TRAFFIC_HINT),
@@ -341,6 +350,17 @@ CASES = [
     Case({"shape": (24, 40), "layout": "padded"}, torch.float16, label="the corner of a larger x"),
     Case({"shape": (30, 50), "activation": None}, label="bias only"),
     Case({"shape": (5, 130), "activation": "relu", "bias": False}, torch.float16, label="relu only"),
+    Case({"shape": (9, 33), "bias": False}, torch.float16, label="silu only, fp16", hint=COMPUTE_FP32),
+    Case({"shape": (2, 3, 20), "bias": False}, torch.bfloat16, label="silu only, bf16", hint=COMPUTE_FP32),
+    Case({"shape": (6, 50), "scale": 60.0}, label="x past exp's float32 range", hint=PAST_EXP),
+    Case({"shape": (5, 40), "scale": 60.0, "bias": False}, torch.float16, label="fp16, x past exp's float32 range",
+         hint=PAST_EXP),
+    Case({"shape": (7, 30), "scale": 60.0, "layout": "sliced"}, label="x past exp's float32 range, sliced",
+         hint=PAST_EXP),
+    Case({"shape": (8, 40), "activation": "relu", "nan": True}, label="NaN through relu", hint=NAN_THROUGH),
+    Case({"shape": (6, 24), "activation": "relu", "nan": True, "bias": False}, torch.float16,
+         label="NaN through relu, fp16", hint=NAN_THROUGH),
+    Case({"shape": (3, 4, 20), "activation": "relu", "nan": True}, label="NaN through relu, 3-D", hint=NAN_THROUGH),
     Case({"shape": (5, 33), "bias": "strided"}, label="a strided bias", hint=STRIDED_BIAS),
     Case({"shape": (3, 4, 20), "bias": "strided", "activation": "relu"}, torch.float16,
          label="a strided bias, 3-D, relu", hint=STRIDED_BIAS),
