@@ -35,4 +35,8 @@ MISTAKES = [
     Mistake("dot's grid-stride loop steps one block instead of one block per program",
             "step = tl.num_programs(axis=0) * BLOCK", "step = BLOCK",
             cause=r"takes several, so look at what happens from the second on"),
+    Mistake("add_bias ignores x's column stride",
+            "x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn,",
+            "x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :],",
+            cause=r"layout='transposed'.*both of its strides"),
 ]

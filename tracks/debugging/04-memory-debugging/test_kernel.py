@@ -117,6 +117,9 @@ def add_bias_reference(x, bias):
     return x + bias
 
 
+X_TRANSPOSED = ("x is a transpose: its columns are x.stride(1) elements apart (M of them), not 1, so every "
+                "address into x needs both of its strides.")
+
 ADD_BIAS = Spec(
     api="add_bias",
     make_inputs=add_bias_inputs,
@@ -214,7 +217,12 @@ CASES = [
     Case({"shape": (5, 100)}, torch.float16, spec=ADD_BIAS, label="a tile wider than the matrix", hint=OVERHANG),
     Case({"shape": (64, 257)}, spec=ADD_BIAS, label="one column past a tile", hint=OVERHANG),
     Case({"shape": (20, 70), "layout": "row-strided"}, spec=ADD_BIAS, label="strided rows", hint=OVERHANG),
-    Case({"shape": (30, 40), "layout": "transposed"}, torch.float16, spec=ADD_BIAS, label="x a transpose"),
+    Case({"shape": (30, 40), "layout": "transposed"}, torch.float16, spec=ADD_BIAS, label="x a transpose",
+         hint=X_TRANSPOSED),
+    Case({"shape": (37, 300), "layout": "transposed"}, spec=ADD_BIAS, label="x a transpose, tiles overhang",
+         hint=X_TRANSPOSED),
+    Case({"shape": (6, 90), "layout": "transposed"}, torch.bfloat16, spec=ADD_BIAS, label="x a transpose, bf16",
+         hint=X_TRANSPOSED),
     Case({"shape": (3, 1000)}, torch.bfloat16, spec=ADD_BIAS, label="bf16"),
     Case({"shape": (4096, 4096)}, spec=ADD_BIAS, label="large", cuda_only=True),
     Case({"shape": (1000, 3000)}, torch.float16, spec=ADD_BIAS, label="large", cuda_only=True),
