@@ -59,8 +59,14 @@ SPEC = Spec(
 GROUPS = ("tiles in several rows and columns: with GROUP_M rows of tiles per group, the last group "
           "has only the rows that are left (tl.minimum(tiles_m - first_row, GROUP_M)).")
 
+GELU_FORMULA = ("one output, so the whole formula shows: c = gelu(a @ b + bias) with the tanh "
+                "approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), equal to "
+                "x / (1 + 2^(-2 log2(e) sqrt(2 / pi) (x + 0.044715 x^3))); the bias goes in before the GELU.")
+K_STEPS = ("K = 200 takes seven k-steps of 32, the last one partial: each step adds its tl.dot to the "
+           "accumulator, and its k mask compares with what is left of K (K - k).")
+
 CASES = [
-    Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1"),
+    Case({"mnk": (1, 1, 1)}, label="1 x 1 x 1", hint=GELU_FORMULA),
     Case({"mnk": (16, 16, 16)}, label="one 16 x 16 tile"),
     Case({"mnk": (33, 65, 17), "strided_bias": True}, label="odd sizes, strided bias"),
     Case({"mnk": (48, 40, 100), "layouts": ("sliced", "row-major")}, torch.float16,
@@ -73,6 +79,9 @@ CASES = [
     Case({"mnk": (257, 520, 33), "strided_bias": True}, torch.float16, label="several tiles each way, strided bias",
          hint=GROUPS),
     Case({"mnk": (1100, 300, 16)}, label="more rows of tiles than a group", hint=GROUPS),
+    Case({"mnk": (1030, 16, 16)}, label="more rows of tiles than a group, one column", hint=GROUPS),
+    Case({"mnk": (1200, 40, 24)}, torch.float16, label="two groups of rows of tiles", hint=GROUPS),
+    Case({"mnk": (16, 24, 200)}, label="several k-steps, packed inputs", hint=K_STEPS),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
     Case({"mnk": (2048 + 3, 3000, 512 + 5)}, torch.float16, label="large, odd", cuda_only=True),
     # Rows of a, b and c on 16-byte boundaries: on a Hopper GPU the persistent TMA kernel runs, with
