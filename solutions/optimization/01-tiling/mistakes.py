@@ -6,6 +6,10 @@ matrix) are left out: under the interpreter such a store corrupts the test proce
 
 from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
+# The interpreter's memory checker stops a read past the end of an input and names it; a GPU
+# reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
+READ_PAST_END = "a read past the end of an input is named only by the interpreter's memory checker"
+
 MISTAKES = [
     Mistake("matmul grid rounds down",
             'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
@@ -25,9 +29,11 @@ MISTAKES = [
             cause=r"16-bit", interpreter_only=TF32_ROUNDING),
     # The k-loop of the matmul (the case "several k-steps, b transposed" makes three cases see it).
     Mistake("a's k mask compares with K, not with what is left of it",
-            "(offs_k[None, :] < k_left)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`"),
+            "(offs_k[None, :] < k_left)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`",
+            interpreter_only=READ_PAST_END),
     Mistake("b's k mask compares with K, not with what is left of it",
-            "(offs_k[:, None] < k_left)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`"),
+            "(offs_k[:, None] < k_left)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`",
+            interpreter_only=READ_PAST_END),
     Mistake("accumulator overwritten by each k-step instead of added to",
             "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)",
             cause=r"acc \+= tl\.dot\(a, b\)|each step adds to the accumulator"),
@@ -37,7 +43,8 @@ MISTAKES = [
             "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
     # The transpose.
     Mistake("transpose loads without a mask",
-            "cols[None, :] * stride_xn, mask=mask)", "cols[None, :] * stride_xn)", cause=r"`x_ptr`"),
+            "cols[None, :] * stride_xn, mask=mask)", "cols[None, :] * stride_xn)", cause=r"`x_ptr`",
+            interpreter_only=READ_PAST_END),
     Mistake("x's column stride assumed to be 1",
             "cols[None, :] * stride_xn", "cols[None, :]", cause=r"not contiguous"),
 ]
