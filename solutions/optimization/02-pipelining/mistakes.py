@@ -4,6 +4,10 @@ the speed bar catch those.)"""
 
 from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
+# The interpreter's memory checker stops a read past the end of an input and names it; a GPU
+# reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
+READ_PAST_END = "a read past the end of an input is named only by the interpreter's memory checker"
+
 MISTAKES = [
     Mistake("grid rounds down",
             'grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))',
@@ -24,9 +28,11 @@ MISTAKES = [
     # The k-loop: masks, the accumulator, the pointer steps (the two "several k-steps" cases with
     # transposed inputs make a's k stride and b's column stride matter on three cases each).
     Mistake("a's k mask compares with K, not with what is left of it",
-            "(offs_k[None, :] < K - k)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`"),
+            "(offs_k[None, :] < K - k)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`",
+            interpreter_only=READ_PAST_END),
     Mistake("b's k mask compares with K, not with what is left of it",
-            "(offs_k[:, None] < K - k)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`"),
+            "(offs_k[:, None] < K - k)", "(offs_k[:, None] < K)", cause=r"past the end of `b_ptr`",
+            interpreter_only=READ_PAST_END),
     Mistake("accumulator overwritten by each k-step instead of added to",
             "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)", cause=r"acc \+= tl\.dot\(a, b\)"),
     Mistake("a advanced by BLOCK_K elements, ignoring its k stride",
