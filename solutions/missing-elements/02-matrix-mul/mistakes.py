@@ -2,6 +2,10 @@
 
 from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
+# The interpreter's memory checker stops a read past the end of an input and names it; a GPU
+# reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
+READ_PAST_END = "a read past the end of an input is named only by the interpreter's memory checker"
+
 MISTAKES = [
     Mistake("fp32 operands rounded to fp16 before tl.dot",
             "acc = tl.dot(a, b, acc)", "acc = tl.dot(a.to(tl.float16), b.to(tl.float16), acc)",
@@ -26,7 +30,8 @@ MISTAKES = [
     # Masks and the k-loop's bounds.
     Mistake("a's k mask compares with K, not with what is left of it",
             "(offs_k[None, :] < k_remaining)", "(offs_k[None, :] < K)",
-            cause=r"past the end of `a_ptr`|missing its mask reads outside an input"),
+            cause=r"past the end of `a_ptr`|missing its mask reads outside an input",
+            interpreter_only=READ_PAST_END),
     Mistake("b's row stride assumed to be N",
             "offs_k[:, None] * stride_bk", "offs_k[:, None] * N", cause=r"b is not contiguous"),
     Mistake("a loaded without other=",
