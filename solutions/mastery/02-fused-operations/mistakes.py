@@ -45,4 +45,10 @@ MISTAKES = [
             cause=r"lanes past the end: mask them|past the end of `(x|w)t?_ptr`.*check the mask",
             interpreter_only="the extra lane reads past the end of x or the weight: on a GPU whatever memory lies "
                              "there decides the symptom, so only the interpreter shows it the same way each run"),
+    # A narrow kill under the interpreter (one element per long-K case is past the fp16 tolerance);
+    # a GPU's fp16 MMA rounds after every 16-wide step, more often than the interpreter does.
+    Mistake("matmul accumulator kept in the inputs' 16-bit dtype",
+            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in",
+            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=w_ptr.dtype.element_ty)\n    for k in",
+            cause=r"accumulator must be float32"),
 ]

@@ -281,6 +281,9 @@ STRIDED = ("the weight and bias vectors are every other element of longer tensor
 K_ONE = ("K = 1: every row has variance 0, so LayerNorm(x) is exactly ln_bias and y = weight @ ln_bias "
          "+ bias: x - mean must be 0, and ln_bias added after ln_weight.")
 
+LONG_K = ("K in the thousands: the accumulator must be float32 (tl.zeros(..., dtype=tl.float32)); a 16-bit one "
+          "rounds every partial sum to 11 significant bits (fp16), and the rounding adds up over K.")
+
 CASES = [
     # layer_norm_act: one program per row
     Case({"shape": (5, 1), "activation": "gelu"}, label="N = 1, variance 0", hint=ORDER),
@@ -334,6 +337,11 @@ CASES = [
     Case({"mnk": (10, 24, 40), "batch": (2, 5), "activation": "silu"}, torch.float16, spec=LINEAR,
          label="3-D x"),
     Case({"mnk": (300, 300, 16), "activation": "gelu"}, spec=LINEAR, label="several tiles each way"),
+    Case({"mnk": (16, 32, 2048), "activation": "gelu"}, torch.float16, spec=LINEAR, label="long K, fp16", hint=LONG_K),
+    Case({"mnk": (12, 16, 8192), "activation": "silu"}, torch.float16, spec=LINEAR, label="longer K, fp16",
+         hint=LONG_K),
+    Case({"mnk": (8, 40, 4096), "bias": False, "activation": "gelu"}, torch.float16, spec=LINEAR,
+         label="long K, no bias", hint=LONG_K),
     Case({"mnk": (1100, 40, 16), "activation": "silu"}, torch.float16, spec=LINEAR,
          label="more rows of tiles than a group",
          hint="9 rows of tiles, one more than a group of GROUP_M = 8: the last group is short."),
