@@ -4,6 +4,10 @@ wrong here: the autotuning tests catch those.)"""
 
 from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
+# The interpreter's memory checker stops a read past the end of an input and names it; a GPU
+# reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
+READ_PAST_END = "a read past the end of an input is named only by the interpreter's memory checker"
+
 MISTAKES = [
     Mistake("persistent loop stops after one round of programs",
             "for tile in tl.range(tl.program_id(axis=0), tiles, NUM_SMS):",
@@ -26,4 +30,17 @@ MISTAKES = [
     Mistake("result rounded to fp16 before the store",
             "acc.to(c_ptr.dtype.element_ty)", "acc.to(tl.float16)",
             cause=r"16-bit", interpreter_only=TF32_ROUNDING),
+    # The k-loop, the strides, the descriptors and the grouped order.
+    Mistake("a's k mask compares with K, not with what is left of it",
+            "(offs_k[None, :] < K - k)", "(offs_k[None, :] < K)", cause=r"past the end of `a_ptr`",
+            interpreter_only=READ_PAST_END),
+    Mistake("accumulator overwritten by each k-step instead of added to",
+            "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)", cause=r"acc \+= tl\.dot"),
+    Mistake("b's column stride assumed to be 1",
+            "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"b is not contiguous"),
+    Mistake("descriptor load of b with its coordinates swapped",
+            "b_desc.load([k, pid_n * BLOCK_N])", "b_desc.load([pid_n * BLOCK_N, k])",
+            cause=r"matmul_tma_kernel runs"),
+    Mistake("tile column divides by GROUP_M, not by the rows in this group",
+            "in_group // rows_in_group", "in_group // GROUP_M", cause=r"last group"),
 ]
