@@ -48,5 +48,5 @@ MISTAKES = [
     Mistake("the variance without eps: 1 / sqrt(0) on a constant row",
             "rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + tl.cast(eps, x.dtype))",
             "rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N)",
-            cause=r"eps"),
+            cause=r"eps is as large as the variance"),
 ]
