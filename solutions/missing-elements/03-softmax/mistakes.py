@@ -2,6 +2,11 @@
 
 from grader.authoring.mistakes import Mistake
 
+# Only the interpreter's memory checker stops an access past the end of a tensor and names it; a GPU
+# reads or writes whatever lies there (a neighbouring row, often rewritten later), so what it shows
+# depends on the order the programs run in.
+PAST_END = "an access past the end of a tensor is named only by the interpreter's memory checker"
+
 MISTAKES = [
     Mistake("row maximum not subtracted",
             "row_minus_max = row_values - tl.max(row_values, axis=0)", "row_minus_max = row_values",
@@ -35,4 +40,11 @@ MISTAKES = [
             "block_size = triton.next_power_of_2(n_cols)", "block_size = n_cols", cause=r"power of two"),
     Mistake("exp2 used without the log2(e) factor",
             "numerator = tl.exp(row_minus_max)", "numerator = tl.exp2(row_minus_max)", cause=r"exp"),
+    # Accesses past the end of a row or of the output.
+    Mistake("mask keeps one lane too many",
+            "mask = col_offsets < n_cols", "mask = col_offsets <= n_cols",
+            cause=r"past the end of `x_ptr`", interpreter_only=PAST_END),
+    Mistake("output written with x's row stride",
+            "x_rows.stride(0), out_rows.stride(0)", "x_rows.stride(0), x_rows.stride(0)",
+            cause=r"past the end of `out_ptr`", interpreter_only=PAST_END),
 ]
