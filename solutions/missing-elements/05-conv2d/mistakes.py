@@ -34,4 +34,11 @@ MISTAKES = [
             "in_image = mask_m & (ih >= 0) & ", "in_image = mask_m & ", cause=r"where padding is set|of `x_ptr`"),
     Mistake("grid rounds down",
             'triton.cdiv(N * OH * OW, meta["BLOCK_M"])', '(N * OH * OW) // meta["BLOCK_M"]', cause=r"cdiv"),
+    # The reduction's order: filter taps, then channel blocks (two non-square filters and two
+    # channel counts above one block were added to the cases: each of these failed one case).
+    Mistake("filter tap split with R instead of S",
+            "r = tap // S\n        s = tap % S", "r = tap // R\n        s = tap % R", cause=r"t // S"),
+    Mistake("loop over filter taps forgets the channel blocks",
+            "for step in range(0, R * S * c_blocks):", "for step in range(0, R * S):",
+            cause=r"cdiv\(C, BLOCK_K\)"),
 ]

@@ -101,6 +101,11 @@ SPEC = Spec(
     target=0.5,
 )
 
+FILTER_TAPS = ("a filter that is not square (R rows, S columns, R != S): step t of the reduction is at "
+               "filter row t // S and column t % S.")
+CHANNEL_BLOCKS = ("more channels than one reduction step takes (BLOCK_K, 64 in the interpreter): each "
+                  "filter tap takes cdiv(C, BLOCK_K) steps, so the loop runs R * S * cdiv(C, BLOCK_K) times.")
+
 CASES = [
     Case({"x": (1, 3, 5, 5), "w": (4, 3, 1, 1), "bias": True}, label="1x1 filter"),
     Case({"x": (2, 4, 8, 8), "w": (8, 4, 3, 3), "padding": 1}, label="3x3, padding 1"),
@@ -108,7 +113,7 @@ CASES = [
     Case({"x": (1, 5, 9, 11), "w": (6, 5, 3, 3), "stride": 2, "padding": 1, "bias": True},
          torch.float16, label="stride 2"),
     Case({"x": (2, 3, 10, 7), "w": (5, 3, 5, 3), "padding": (2, 0), "bias": True},
-         label="5x3 filter, padding (2, 0)"),
+         label="5x3 filter, padding (2, 0)", hint=FILTER_TAPS),
     Case({"x": (1, 8, 12, 6), "w": (7, 8, 3, 3), "stride": (2, 1), "padding": (1, 2)},
          torch.float16, label="non-square, stride (2, 1)"),
     Case({"x": (2, 6, 2, 2), "w": (4, 6, 3, 3), "padding": 1, "bias": True}, torch.float16,
@@ -121,6 +126,12 @@ CASES = [
          label="NaN outside the image and channels"),
     Case({"x": (1, 3, 6, 8), "w": (4, 3, 3, 3), "stride": 2, "layout": "strided"},
          label="non-contiguous x and weight"),
+    Case({"x": (1, 3, 6, 9), "w": (4, 3, 3, 5), "padding": (1, 2)}, label="3x5 filter, padding (1, 2)",
+         hint=FILTER_TAPS),
+    Case({"x": (2, 2, 7, 5), "w": (3, 2, 2, 3)}, torch.float16, label="2x3 filter", hint=FILTER_TAPS),
+    Case({"x": (1, 80, 4, 4), "w": (3, 80, 3, 3), "padding": 1}, label="80 channels", hint=CHANNEL_BLOCKS),
+    Case({"x": (1, 130, 3, 3), "w": (2, 130, 1, 1)}, torch.float16, label="130 channels, 1x1 filter",
+         hint=CHANNEL_BLOCKS),
     Case({"x": (2, 16, 14, 14), "w": (32, 16, 3, 3), "padding": 1, "bias": True}, torch.bfloat16,
          label="bf16", cuda_only=True),
     Case({"x": (8, 64, 56, 56), "w": (128, 64, 3, 3), "stride": 2, "padding": 1}, torch.float16,
