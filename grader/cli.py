@@ -93,6 +93,11 @@ def cmd_mutants(args) -> int:
     import tempfile
 
     from grader.authoring import kill_table, mistakes
+    from grader.core.memcheck import ENV_SWITCH
+
+    # Under the interpreter every call runs under the memory checker, as in make check and the
+    # suite: a mutant's store past a tensor is its finding, not a write into this process's memory.
+    os.environ.setdefault(ENV_SWITCH, "1")
 
     if args.module:
         modules = [find_module(name) for name in args.module]
