@@ -78,6 +78,10 @@ CASES = [
     Case({"mnk": (16, 16, 16)}, spec=MATMUL, label="one 16 x 16 tile"),
     Case({"mnk": (9, 20, 40)}, spec=MATMUL, label="odd sizes"),
     Case({"mnk": (12, 20, 70)}, torch.float16, spec=MATMUL, label="K with a partial last step"),
+    # One case wide but a single k-step, one narrow with several: what fails then tells a loop over
+    # K (an accumulator overwritten, a k mask) from a tile too narrow for N.
+    Case({"mnk": (8, 40, 16)}, spec=MATMUL, label="wide, one k-step"),
+    Case({"mnk": (20, 16, 90)}, spec=MATMUL, label="one tile wide, several k-steps"),
     Case({"mnk": (20, 15, 30), "layouts": ("transposed", "sliced")}, spec=MATMUL,
          label="a transposed, b sliced"),
     Case({"mnk": (12, 10, 24), "layouts": ("sliced", "row-major")}, torch.float16, spec=MATMUL,
