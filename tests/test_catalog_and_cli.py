@@ -181,15 +181,8 @@ def test_a_crash_keeps_the_finished_tests_and_names_the_one_that_ran(tmp_path):
     ), result.stdout
 
 
-def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeypatch):
-    """make check K=rms_norm: the cases whose Spec calls rms_norm() and the tests that name it, no
-    other function's, and no progress recorded for a module checked in part."""
-    from io import StringIO
-
-    from grader.learn import check
-
-    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
-    module = find_module("mastery/04-training-kernels")
+def _collected(module, function: str) -> list[str]:
+    """The test ids pytest collects for ``make check K=<function>`` (a function or a part)."""
     collected = subprocess.run(
         [
             sys.executable,
@@ -199,7 +192,7 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
             "-q",
             "--impl=solutions",
             "--function",
-            "rms_norm",
+            function,
             str(module.learner_dir / "test_kernel.py"),
         ],
         capture_output=True,
@@ -207,7 +200,19 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
         cwd=REPO_ROOT,
         check=False,
     ).stdout
-    names = [line for line in collected.splitlines() if "::" in line]
+    return [line for line in collected.splitlines() if "::" in line]
+
+
+def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeypatch):
+    """make check K=rms_norm: the cases whose Spec calls rms_norm() and the tests that name it, no
+    other function's, and no progress recorded for a module checked in part."""
+    from io import StringIO
+
+    from grader.learn import check
+
+    monkeypatch.setattr(progress, "STORE", tmp_path / "progress.json")
+    module = find_module("mastery/04-training-kernels")
+    names = _collected(module, "rms_norm")
     assert names and all("rms_norm" in n or "test_matches_reference[" in n for n in names)
     assert any("rms_norm: refuses" in n for n in names)  # its input validation, graded as refusal cases
     assert any("gradcheck_in_float64[rms_norm]" in n for n in names)
@@ -241,24 +246,7 @@ def test_check_of_one_part_runs_only_that_part_s_tests():
     parts = {part.name: part for part in check.cases.parts(module)}
     assert list(parts) == ["backward", "optimizer", "scan"]
     assert sum(part.weight for part in parts.values()) == pytest.approx(1.0)
-    collected = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--collect-only",
-            "-q",
-            "--impl=solutions",
-            "--function",
-            "optimizer",
-            str(module.learner_dir / "test_kernel.py"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        check=False,
-    ).stdout
-    names = [line for line in collected.splitlines() if "::" in line]
+    names = _collected(module, "optimizer")
     assert (
         any("adamw" in n for n in names) and any("sgd" in n for n in names) and any("unscale_grads" in n for n in names)
     )
