@@ -112,10 +112,10 @@ def matmul_kernel(
 ):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
     # TODO: loop over the tiles this program owns: its own id, then every NUM_SMS-th tile after it
     # HINT: the launcher starts at most NUM_SMS programs; program p computes tiles p, p + NUM_SMS,
-    # HINT: p + 2 NUM_SMS, ... below tiles: tl.range(start, end, step).
+    # HINT: p + 2 NUM_SMS, ... below tiles_m * tiles_n: tl.range(start, end, step).
+    tiles = tiles_m * tiles_n
     for tile in tl.range(tl.program_id(axis=0), tiles, NUM_SMS):
     # STUB: for tile in tl.range(tl.program_id(axis=0), tl.program_id(axis=0) + 1, 1):  # one tile each
     # END TODO

@@ -104,10 +104,9 @@ def matmul_kernel(
 ):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
     # TODO 4: loop over the tiles this program owns: its own id, then every NUM_SMS-th tile after it
     #   Hint: the launcher starts at most NUM_SMS programs; program p computes tiles p, p + NUM_SMS,
-    #   Hint: p + 2 NUM_SMS, ... below tiles: tl.range(start, end, step).
+    #   Hint: p + 2 NUM_SMS, ... below tiles_m * tiles_n: tl.range(start, end, step).
     for tile in tl.range(tl.program_id(axis=0), tl.program_id(axis=0) + 1, 1):  # one tile each
         pid_m, pid_n = tile_position(tile, tiles_m, tiles_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
