@@ -114,7 +114,7 @@ verify-gpu: $(DEV_ENV)
 	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed"
 	$(PYTHON) -m pytest --impl=solutions -m timed
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
-	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/test_traffic.py tests/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
+	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/core/test_traffic.py tests/core/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
 
 # Each typical mistake planted into its reference: the cases that kill it, a score per module.
 mutants: $(DEV_ENV)

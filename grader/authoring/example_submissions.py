@@ -27,7 +27,7 @@ HANDWRITTEN_GPU = REPO_ROOT / "grader" / "examples" / "submissions-gpu"
 # only: the evidence gathered in the child's own process can be switched off by the very code that
 # the gate refuses (computing in a thread, in a heuristic or in numpy, forging the child's channel).
 # Patching the monitor is also caught behind the gate now, by the canary after each call
-# (tests/test_child_hardening.py grades it so).
+# (tests/sandbox/test_child_hardening.py grades it so).
 REFUSED_BY_THE_GATE_ALONE = frozenset(
     {
         "patches-monitor",

@@ -1,7 +1,7 @@
 """The kill table: every typical mistake of a module planted into its reference, and which cases
 catch it (``python -m grader mutants``, ``make mutants``).
 
-The suite proves that each listed mistake is caught and named (``tests/test_mistakes.py``); this
+The suite proves that each listed mistake is caught and named (``tests/course/test_mistakes.py``); this
 shows the whole picture a maintainer needs when cases change or a new mistake is tried: for each
 mutant, how many public and hidden cases fail, whether the first failures a learner reads name
 its cause, and a score per module: the share killed by the public cases alone. Mutants from

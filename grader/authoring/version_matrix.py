@@ -32,13 +32,13 @@ MATRIX_DIR = REPO_ROOT / "build" / "versions"
 # What else the rows run beside every module's public tests: the parts that lean on Triton's and
 # PyTorch's internals (the interpreter hooks, the launch counter, the sandboxed child, the wire format).
 SUITE = (
-    "tests/test_versions.py",
-    "tests/test_memcheck.py",
-    "tests/test_traffic.py",
-    "tests/test_wire.py",
-    "tests/test_policy.py",
-    "tests/test_diagnosis.py",
-    "tests/test_child_hardening.py",
+    "tests/core/test_versions.py",
+    "tests/core/test_memcheck.py",
+    "tests/core/test_traffic.py",
+    "tests/sandbox/test_wire.py",
+    "tests/policy/test_policy.py",
+    "tests/core/test_diagnosis.py",
+    "tests/sandbox/test_child_hardening.py",
 )
 
 

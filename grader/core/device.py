@@ -128,7 +128,7 @@ def retuning() -> Callable[[], None]:
 # autotuner launches first: 0, the first (what a correctness run uses); k > 0, the k-th (modulo
 # their number). A tuner may pick any config on some GPU, so a result that is right only for the
 # first (a grid computed from a fixed tile size instead of the config's) is a bug the course's
-# suite finds by running the cases under each (tests/test_autotune_configs.py).
+# suite finds by running the cases under each (tests/course/test_autotune_configs.py).
 FORCED_CONFIG = 0
 
 

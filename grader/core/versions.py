@@ -4,7 +4,7 @@ A version outside the range is named at once, with what to do, instead of surfac
 misleading diagnosis of a correct kernel (Triton 3.5's launcher lacks what the launch counter
 wraps, so every kernel would read as "never launched"). Older than supported is an error; newer
 than tested is a warning, since a new release usually works. A new minor release is supported by
-moving one bound here; ``tests/test_versions.py`` holds ``pyproject.toml``'s pins to these ranges.
+moving one bound here; ``tests/core/test_versions.py`` holds ``pyproject.toml``'s pins to these ranges.
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ def shared_kernel_arguments() -> list[str]:
 
     nbgrader gives each notebook a kernel of its own: starting it and importing the grader cost
     seconds per notebook, while the cells only read a record. The notebooks' outputs, the
-    gradebook and the feedback are the same either way (tests/test_record_phase.py compares them).
+    gradebook and the feedback are the same either way (tests/grade/test_autograde.py compares them).
     """
     _require_nbgrader()
     from nbgrader.converters.autograde import Autograde

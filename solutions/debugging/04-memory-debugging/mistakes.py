@@ -5,9 +5,9 @@ from grader.authoring.mistakes import Mistake
 
 # The course's memory checker watches the interpreter. On a GPU an access past the end or a
 # misaligned one is undefined: it may pass unnoticed or leave the process's CUDA context unusable,
-# so there compute-sanitizer finds these bugs (tests/test_sanitizer.py), in a process of its own.
+# so there compute-sanitizer finds these bugs (tests/learn/test_sanitizer.py), in a process of its own.
 ON_A_GPU_THE_SANITIZER_FINDS_IT = ("an out-of-bounds or misaligned access on a GPU is undefined behaviour, "
-                                   "found there by compute-sanitizer (tests/test_sanitizer.py)")
+                                   "found there by compute-sanitizer (tests/learn/test_sanitizer.py)")
 PLANTED_BUGS_INTERPRETER_ONLY = ON_A_GPU_THE_SANITIZER_FINDS_IT
 
 MISTAKES = [

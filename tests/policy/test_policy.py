@@ -10,7 +10,7 @@ import pytest
 
 from grader.policy import DEFAULT_POLICY, Policy, Violation, check_source, explain, policy_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COURSE_FILES = sorted([*ROOT.glob("solutions/*/*/kernel.py"), *ROOT.glob("tracks/*/*/kernel.py")])
 EXAMPLES = ROOT / "grader" / "examples"
 

@@ -1,7 +1,7 @@
 """What the instructor's table, grades.csv, scores.png and report.md say, and what the feedback
 says of ungraded performance and of an unchanged starting kernel: totals out of what was graded,
 never a finished file and an untouched one read alike. Records are built here (unit level, a few
-seconds); tests/test_grading.py runs the real pipeline."""
+seconds); tests/grade/test_pipeline.py runs the real pipeline."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_the_shipped_timings_name_units_of_this_suite():
 
     units = {
         test_order.work_unit(f"{path.relative_to(REPO_ROOT).as_posix()}::t[{track}/x]")
-        for path in [*REPO_ROOT.glob("tests/test_*.py"), *REPO_ROOT.glob("tracks/*/*/test_kernel.py")]
+        for path in [*REPO_ROOT.glob("tests/**/test_*.py"), *REPO_ROOT.glob("tracks/*/*/test_kernel.py")]
         for track in ("missing-elements", "optimization", "debugging", "mastery")
     }
     units |= {unit.split(":")[0] for unit in units}
