@@ -53,6 +53,15 @@ LIMITS = (
     else Limits(case_seconds=30, startup_seconds=120, memory_bytes=1 * GiB)
 )
 MARK = "written-by-writes-files"
+# Each example's outcome behind the gate is data beside it (its expected.json, behind_gate): this file
+# grades those of vector add whose behind_gate names it.
+BEHIND = {
+    name: found.behind_gate
+    for name, found in example_submissions.expected_all().items()
+    if found.module in (None, VECTOR_ADD.id)
+    and found.behind_gate is not None
+    and found.behind_gate.graded_by == example_submissions.BEHIND_TEST
+}
 
 
 def _expected_cases():
@@ -103,7 +112,9 @@ def graded(tmp_path_factory, platform_protections) -> Graded:
     unsafe = [] if offers(platform_protections, "processes") else ["fork-bomb"]
     if not offers(platform_protections, "view"):
         unsafe += ["reads-files", "writes-files"]
-    for name in [*unsafe, "endless-loop", "missing-masks", *example_submissions.REFUSED_BY_THE_GATE_ALONE]:
+    # And only the examples whose expected outcome behind the gate this file grades (their expected.json).
+    elsewhere = [name for name in names if name not in BEHIND]
+    for name in [*unsafe, *elsewhere]:
         if (root / name).exists():
             shutil.rmtree(root / name)
     # Only the examples of vector add: the others are graded by tests of their modules.
@@ -188,6 +199,15 @@ def test_partial_passes_exactly_the_cases_a_rounded_down_grid_covers(graded):
     assert expected and record["totals"]["passed"] < record["totals"]["total"]
     failed = next(row for row in record["cases"] if not row["passed"] and row["visibility"] == "public")
     assert "nothing was written" in failed["message"]  # size 1: no element at all
+
+
+@pytest.mark.parametrize("example", sorted(BEHIND))
+def test_each_example_is_graded_as_its_expected_json_says(graded, example):
+    """Not refused (the gate is off); marks, reason and integrity finding as expected.json has them."""
+    if BEHIND[example].needs:
+        _require(graded, BEHIND[example].needs, example)
+    record = graded.record(example)
+    assert not BEHIND[example].problems(record), (record["summary"], record["load_error"], record["cases"][:2])
 
 
 # --- threat model rows -----------------------------------------------------------------------

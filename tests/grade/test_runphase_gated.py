@@ -7,7 +7,6 @@ so that this grading runs beside the others.
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -45,40 +44,53 @@ class Gated:
         return record
 
 
+# Each example's outcome with the gate is data beside it (its expected.json, with_gate); this file
+# grades vector add's examples whose with_gate names it (the others are graded by tests of their own).
+EXPECTED = {
+    name: found
+    for name, found in example_submissions.expected_all().items()
+    if found.module in (None, VECTOR_ADD.id) and found.with_gate.graded_by == example_submissions.GATED_TEST
+}
+
+
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory, platform_protections) -> Gated:
     root = tmp_path_factory.mktemp("gated-submissions")
     results = tmp_path_factory.mktemp("gated-results")
     names = example_submissions.assemble(root, modules=[VECTOR_ADD])
-    for name in ON_THEIR_OWN:
-        shutil.rmtree(root / name)
+    for name in names:
+        if name not in EXPECTED:
+            shutil.rmtree(root / name)
     options = runphase.Options(limits=LIMITS, allow_unsafe=not offers(platform_protections, "processes"))
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     # Only the examples of vector add (and not those graded on their own).
-    names = [n for n in names if any(p.parent.name.endswith(VECTOR_ADD.slug) for p in (root / n).rglob("kernel.py"))]
+    names = [n for n in EXPECTED if any(p.parent.name.endswith(VECTOR_ADD.slug) for p in (root / n).rglob("kernel.py"))]
     return Gated(summary, names)
-
-
-BENIGN = {"complete", "noisy", "partial", "stub"}
-ON_THEIR_OWN = ("endless-loop", "missing-masks")  # graded by tests of their own (a short limit; many processes)
 
 
 def test_every_example_is_graded_by_the_whole_grader(gated):
     assert not gated.summary.errors, [o.error for o in gated.summary.errors]
+    assert sorted(gated.examples) == sorted(EXPECTED)
     for name in gated.examples:
         assert gated.record(name)["totals"]["total"] > 0, name
 
 
 def test_benign_submissions_keep_their_marks_under_the_gate(gated):
-    for name in BENIGN:
+    benign = [name for name in gated.examples if EXPECTED[name].with_gate.outcome in ("full marks", "partial")]
+    assert {"complete", "noisy", "partial"} <= set(benign)
+    for name in [*benign, "stub"]:
         assert gated.record(name)["refusal"] is None, (name, gated.record(name)["refusal"])
-    totals = {name: gated.record(name)["totals"] for name in BENIGN}
+    totals = {name: gated.record(name)["totals"] for name in ("complete", "noisy", "partial", "stub")}
     assert totals["complete"]["passed"] == totals["noisy"]["passed"] == totals["complete"]["total"]
     assert 0 < totals["partial"]["passed"] < totals["partial"]["total"] and totals["stub"]["passed"] == 0
 
 
 def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
-    hostile = sorted(set(gated.examples) - BENIGN)
+    hostile = sorted(
+        name
+        for name in gated.examples
+        if EXPECTED[name].with_gate.outcome in ("no points", "refused") and name != "stub"
+    )
     assert len(hostile) >= 25
     for name in hostile:
         record = gated.record(name)
@@ -90,40 +102,12 @@ def test_every_hostile_submission_scores_zero_with_its_reason_named(gated):
             assert len(reason) > 20, (name, reason)
 
 
-# The refusal's reason for the examples whose file is refused for one construct (the rest of it is
-# the reference solution): the line of the refusal that names it.
-REFUSED_FOR = {
-    "opens-own-memory": r"line \d+: `type\(sys\.stdout\.buffer\.raw\)` is a class, which kernel\.py may only compare",
-    "positional-pre-hook": r"line \d+: argument 6 of `triton\.Config\(\.\.\.\)` is its `pre_hook`, a Python hook",
-}
-
-
-GATED = example_submissions.REFUSED_BY_THE_GATE_ALONE | {
-    "forges-result",
-    "reads-files",
-    "writes-files",
-    "network",
-    "fork-bomb",
-    "deep-folders",
-    "fifo-outputs",
-    "output-bomb",
-    "leaks-hidden-cases",
-    "patches-checks",
-    *REFUSED_FOR,
-}
-
-
-@pytest.mark.parametrize("example", sorted(GATED))
-def test_escapes_are_refused_by_the_gate_with_the_line_named(gated, example):
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_each_example_is_graded_as_its_expected_json_says(gated, example):
+    """Refused ones: the line named, a policy finding, no case run, the reason matched; the others:
+    not refused, their marks, reason and integrity finding as expected.json has them."""
     record = gated.record(example)
-    assert record["refusal"] and re.search(r"line \d+: ", record["refusal"]), record["summary"]
-    assert record["integrity"]["violation"] == "policy" and record["totals"]["score"] == 0.0
-    assert all(row["kind"] == "policy" for row in record["cases"])
-
-
-@pytest.mark.parametrize("example, reason", sorted(REFUSED_FOR.items()))
-def test_the_refusal_names_the_construct_the_example_abuses(gated, example, reason):
-    assert re.search(reason, gated.record(example)["refusal"]), gated.record(example)["refusal"]
+    assert not EXPECTED[example].with_gate.problems(record), (record["summary"], record["refusal"])
 
 
 def test_nothing_learner_facing_names_a_hidden_case_under_the_gate(gated, hidden_numbers_shown):
