@@ -71,7 +71,7 @@ ROWS = {
 
 
 @dataclass
-class Outcome:
+class RowOutcome:
     row: Row
     installed: dict = field(default_factory=dict)  # package -> version
     build: str = ""  # "CPU" or "CUDA" (PyTorch's)
@@ -181,10 +181,10 @@ def pytest_counts(output: str) -> dict:
     return counts
 
 
-def run_row(row: Row, fresh: bool = False, workers: int = 2) -> Outcome:
+def run_row(row: Row, fresh: bool = False, workers: int = 2) -> RowOutcome:
     folder = MATRIX_DIR / row.name
     MATRIX_DIR.mkdir(parents=True, exist_ok=True)
-    outcome = Outcome(row)
+    outcome = RowOutcome(row)
     with open(MATRIX_DIR / f"{row.name}.log", "w") as log:
         started = time.monotonic()
         outcome.problem = build(row, folder, log, fresh)
@@ -225,7 +225,7 @@ def run_row(row: Row, fresh: bool = False, workers: int = 2) -> Outcome:
     return outcome
 
 
-def table(outcomes: list[Outcome]) -> str:
+def table(outcomes: list[RowOutcome]) -> str:
     lines = [
         "| row | Python | PyTorch | Triton | NumPy | install (s, GB) | references and suite | test time (s) |",
         "|---|---|---|---|---|---|---|---|",

@@ -93,7 +93,7 @@ def prepare_records(source: Path, results: Path, modules: list[Module]) -> None:
     )
 
 
-def grade_with(label: str, shared: bool, work: Path, source: Path, results: Path) -> pipeline.Grading:
+def grade_with(label: str, shared: bool, work: Path, source: Path, results: Path) -> pipeline.ClassGrades:
     """The whole pipeline into ``<work>/<label>``, with the records of ``results`` in place."""
     folder = work / label
     shutil.rmtree(folder, ignore_errors=True)
@@ -122,7 +122,7 @@ def _without_execution_times(path: Path) -> str:
     return json.dumps(notebook, sort_keys=True)
 
 
-def compare(serial: pipeline.Grading, shared: pipeline.Grading) -> list[str]:
+def compare(serial: pipeline.ClassGrades, shared: pipeline.ClassGrades) -> list[str]:
     """What differs between the two runs (empty: nothing)."""
     problems = []
     if (serial.out / "grades.csv").read_bytes() != (shared.out / "grades.csv").read_bytes():
@@ -147,7 +147,7 @@ def compare(serial: pipeline.Grading, shared: pipeline.Grading) -> list[str]:
     return problems
 
 
-def table(gradings: dict[str, pipeline.Grading], notebooks: int) -> str:
+def table(gradings: dict[str, pipeline.ClassGrades], notebooks: int) -> str:
     lines = [f"{'step':<11}" + "".join(f"{label:>30}" for label in gradings)]
     for step in (*STEPS, "total"):
         cells = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from grader.grade.budget import Budget, with_limits_hint
 from grader.grade.endings import after_exit, after_timeout
@@ -15,6 +16,9 @@ from grader.grade.profile import claimed_seconds
 from grader.sandbox import wire
 from grader.sandbox.child import input_name, output_name
 from grader.sandbox.isolation import ChildEnded, SandboxError
+
+if TYPE_CHECKING:
+    from grader.grade.grading import Grading
 
 _EXIT_SECONDS = 30.0  # for a child to exit after its last case
 
@@ -28,7 +32,7 @@ class ChildRun:
     grading's CPU seconds spent against ``visibility`` stay below ``until``; its verdicts go to
     ``grading``."""
 
-    def __init__(self, grading, trials: list[Trial], visibility: str, until: float):
+    def __init__(self, grading: Grading, trials: list[Trial], visibility: str, until: float):
         self.grading, self.trials, self.visibility, self.until = grading, trials, visibility, until
         self.step_started = 0.0  # when the child's current step (start, import) began
         self.exiting_since: float | None = None  # when the child was told its orders are done
@@ -43,22 +47,22 @@ class ChildRun:
         with grading.lease.shared():
             waited = time.monotonic() - waiting
             grading.profile.add("waiting", waited)
-            grading.wall_end += waited  # a busy GPU is no reason to stop a submission's cases
+            grading.ledger.wall_end += waited  # a busy GPU is no reason to stop a submission's cases
             self.step_started, self.exiting_since = time.monotonic(), None
             child = grading.start_child(len(trials))
-            grading.child_started()
-            alone = " alone, after a crash" if trials[0].id in grading.unconfirmed else ""
+            grading.ledger.child_started()
+            alone = " alone, after a crash" if trials[0].id in grading.ledger.unconfirmed else ""
             try:
                 protections = grading.sandbox.wait_sandbox(child)
-                grading.protections = grading.protections or protections
+                grading.ledger.protections = grading.ledger.protections or protections
                 self._drive(child, list(trials))
             finally:
                 grading.lease.forget(child)
                 if self.exiting_since is not None:
                     grading.profile.add("exits", time.monotonic() - self.exiting_since)
-                grading.child_ended(self.child_cpu, self.visibility)
-                grading.log.append(
-                    f"--- child {grading.children} ({len(trials)} trial(s){alone}, "
+                grading.ledger.child_ended(self.child_cpu, self.visibility)
+                grading.ledger.log.append(
+                    f"--- child {grading.ledger.children} ({len(trials)} trial(s){alone}, "
                     f"{self.child_cpu:.1f} CPU s): output ---\n{child.log_tail()}"
                     + (
                         f"\n--- {child.ignored_lines} line(s) on the grader's channel ignored (forged or garbled)"
@@ -79,16 +83,16 @@ class ChildRun:
         return Budget(
             lambda: self._cpu(child),
             seconds,
-            grading.limits.wall_factor,
-            self.until - grading.spent(self.visibility) - self._cpu(child),
-            grading.wall_end,
+            grading.plan.limits.wall_factor,
+            self.until - grading.ledger.spent(self.visibility) - self._cpu(child),
+            grading.ledger.wall_end,
         )
 
     def _drive(self, child, queue: list[Trial]) -> None:
         """Follow the child's events: hand over the next trial each time it is ready, judge each
         call, stop it at the time limits, and once its orders are done, see it exit: its
         verdicts count only if no crash follows them."""
-        grading, limits = self.grading, self.grading.limits
+        grading, limits = self.grading, self.grading.plan.limits
         judged: dict[int, Verdict] = {}
         phase, current, started_at = "starting", None, 0.0
         # The import has its own limit whatever the budget: Grading.run starts a child only where
@@ -124,7 +128,7 @@ class ChildRun:
                     after_exit(grading, child, phase, current, ended, judged)
                     return
             elif kind == "load_error":
-                grading.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
+                grading.ledger.load_error = with_limits_hint(str(event.get("message", "")), grading.sandbox, limits)
                 return
             elif kind == "compiling":
                 grading.lease.leave(child, child.pause, child.resume)
@@ -139,13 +143,13 @@ class ChildRun:
                     grading.profile.add("compiling", claimed_seconds(event.get("compile_seconds")))
                     grading.profile.add("autotuning", claimed_seconds(event.get("autotune_seconds")))
                 else:
-                    grading.import_cpu = max(grading.import_cpu, self._cpu(child))
+                    grading.ledger.import_cpu = max(grading.ledger.import_cpu, self._cpu(child))
                     grading.profile.add("learner import", time.monotonic() - self.step_started - off_gpu)
                 # A timing waiting for the GPU goes first, this child frozen meanwhile; before
                 # judging, which uses the GPU in the grader and would keep the timing waiting.
                 aside = grading.lease.step_aside(child.pause, child.resume)
                 grading.profile.add("waiting", aside)
-                grading.wall_end += aside
+                grading.ledger.wall_end += aside
                 if kind == "done":
                     with grading.profile.step("judging"):
                         judged[current.id] = _judge(grading, child, current, event, call_seconds, judged)
@@ -168,26 +172,30 @@ class ChildRun:
                         ),
                     )
                     child.order(
-                        {"trial": current.id, "api": grading.api_of(current.id), "call": grading.call_of(current.id)},
+                        {
+                            "trial": current.id,
+                            "api": grading.plan.api_of(current.id),
+                            "call": grading.plan.call_of(current.id),
+                        },
                         time.monotonic() + 30,
                     )
                 except ChildEnded as ended:
                     after_exit(grading, child, phase, current, ended, judged)
                     return
                 except OSError as error:  # e.g. a file the learner's code left under that name
-                    grading.verdicts.update(judged)
-                    grading.verdicts[current.id] = Verdict(
+                    grading.ledger.verdicts.update(judged)
+                    grading.ledger.verdicts[current.id] = Verdict(
                         False,
                         "error",
                         (
-                            f"The grader could not hand {grading.api_of(current.id)}() its inputs "
+                            f"The grader could not hand {grading.plan.api_of(current.id)}() its inputs "
                             f"({os.strerror(error.errno or 0)}): kernel.py must not create files in its working folder."
                         ),
                     )
                     return
             elif kind == "fatal":  # the harness's own report (a lost CUDA context): judged already
-                grading.log.append(f"child restarted: {event.get('reason')}")
-                grading.verdicts.update(judged)
+                grading.ledger.log.append(f"child restarted: {event.get('reason')}")
+                grading.ledger.verdicts.update(judged)
                 return
             elif kind == "finished":
                 # An exit that takes longer is stopped, and counts as clean: no crash was seen.
@@ -203,7 +211,7 @@ class ChildRun:
         if aside:
             self.aside += aside
             self.grading.profile.add("waiting", aside)
-            self.grading.wall_end += aside
+            self.grading.ledger.wall_end += aside
             budget.wall_end += aside
 
     def _profile_started(self, event: dict) -> None:
@@ -215,7 +223,9 @@ class ChildRun:
         self.step_started = now
 
 
-def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]) -> Verdict:
+def _judge(
+    grading: Grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]
+) -> Verdict:
     """The verdict on ``trial``'s call, which the child reported ``done``; ``judged``: the
     verdicts of this child's earlier calls."""
     case = grading.plan.cases[trial.case_index][0]
@@ -223,7 +233,9 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
     earlier = ()
     if trial.repeat:  # the first call's outputs, from this child or an earlier one
         first = next(t for t in grading.plan.trials if t.case_index == trial.case_index and not t.repeat)
-        found = judged.get(first.id) or grading.verdicts.get(first.id) or grading.unconfirmed.get(first.id)
+        found = (
+            judged.get(first.id) or grading.ledger.verdicts.get(first.id) or grading.ledger.unconfirmed.get(first.id)
+        )
         earlier = found.outputs if found else ()
     with JUDGING.judging():
         verdict = judge(
@@ -235,7 +247,7 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
             lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
             grading.on,
             earlier,
-            grading.own_kernels,
+            grading.plan.own_kernels,
         )
     child.discard(output_name(trial.id))
     if trial.repeat or not any(t.repeat and t.case_index == trial.case_index for t in grading.plan.trials):
@@ -244,5 +256,5 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
         verdict.outputs = ()
     if not verdict.seconds:  # the child's own clock, taken before the learner's import
         verdict.seconds = wall_seconds
-    grading.traced = grading.traced or isinstance(done.get("kernels"), list)
+    grading.ledger.traced = grading.ledger.traced or isinstance(done.get("kernels"), list)
     return verdict

@@ -1,18 +1,23 @@
 """What a child's ending means for the trials it ran: a clean exit confirms their verdicts, a
 crash is blamed on a case only where the child ran that case alone (the others run again
 alone), and a time-out decides the case or the import it stopped. Each function records its
-finding on ``grading``, a ``grader.grade.grading.Grading``."""
+finding in the grading's ledger (``grader.grade.ledger``)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from grader.core import crashes
 from grader.grade.budget import Budget
 from grader.grade.judging import Trial, Verdict
 from grader.sandbox.isolation import ChildEnded, SandboxError
 
+if TYPE_CHECKING:
+    from grader.grade.grading import Grading
+
 
 def after_exit(
-    grading, child, phase: str, current: Trial | None, ended: ChildEnded, judged: dict[int, Verdict]
+    grading: Grading, child, phase: str, current: Trial | None, ended: ChildEnded, judged: dict[int, Verdict]
 ) -> None:
     """The child is gone: a crash, unless it exited cleanly (or was stopped by the grader)
     after its last case."""
@@ -21,7 +26,7 @@ def after_exit(
             f"The grader's child process died before importing the submission ({ended.how}):\n{child.log_tail()}"
         )
     if phase == "importing":
-        grading.load_error = (
+        grading.ledger.load_error = (
             f"kernel.py stopped the grading process while being imported ({ended.how}). "
             "Importing must only define functions: remove calls like sys.exit(), "
             "os._exit() or os.fork() at the top level of the file. "
@@ -29,20 +34,22 @@ def after_exit(
         ).rstrip()
         return
     if phase in ("finishing", "exiting") and not ended.returncode:
-        grading.verdicts.update(judged)
-        grading.batch *= 2
+        grading.ledger.verdicts.update(judged)
+        grading.ledger.batch *= 2
         return
     ran = [*judged, *([current.id] if current is not None else [])]
-    grading.log.append(f"child {grading.children} {ended.how} after trial(s) {ran}")
+    grading.ledger.log.append(f"child {grading.ledger.children} {ended.how} after trial(s) {ran}")
     # A kernel that crashed is likely to crash again: fewer trials per child mean fewer
     # verdicts to confirm alone afterwards (one per child when every case crashes).
-    grading.batch = max(1, len(ran) // 2)
+    grading.ledger.batch = max(1, len(ran) // 2)
     if len(ran) == 1:  # a fresh process that ran this case alone: the crash is this case's
-        grading.verdicts[ran[0]] = crash_verdict(grading.api_of(ran[0]), ended, judged.get(ran[0]))
+        grading.ledger.verdicts[ran[0]] = crash_verdict(grading.plan.api_of(ran[0]), ended, judged.get(ran[0]))
     elif ran:  # any of them may have caused it: each runs again alone
-        grading.crashes.append((ended, set(ran)))
+        grading.ledger.crashes.append((ended, set(ran)))
         for trial_id in ran:
-            grading.unconfirmed[trial_id] = judged.get(trial_id) or crash_verdict(grading.api_of(trial_id), ended, None)
+            grading.ledger.unconfirmed[trial_id] = judged.get(trial_id) or crash_verdict(
+                grading.plan.api_of(trial_id), ended, None
+            )
 
 
 def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verdict:
@@ -61,37 +68,37 @@ def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verd
 
 
 def after_timeout(
-    grading, child, phase: str, current: Trial | None, budget: Budget, judged: dict[int, Verdict]
+    grading: Grading, child, phase: str, current: Trial | None, budget: Budget, judged: dict[int, Verdict]
 ) -> None:
     """The grader stopped the child at a time limit (``budget``) during ``phase``."""
-    limits = grading.limits
+    limits = grading.plan.limits
     processes = f" It had started {child.processes_seen} processes." if child.processes_seen > 3 else ""
-    grading.verdicts.update(judged)  # stopped by the grader: no crash followed them
+    grading.ledger.verdicts.update(judged)  # stopped by the grader: no crash followed them
     if phase in ("finishing", "exiting"):
-        grading.log.append(f"child {grading.children} did not exit after its last case; stopped")
+        grading.ledger.log.append(f"child {grading.ledger.children} did not exit after its last case; stopped")
     elif phase in ("starting", "importing"):
-        grading.load_error = (
+        grading.ledger.load_error = (
             f"kernel.py did not finish importing within {limits.startup_seconds:g} s of "
             "computing "
             f"(an endless loop at the top level of the file?).{processes}"
         )
     elif current is not None and budget.by_module:  # Grading.run marks what is left not run
-        grading.verdicts[current.id] = Verdict(
+        grading.ledger.verdicts[current.id] = Verdict(
             False,
             "not_run",
             (
-                f"Stopped: the module's time budget ({grading.budget:g} s of CPU time for all its processes) "
+                f"Stopped: the module's time budget ({grading.plan.budget:g} s of CPU time for all its processes) "
                 "ran out during this case, spent on cases that timed out or crashed and the fresh processes "
                 "they needed."
             ),
             limits.case_seconds,
         )
     elif current is not None:
-        grading.verdicts[current.id] = Verdict(
+        grading.ledger.verdicts[current.id] = Verdict(
             False,
             "timeout",
             (
-                f"{grading.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an "
+                f"{grading.plan.api_of(current.id)}() did not return within {limits.case_seconds:g} s of computing: an "
                 f"endless loop, in Python or in the kernel? The case was stopped.{processes}"
             ),
             limits.case_seconds,

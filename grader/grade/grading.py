@@ -18,7 +18,6 @@ runs one child, ``grader.grade.endings`` reads its ending, ``grader.grade.budget
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import secrets
 import threading
@@ -38,13 +37,12 @@ from grader.grade import gpu_memory, leases, results, timing
 from grader.grade.budget import budget_spent
 from grader.grade.driving import Cancelled, ChildRun
 from grader.grade.judging import Trial, Verdict
+from grader.grade.ledger import Ledger
 from grader.grade.profile import Profile
 from grader.grade.store import cases_hash, sha256
 from grader.policy import check_source, explain, policy_for
 from grader.sandbox.child import command as child_command
-from grader.sandbox.isolation import ChildEnded, Limits, Sandbox
-
-PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
+from grader.sandbox.isolation import Limits, Sandbox
 
 
 @dataclass
@@ -70,15 +68,53 @@ class Options:
     ray: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """What grading one file of one module will do, fixed before anything of it runs: the cases
+    and the order of their trials, the module's parts, the limits and the budget, and what the
+    static gate found. Everything that runs reads it; nothing changes it."""
+
+    module: Module
+    source: bytes
     spec: Spec
-    cases: list[tuple[Case, str]]  # (case, "public"/"hidden")
-    trials: list[Trial]
-    parts: tuple[cases.Part, ...] = ()  # the module's exercises, each timed on its own (``cases.parts``)
+    cases: tuple[tuple[Case, str], ...]  # (case, "public"/"hidden")
+    trials: tuple[Trial, ...]
+    parts: tuple[cases.Part, ...]  # the module's exercises, each timed on its own (``cases.parts``)
+    limits: Limits
+    budget: float  # CPU seconds for all the children of this grading (``Options.module_seconds``)
+    refusal: str | None  # the static gate's reasons, when it refused the file before running it
+    own_kernels: frozenset[str]  # the names of the Triton kernels the file defines
+
+    @property
+    def api(self) -> str:
+        """The module's main function (the one that is timed)."""
+        return self.spec.api
+
+    def api_of(self, trial_id: int) -> str:
+        """The function that trial ``trial_id`` calls (a module may have several)."""
+        return self.spec_of(trial_id).api
+
+    def spec_of(self, trial_id: int) -> Spec:
+        return spec_for(self.cases[self.trials[trial_id].case_index][0], self.spec)
+
+    def part_of(self, trial_id: int) -> cases.Part:
+        """The module's part that trial ``trial_id`` belongs to (by the function it calls)."""
+        return cases.part_of(self.parts, self.api_of(trial_id))
+
+    def call_of(self, trial_id: int) -> dict:
+        """How the child calls the API for trial ``trial_id`` (``grader.core.protocols``)."""
+        spec = self.spec_of(trial_id)
+        return order_of(spec.protocol, spec.mutates)
+
+    def visibility(self, trial: Trial) -> str:
+        return self.cases[trial.case_index][1]
 
 
-def plan(module: Module, secret: int) -> Plan:
+def plan(module: Module, source: bytes, secret: int, options: Options) -> Plan:
+    """The plan of grading ``source`` for ``module`` with this run's ``secret``: the public cases,
+    then the hidden ones, the first case repeated with another secret right after it (before any
+    hidden case has been seen); and the static gate's verdict (``Options.policy_gate`` turns it
+    off only to test the layers behind it on their own)."""
     spec, public = cases.public(module)
     cuda = device.is_cuda()
     planned = [(c, "public") for c in cases.for_mode(public, cuda)] + [
@@ -87,13 +123,30 @@ def plan(module: Module, secret: int) -> Plan:
     trials: list[Trial] = []
     for index in range(len(planned)):
         trials.append(Trial(len(trials), index, secret))
-        if index == 0:  # right after the first case, before any hidden case has been seen
+        if index == 0:
             trials.append(Trial(len(trials), index, secret + 1, repeat=True))
-    return Plan(spec, planned, trials, cases.parts(module))
+    text = source.decode(errors="replace")
+    policy = policy_for(*specs_of(spec, [case for case, _ in planned]))
+    violations = check_source(text, policy) if options.policy_gate else []
+    limits = options.limits
+    return Plan(
+        module=module,
+        source=source,
+        spec=spec,
+        cases=tuple(planned),
+        trials=tuple(trials),
+        parts=cases.parts(module),
+        limits=limits,
+        budget=options.module_seconds or limits.startup_seconds + 4 * limits.case_seconds,
+        refusal=explain(violations) if violations else None,
+        own_kernels=frozenset(triton_kernel_names(text)),
+    )
 
 
 class Grading:
-    """The state of one (module, submission) grading across its child processes."""
+    """One (module, submission) grading across its child processes: its ``plan`` (read-only),
+    its ``ledger`` (what happened), and what it runs on (the sandbox's slot, the GPU's lease and
+    memory, the inputs built for its trials)."""
 
     def __init__(
         self,
@@ -106,7 +159,9 @@ class Grading:
         stop: threading.Event,
         profile: Profile | None = None,
     ):
-        self.module, self.source, self.sandbox, self.slot = module, source, sandbox, slot
+        self.plan = plan(module, source, secret, options)
+        self.ledger = Ledger(self.plan)
+        self.sandbox, self.slot, self.options, self.stop = sandbox, slot, options, stop
         self.profile = profile or Profile()
         self.lease = leases.for_gpu(slot.gpu)
         # On a GPU every child's memory cap is reserved in the GPU's ledger first (grader.grade.gpu_memory).
@@ -114,8 +169,6 @@ class Grading:
         self.child_cap: int | None = None  # bytes of GPU memory each child may allocate, while reserved
         # On a GPU the children of this grading share Triton's cache: each kernel compiles once.
         self.shared = sandbox.new_shared(slot) if device.is_cuda() else None
-        self.options, self.stop, self.limits = options, stop, options.limits
-        self.plan = plan(module, secret)
         self.on = torch.device(f"cuda:{slot.gpu or 0}") if device.is_cuda() else torch.device("cpu")
         # On a GPU, input building waits while a kernel is timed (the GPU is the timing's alone).
         with self.lease.shared(), self.profile.step("inputs"):
@@ -123,88 +176,6 @@ class Grading:
                 t.id: build_inputs(self.plan.spec, self.plan.cases[t.case_index][0], t.secret, on=self.on)
                 for t in self.plan.trials
             }
-        self.verdicts: dict[int, Verdict] = {}
-        self.load_error: str | None = None
-        self.protections: dict = {}
-        self.children = 0
-        self._counting = threading.Lock()  # the public and hidden children may end at once
-        # Verdicts of cases that ran in a child that crashed afterwards: the crash may be theirs,
-        # or an earlier case's damage may have decided them; each runs again alone (see run()).
-        self.unconfirmed: dict[int, Verdict] = {}
-        self.crashes: list[tuple[ChildEnded, set[int]]] = []  # crashes of children that ran several trials
-        self.batch = len(self.plan.trials)  # trials per child: halved after a crash, doubled after a clean exit
-        self.budget = options.module_seconds or self.limits.startup_seconds + 4 * self.limits.case_seconds
-        self.cpu_spent = 0.0  # CPU seconds of this grading's finished children
-        self.public_spent = 0.0  # of which by children that ran public cases
-        self.public_share = 0.0  # what the public cases may spend (set by run())
-        self.public_done = False  # no public child will start any more
-        self.import_cpu = 0.0  # what a child has taken to import the submission (at most)
-        self.wall_end = math.inf
-        self.log: list[str] = []
-        self.performance = PERFORMANCE_NOT_GRADED
-        # The static gate, before anything of the submission runs (Options.policy_gate turns it
-        # off only to test the layers behind it on their own).
-        policy = policy_for(*specs_of(self.plan.spec, [case for case, _ in self.plan.cases]))
-        violations = check_source(source.decode(errors="replace"), policy) if options.policy_gate else []
-        self.refusal = explain(violations) if violations else None
-        self.own_kernels = triton_kernel_names(source.decode(errors="replace"))
-        self.traced = False  # set once a child's report carries a CUDA kernel trace
-
-    def child_started(self) -> None:
-        with self._counting:
-            self.children += 1
-
-    def child_ended(self, cpu_seconds: float, visibility: str) -> None:
-        with self._counting:
-            self.cpu_spent += cpu_seconds
-            if visibility == "public":
-                self.public_spent += cpu_seconds
-
-    def spent(self, visibility: str) -> float:
-        """CPU seconds that count against ``visibility``'s limit: public cases have a share of
-        their own (hidden children running beside them do not eat it); hidden cases have what
-        is left of the whole budget, less what public children beside them may still spend (a
-        hidden step's limit is fixed when it starts, and both must fit in the budget)."""
-        if visibility == "public":
-            return self.public_spent
-        with self._counting:
-            reserved = 0.0 if self.public_done else max(0.0, self.public_share - self.public_spent)
-            return self.cpu_spent + reserved
-
-    @property
-    def api(self) -> str:
-        """The module's main function (the one that is timed)."""
-        return self.plan.spec.api
-
-    def api_of(self, trial_id: int) -> str:
-        """The function that trial ``trial_id`` calls (a module may have several)."""
-        return self.spec_of(trial_id).api
-
-    def spec_of(self, trial_id: int) -> Spec:
-        case_index = self.plan.trials[trial_id].case_index
-        return spec_for(self.plan.cases[case_index][0], self.plan.spec)
-
-    def part_of(self, trial_id: int) -> cases.Part:
-        """The module's part that trial ``trial_id`` belongs to (by the function it calls)."""
-        return cases.part_of(self.plan.parts, self.api_of(trial_id))
-
-    def call_of(self, trial_id: int) -> dict:
-        """How the child calls the API for trial ``trial_id`` (``grader.core.protocols``)."""
-        spec = self.spec_of(trial_id)
-        return order_of(spec.protocol, spec.mutates)
-
-    def pending(self, visibility: str) -> list[Trial]:
-        for trial in self.plan.trials:  # a case that already failed needs no repeat
-            if trial.repeat and trial.id not in self.verdicts:
-                first = self.verdicts.get(trial.id - 1)
-                if first is not None and not first.passed:
-                    self.verdicts[trial.id] = Verdict(False, first.kind, first.message, crash=first.crash)
-        for trial_id in list(self.verdicts):  # a copy: the other visibility's thread may add to it
-            self.unconfirmed.pop(trial_id, None)
-        return [t for t in self.plan.trials if t.id not in self.verdicts and self._visibility(t) == visibility]
-
-    def _visibility(self, trial: Trial) -> str:
-        return self.plan.cases[trial.case_index][1]
 
     def run(self) -> None:
         """Public cases first, then hidden ones, never in the same child: a child that runs
@@ -218,9 +189,9 @@ class Grading:
         only when it crashes alone. Everything shares the module's CPU-time budget; public cases
         may spend only their share of it, so that hidden cases always get theirs; what the
         budget cannot pay for is marked not run, naming it."""
-        if self.refusal is not None:
+        if self.plan.refusal is not None:
             for trial in self.plan.trials:
-                self.verdicts[trial.id] = Verdict(
+                self.ledger.verdicts[trial.id] = Verdict(
                     False, "policy", "Not run: the grader refused kernel.py before running it."
                 )
             return
@@ -254,12 +225,13 @@ class Grading:
                 self.child_cap = None
 
     def _run_cases(self) -> None:
-        self.wall_end = time.monotonic() + self.budget * self.limits.wall_factor
-        public = sum(self._visibility(t) == "public" for t in self.plan.trials)
-        share = self.public_share = self.budget * public / max(1, len(self.plan.trials))
+        plan, ledger = self.plan, self.ledger
+        ledger.wall_end = time.monotonic() + plan.budget * plan.limits.wall_factor
+        public = sum(plan.visibility(t) == "public" for t in plan.trials)
+        share = ledger.public_share = plan.budget * public / max(1, len(plan.trials))
         if not self._side_by_side():
             self._run_public(share)
-            self._run_visibility("hidden", self.budget)
+            self._run_visibility("hidden", plan.budget)
             return
         # The hidden children run beside the public ones; the public ones still spend at most
         # their share, so the hidden cases keep theirs.
@@ -267,11 +239,11 @@ class Grading:
 
         def hidden() -> None:
             try:
-                self._run_visibility("hidden", self.budget)
+                self._run_visibility("hidden", plan.budget)
             except BaseException as error:  # Cancelled, SandboxError: raised again below
                 failure.append(error)
 
-        beside = threading.Thread(target=hidden, name=f"hidden cases of {self.module.id}", daemon=True)
+        beside = threading.Thread(target=hidden, name=f"hidden cases of {plan.module.id}", daemon=True)
         beside.start()
         try:
             self._run_public(share)
@@ -284,8 +256,7 @@ class Grading:
         try:
             self._run_visibility("public", share)
         finally:
-            with self._counting:
-                self.public_done = True
+            self.ledger.public_ended()
 
     def _side_by_side(self) -> bool:
         """Whether the public and hidden children run at the same time (``Options.side_by_side``;
@@ -299,17 +270,20 @@ class Grading:
 
     def _run_visibility(self, visibility: str, until: float) -> None:
         """Run the pending trials of one visibility, child after child, while the budget lasts."""
-        while (waiting := self.pending(visibility)) and self.load_error is None:
+        ledger = self.ledger
+        while (waiting := ledger.pending(visibility)) and ledger.load_error is None:
             if self.stop.is_set():
                 raise Cancelled()
-            if self.spent(visibility) + self.import_cpu >= until or time.monotonic() >= self.wall_end:
+            if ledger.spent(visibility) + ledger.import_cpu >= until or time.monotonic() >= ledger.wall_end:
                 for trial in waiting:
-                    self.verdicts[trial.id] = Verdict(
-                        False, "not_run", budget_spent(self.budget, visibility, until, trial.id in self.unconfirmed)
+                    ledger.verdicts[trial.id] = Verdict(
+                        False,
+                        "not_run",
+                        budget_spent(self.plan.budget, visibility, until, trial.id in ledger.unconfirmed),
                     )
                 break
-            suspects = [t for t in waiting if t.id in self.unconfirmed]
-            ChildRun(self, suspects[:1] or waiting[: self.batch], visibility, until).run()
+            suspects = [t for t in waiting if t.id in ledger.unconfirmed]
+            ChildRun(self, suspects[:1] or waiting[: ledger.batch], visibility, until).run()
 
     def start_child(
         self,
@@ -337,8 +311,8 @@ class Grading:
         does not wait for a child that is only starting."""
         specs = specs_of(self.plan.spec, [case for case, _ in self.plan.cases])
         request = {
-            "module": self.module.id,
-            "api": api or self.api,
+            "module": self.plan.module.id,
+            "api": api or self.plan.api,
             "apis": [spec.api for spec in specs],
             "kernel": "kernel.py",
             "gpu_memory_fraction": self._memory_fraction(),
@@ -350,15 +324,15 @@ class Grading:
             "gate_start": self.on.type == "cuda",
         }
         limits = replace(
-            self.limits,
-            file_bytes=max(self.limits.file_bytes, file_bytes or 0),
-            disk_bytes=max(self.limits.disk_bytes, disk_bytes or 0),
+            self.plan.limits,
+            file_bytes=max(self.plan.limits.file_bytes, file_bytes or 0),
+            disk_bytes=max(self.plan.limits.disk_bytes, disk_bytes or 0),
         )
         if held_bytes:
             limits = replace(limits, memory_bytes=self.sandbox.memory_bytes(limits) + held_bytes)
         child = self.sandbox.start(
             self.slot,
-            {"kernel.py": source or self.source},
+            {"kernel.py": source or self.plan.source},
             child_command(REPO_ROOT),
             request,
             n_calls,
@@ -411,13 +385,13 @@ def grade_one(
         try:
             grading.run()
             if device.is_cuda():
-                grading.performance = timing.measure_parts(grading, secret)
+                grading.ledger.performance = timing.measure_parts(grading, secret)
         finally:
             if grading.shared is not None:
                 sandbox.remove_shared(grading.shared)
-    record = results.build(grading, sha256(source), cases_hash(module))
+    record = results.build(grading.plan, grading.ledger, sha256(source), cases_hash(module))
     profile.close(time.monotonic() - started)
-    return Graded(record, "\n".join(grading.log) + "\n", grading.children, profile)
+    return Graded(record, "\n".join(grading.ledger.log) + "\n", grading.ledger.children, profile)
 
 
 def default_workers(options: Options | None = None) -> int:

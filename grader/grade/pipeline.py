@@ -67,7 +67,10 @@ class Row:
 
 
 @dataclass
-class Grading:
+class ClassGrades:
+    """What `make grade` produced for a class: a row per (student, assignment), where the outputs
+    went, and how each phase went."""
+
     rows: list[Row]
     course_dir: Path
     out: Path
@@ -102,7 +105,7 @@ def grade(
     regrade: bool = False,
     roster: list[str] | None = None,
     deadlines: dict[str, Deadline] | None = None,
-) -> Grading:
+) -> ClassGrades:
     """Grade every submission in ``source`` (default: the examples; with ``students`` or
     ``regrade``, what is collected) and write the outputs. ``students`` limits the grading to
     theirs; ``regrade`` makes the selected records again. ``roster`` and ``deadlines`` go to
@@ -145,7 +148,7 @@ def grade(
     )
     _read_gradebook(course_dir, rows)
     _read_times(course_dir, rows)
-    grading = Grading(
+    grading = ClassGrades(
         rows,
         course_dir,
         out,
@@ -259,7 +262,7 @@ def _read_times(course_dir: Path, rows: list[Row]) -> None:
         row.submitted_at = read_timestamp(collect.submitted_dir(course_dir, row.student, row.assignment))
 
 
-def extra_lines(grading: Grading) -> list[str]:
+def extra_lines(grading: ClassGrades) -> list[str]:
     """What the grades table does not show: files of a zip named for no assignment, and what a
     regrade replaced."""
     lines = []
@@ -271,7 +274,7 @@ def extra_lines(grading: Grading) -> list[str]:
     return lines
 
 
-def _add_to_report(grading: Grading) -> None:
+def _add_to_report(grading: ClassGrades) -> None:
     """``extra_lines`` at the end of report.md, under a heading of their own."""
     lines = extra_lines(grading)
     if not lines:

@@ -259,7 +259,7 @@ def _part_line(record: dict, part: dict, rows: list[dict]) -> str:
 def _no_gpu(performance: dict) -> bool:
     """Whether performance was left out because the run had no CUDA GPU (and not, say, because
     this checkout has no reference to time against)."""
-    from grader.grade.grading import PERFORMANCE_NOT_GRADED
+    from grader.grade.ledger import PERFORMANCE_NOT_GRADED
 
     return performance.get("reason") == PERFORMANCE_NOT_GRADED["reason"]
 

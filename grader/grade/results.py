@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import datetime
+from typing import TYPE_CHECKING
 
 from grader.core import crashes, device, syntax
 from grader.core.cases import part_of, spec_for
@@ -14,22 +15,26 @@ from grader.core.markers import MarkerError, open_todos, stub_for, todos_behind
 from grader.grade.judging import INTEGRITY, Verdict, hidden_message
 from grader.grade.record_format import CaseRow, Count, Integrity, PartInfo, Record, Totals
 
+if TYPE_CHECKING:
+    from grader.grade.grading import Plan
+    from grader.grade.ledger import Ledger
 
-def build(grading, submission_sha: str, cases_sha: str) -> dict:
-    """The record of a finished ``grader.grade.grading.Grading``: per-case rows (hidden cases by
+
+def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> dict:
+    """The record of a finished grading, from its plan and its ledger: per-case rows (hidden cases by
     number only), totals, the integrity finding, performance, and how the grading went."""
-    source = grading.source.decode(errors="replace")
+    source = plan.source.decode(errors="replace")
     todos = open_todos(source)
-    hint = todo_summary(todos, track=grading.module.track)
+    hint = todo_summary(todos, track=plan.module.track)
 
     def behind(case) -> list:  # the open TODOs that can change what the case's function computes
-        return todos_behind(source, todos, spec_for(case, grading.plan.spec).api) if todos else []
+        return todos_behind(source, todos, spec_for(case, plan.spec).api) if todos else []
 
-    parts = tuple(getattr(grading.plan, "parts", ()))
+    parts = plan.parts
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
     hidden_number = 0
-    for index, (case, visibility) in enumerate(grading.plan.cases):
-        verdicts = [grading.verdicts.get(t.id) for t in grading.plan.trials if t.case_index == index]
+    for index, (case, visibility) in enumerate(plan.cases):
+        verdicts = [ledger.verdicts.get(t.id) for t in plan.trials if t.case_index == index]
         if any(v is None for v in verdicts):
             verdict = Verdict(False, "load", "Not run: kernel.py could not be imported (see the message above).")
         else:
@@ -42,21 +47,19 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
             hidden_number += 1
             name = f"hidden case {hidden_number}"
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
-            message = (
-                hidden_message(verdict, spec_for(case, grading.plan.spec).api) if shown_as_hidden else verdict.message
-            )
+            message = hidden_message(verdict, spec_for(case, plan.spec).api) if shown_as_hidden else verdict.message
             if not verdict.passed and verdict.kind != "load":
-                message += hidden_todo_note(source, todos, spec_for(case, grading.plan.spec).api, grading.module.track)
+                message += hidden_todo_note(source, todos, spec_for(case, plan.spec).api, plan.module.track)
         else:
             name = case.name
             message = verdict.message
-            case_hint = todo_summary(behind(case), track=grading.module.track)
+            case_hint = todo_summary(behind(case), track=plan.module.track)
             if not verdict.passed and case_hint and verdict.kind != "load":
                 message += f"\n{case_hint}"
         counts[visibility][0] += verdict.passed
         counts[visibility][1] += 1
         # A module of several exercises names each case's (grader.grade.scoring weighs them).
-        part = part_of(parts, spec_for(case, grading.plan.spec).api).name if len(parts) > 1 else None
+        part = part_of(parts, spec_for(case, plan.spec).api).name if len(parts) > 1 else None
         rows.append(
             CaseRow(
                 name,
@@ -73,16 +76,16 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
     integrity = next(
         ({"violation": row.kind, "message": INTEGRITY[row.kind]} for row in rows if row.kind in INTEGRITY), None
     )
-    if integrity is None and (grading.performance or {}).get("integrity"):
-        integrity = grading.performance["integrity"]  # the timed calls went around the exercise
-    if grading.refusal is not None:  # the reasons themselves, for feedback and the tables
-        integrity = {"violation": "policy", "message": grading.refusal}
-        summary = f"No points for this module: {grading.refusal}"
+    if integrity is None and (ledger.performance or {}).get("integrity"):
+        integrity = ledger.performance["integrity"]  # the timed calls went around the exercise
+    if plan.refusal is not None:  # the reasons themselves, for feedback and the tables
+        integrity = {"violation": "policy", "message": plan.refusal}
+        summary = f"No points for this module: {plan.refusal}"
     elif integrity is not None:
         summary = f"No points for this module: {integrity['message']}"
-    elif grading.load_error is not None:
-        ran = "no case ran" if not grading.verdicts else f"only {len(grading.verdicts)} trial(s) ran"
-        summary = f"kernel.py could not be imported, so {ran}.\n{grading.load_error}"
+    elif ledger.load_error is not None:
+        ran = "no case ran" if not ledger.verdicts else f"only {len(ledger.verdicts)} trial(s) ran"
+        summary = f"kernel.py could not be imported, so {ran}.\n{ledger.load_error}"
     elif passed == total:
         summary = f"All {total} cases pass."
     else:
@@ -90,22 +93,22 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
             f"{passed} of {total} cases pass ({counts['public'][0]}/{counts['public'][1]} public, "
             f"{counts['hidden'][0]}/{counts['hidden'][1]} hidden)."
         ) + (f"\n{hint}" if hint else "")
-    note = crash_note(grading)
-    if note and integrity is None and grading.load_error is None:
+    note = crash_note(plan, ledger)
+    if note and integrity is None and ledger.load_error is None:
         summary += f"\n{note}"
-    performance = grading.performance
+    performance = ledger.performance
     if integrity is not None and performance.get("graded") and not performance.get("integrity"):
         performance = {**performance, "credit": 0.0, "reason": "withheld: " + integrity["message"]}
     return Record(
-        module=grading.module.id,
+        module=plan.module.id,
         submission_sha256=submission_sha,
         cases_sha256=cases_sha,
         device=device.describe(),
         graded_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         summary=summary,
-        load_error=grading.load_error,
+        load_error=ledger.load_error,
         todos=[str(t) for t in todos],
-        starting_kernel=is_starting_kernel(source, grading.module),
+        starting_kernel=is_starting_kernel(source, plan.module),
         cases=rows,
         parts=[PartInfo(part.name, part.title, part.weight) for part in parts] if len(parts) > 1 else [],
         totals=Totals(
@@ -116,15 +119,15 @@ def build(grading, submission_sha: str, cases_sha: str) -> dict:
             round(passed / total, 4) if total and integrity is None else 0.0,
         ),
         integrity=Integrity(**integrity) if integrity is not None else None,
-        refusal=grading.refusal,
+        refusal=plan.refusal,
         performance=performance,
         note=note,
-        cpu_seconds={"budget": grading.budget, "spent": round(grading.cpu_spent, 1)},
-        protections=grading.protections,
+        cpu_seconds={"budget": plan.budget, "spent": round(ledger.cpu_spent, 1)},
+        protections=ledger.protections,
         evidence=EVIDENCE["interpreter"]
         if not device.is_cuda()
-        else EVIDENCE["cuda" if grading.traced else "cuda-no-trace"],
-        child_processes=grading.children,
+        else EVIDENCE["cuda" if ledger.traced else "cuda-no-trace"],
+        child_processes=ledger.children,
     ).to_json()
 
 
@@ -196,14 +199,14 @@ def is_starting_kernel(source: str, module) -> bool | None:
     return None if expected is None else normalised_ast(source) == expected
 
 
-def crash_note(grading) -> str | None:
+def crash_note(plan: Plan, ledger: Ledger) -> str | None:
     """What to say of crashes that no case caused alone (each of the cases a crashed child
     ran got its verdict in a fresh process, and none crashed there)."""
-    trials = {trial.id: trial for trial in grading.plan.trials}
-    for ended, ran in grading.crashes:
-        if any(trial in trials and grading.plan.cases[trials[trial].case_index][1] == "hidden" for trial in ran):
+    trials = {trial.id: trial for trial in plan.trials}
+    for ended, ran in ledger.crashes:
+        if any(trial in trials and plan.cases[trials[trial].case_index][1] == "hidden" for trial in ran):
             continue  # how a process of hidden cases ended is the submission's choice: never said
-        verdicts = [grading.verdicts.get(t) for t in ran]
+        verdicts = [ledger.verdicts.get(t) for t in ran]
         if all(v is not None and v.kind != "not_run" and v.crash is None for v in verdicts):
             return (
                 f"Note: a process that ran several cases in a row {ended.how}, but each of those cases "

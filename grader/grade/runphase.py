@@ -37,7 +37,7 @@ from grader.grade.store import (
 )
 from grader.sandbox.isolation import Sandbox, UnsafeSandbox
 
-__all__ = ["Options", "Outcome", "RunSummary", "run", "grade_submission", "exit_if_workers_linger"]
+__all__ = ["Options", "FileOutcome", "RunSummary", "run", "grade_submission", "exit_if_workers_linger"]
 
 # After Ctrl-C, how long the workers have to end their children (each does within a second or two).
 STOP_SECONDS = 60
@@ -45,7 +45,7 @@ _WORKER_PREFIX = "grading-worker"
 
 
 @dataclass
-class Outcome:
+class FileOutcome:
     submissions: list[Submission]
     record: dict | None = None
     record_path: Path | None = None
@@ -61,7 +61,7 @@ class Outcome:
 
 @dataclass
 class RunSummary:
-    outcomes: list[Outcome]
+    outcomes: list[FileOutcome]
     results_dir: Path
     protections: dict
     gpu_usage: dict = field(default_factory=dict)  # GPU index -> leases.Usage during this run
@@ -71,7 +71,7 @@ class RunSummary:
         return sum(o.children for o in self.outcomes)
 
     @property
-    def errors(self) -> list[Outcome]:
+    def errors(self) -> list[FileOutcome]:
         return [o for o in self.outcomes if o.error]
 
     def profile_table(self) -> str:
@@ -99,11 +99,11 @@ class RunSummary:
 
 def grade_submission(
     module: Module, kernel_file: Path, results_dir: Path, options: Options | None = None, sandbox: Sandbox | None = None
-) -> Outcome:
+) -> FileOutcome:
     """Read, or if missing produce, the record of one submitted kernel.py (for the record phase)."""
     options = options or Options(workers=1)
     results_dir, kernel_file = Path(results_dir).resolve(), Path(kernel_file)
-    outcome = Outcome([Submission(kernel_file.parent.name, module, kernel_file)])
+    outcome = FileOutcome([Submission(kernel_file.parent.name, module, kernel_file)])
     source = read_source(kernel_file)
     outcome.record, outcome.record_path = existing_record(module, source, results_dir)
     if outcome.record is not None:
@@ -145,18 +145,18 @@ def _run(
     found = find_submissions(submissions_root, modules)
 
     # One job per distinct (module, file): identical submissions are graded once.
-    jobs: dict[tuple[str, str], Outcome] = {}
+    jobs: dict[tuple[str, str], FileOutcome] = {}
     sources: dict[tuple[str, str], bytes] = {}
-    outcomes: list[Outcome] = []
+    outcomes: list[FileOutcome] = []
     for submission in found:
         try:
             source = read_source(submission.path)
         except (OSError, ValueError) as error:
-            outcomes.append(Outcome([submission], error=str(error)))
+            outcomes.append(FileOutcome([submission], error=str(error)))
             continue
         key = (submission.module.id, sha256(source))
         if key not in jobs:
-            jobs[key] = Outcome([])
+            jobs[key] = FileOutcome([])
             sources[key] = source
         jobs[key].submissions.append(submission)
     outcomes += jobs.values()
@@ -197,7 +197,7 @@ def _add_starting_kernels(jobs: dict, sources: dict, found: list[Submission]) ->
         source = starting_source(module)
         key = (module.id, sha256(source)) if source is not None else None
         if key is not None and key not in jobs:
-            jobs[key] = Outcome([Submission(STARTING, module, module.learner_dir / "kernel.py")])
+            jobs[key] = FileOutcome([Submission(STARTING, module, module.learner_dir / "kernel.py")])
             sources[key] = source
 
 
@@ -238,7 +238,7 @@ def _keep(results_dir: Path, module: Module, graded: Graded) -> Graded:
     return graded
 
 
-def _log_profile(results_dir: Path, outcome: Outcome) -> None:
+def _log_profile(results_dir: Path, outcome: FileOutcome) -> None:
     """Append the grading's profile to ``<results>/profile.jsonl`` as soon as it ends, so that an
     interrupted run keeps the measurements of what it finished (the tables of docs/measurements.md
     come from these lines)."""
@@ -254,7 +254,7 @@ def _log_profile(results_dir: Path, outcome: Outcome) -> None:
         handle.write(json.dumps(line) + "\n")
 
 
-def _status(outcome: Outcome) -> str:
+def _status(outcome: FileOutcome) -> str:
     who = ", ".join(s.student for s in outcome.submissions)
     module_id = outcome.submissions[0].module.id
     if outcome.error:
@@ -277,7 +277,7 @@ def _grade_pending(
     grading, local or on Ray, uses the results folder's secret (``store.run_secret``)."""
     secret = store.run_secret(results_dir)
 
-    def done(outcome: Outcome) -> None:
+    def done(outcome: FileOutcome) -> None:
         progress_bar.advance(note=_status(outcome))
         _log_profile(results_dir, outcome)
 

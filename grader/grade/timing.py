@@ -18,6 +18,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,6 +36,9 @@ from grader.grade.timed_work import own_gpu_us, windows_work_problem
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.isolation import ChildEnded
+
+if TYPE_CHECKING:
+    from grader.grade.grading import Grading
 
 TARGET_WINDOW_SECONDS = 0.2  # long enough that launch jitter and pipe latency do not matter
 _reference_lock = threading.Lock()
@@ -134,7 +138,7 @@ def verdict(
 # ----------------------------------------------------------------------------------------------
 
 
-def measure_parts(grading, secret: int) -> dict:
+def measure_parts(grading: Grading, secret: int) -> dict:
     """The performance entry of ``grading``'s record: ``measure`` for a module of one part; for a
     module of several (``cases.Part``), each part timed on its own function and the entries
     combined (``combined``)."""
@@ -169,7 +173,7 @@ def combined(parts, entries: dict) -> dict:
     return {**entry, "graded": True, "credit": round(credit_share, 4), "ratio": round(ratio, 4), "reason": reason}
 
 
-def measure(grading, secret: int, part=None) -> dict:
+def measure(grading: Grading, secret: int, part=None) -> dict:
     """The performance entry of ``grading``'s record (or of one of its module's parts, ``part``):
     its kernel timed in a fresh child against the reference (CUDA only, after every case of the
     part has passed).
@@ -181,7 +185,7 @@ def measure(grading, secret: int, part=None) -> dict:
     process it would run beside the threads of other gradings (judging, building inputs) and
     share their interpreter lock, and its time would depend on how busy they were."""
     target = _Target(grading, part.timed if part is not None else grading.plan.spec, part.name if part else "")
-    if grading.load_error is not None or not _every_case_passed(grading, part):
+    if grading.ledger.load_error is not None or not _every_case_passed(grading, part):
         where = f"of the {part.name} part " if part is not None else ""
         return _failed(f"not timed: the kernel must pass every case {where}first")
     if not target.spec.bench_cases:
@@ -204,22 +208,22 @@ class _Target:
     module's, or a part's), and the part's name ("" for the whole module), which keys the timing
     inputs and the reference's time."""
 
-    grading: object
+    grading: Grading
     spec: Spec
     part: str
 
     @property
     def key(self) -> tuple:
-        return (self.grading.module.id, self.part, str(self.grading.on))
+        return (self.grading.plan.module.id, self.part, str(self.grading.on))
 
 
-def _every_case_passed(grading, part) -> bool:
+def _every_case_passed(grading: Grading, part) -> bool:
     """Whether every case (of ``part``, when given) has a verdict and passed."""
-    trials = [t for t in grading.plan.trials if part is None or grading.part_of(t.id).name == part.name]
-    return all(t.id in grading.verdicts and grading.verdicts[t.id].passed for t in trials)
+    trials = [t for t in grading.plan.trials if part is None or grading.plan.part_of(t.id).name == part.name]
+    return all(t.id in grading.ledger.verdicts and grading.ledger.verdicts[t.id].passed for t in trials)
 
 
-def _timed_cap(grading, inputs: TimingInputs) -> int:
+def _timed_cap(grading: Grading, inputs: TimingInputs) -> int:
     """The GPU memory a timed child of ``grading`` may allocate for ``inputs`` (0 on a CPU)."""
     if grading.memory is None:
         return 0
@@ -295,7 +299,7 @@ def _timed(target: _Target, inputs: TimingInputs, busy: list) -> dict:
     finally:
         for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
             if process is not None and not isinstance(process, dict):
-                grading.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
+                grading.ledger.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
                 grading.lease.forget(process)
                 process.close()
 
@@ -315,11 +319,11 @@ def _started(target: _Target, inputs: TimingInputs, source: bytes | None = None)
         api=target.spec.api,
         held_bytes=3 * _bytes_of(inputs.input_sets, inputs.audit),
     )
-    grading.child_started()
+    grading.ledger.child_started()
     grading.sandbox.wait_sandbox(child)
     failure = _until_loaded(grading, child) or _hand_inputs(grading, child, inputs) or _warm_up(target, child)
     if failure is not None:
-        grading.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
+        grading.ledger.log.append(f"--- timed child that could not start: output ---\n{child.log_tail()}")
         grading.lease.forget(child)
         child.close()
         return failure
@@ -345,13 +349,13 @@ def _reference_child(target: _Target, inputs: TimingInputs):
     reference solution in this checkout. A reference that cannot be timed is the course's fault:
     an error of the grader, not a student's zero."""
     try:
-        source = kernel_path(target.grading.module, "solutions").read_bytes()
+        source = kernel_path(target.grading.plan.module, "solutions").read_bytes()
     except OSError:
         return None
     child = _started(target, inputs, source)
     if isinstance(child, dict):
         raise RuntimeError(
-            f"the reference solution of {target.grading.module.id} could not be timed: {child['reason']}"
+            f"the reference solution of {target.grading.plan.module.id} could not be timed: {child['reason']}"
         )
     return child
 
@@ -368,7 +372,7 @@ def _ended(ended: ChildEnded) -> dict:
     return _failed(f"the process {ended.how} while being timed")
 
 
-def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
+def _hand_inputs(grading: Grading, child, inputs: TimingInputs) -> dict | None:
     """Give the timed child its inputs, and wait until it holds them on the GPU."""
     try:
         # Streamed into the file: several sets beyond the L2 cache, for each timed child at once.
@@ -382,13 +386,13 @@ def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
     return _until_loaded(grading, child, "timing_inputs_loaded")
 
 
-def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
+def _until_loaded(grading: Grading, child, awaited: str = "loaded") -> dict | None:
     """Wait for the timed child's ``awaited`` event (the submission imported, the inputs held):
     None once it came, else the record's performance entry saying why it could not be timed."""
-    deadline = time.monotonic() + grading.limits.startup_seconds
+    deadline = time.monotonic() + grading.plan.limits.startup_seconds
     step = "import kernel.py" if awaited == "loaded" else "load its timing inputs"
     late = (
-        f"the timed process did not {step} within {grading.limits.startup_seconds:g} s "
+        f"the timed process did not {step} within {grading.plan.limits.startup_seconds:g} s "
         "(time spent at import, in kernel.py's top-level code, counts here)"
     )
     while True:
@@ -415,7 +419,7 @@ def _warm_up(target: _Target, child) -> dict | None:
     failure = _order(child, {"warm_up": True, "call": order_of(spec.protocol, spec.mutates)})
     if failure is not None:
         return failure
-    seconds = 3 * grading.limits.case_seconds
+    seconds = 3 * grading.plan.limits.case_seconds
     event, failure = _until(
         child,
         seconds,
@@ -426,7 +430,7 @@ def _warm_up(target: _Target, child) -> dict | None:
         f"within {seconds:g} s; time your kernel on the module's benchmark case with `make bench` on a GPU",
     )
     if failure is None and event.get("error"):
-        grading.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
+        grading.ledger.log.append(f"warm-up before timing failed: {str(event['error'])[:300]}")
     return failure
 
 
@@ -466,7 +470,7 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
     return event, None
 
 
-def _saved(grading, child) -> dict | None:
+def _saved(grading: Grading, child) -> dict | None:
     """None once the child has saved the timed outputs; else the performance entry saying why not."""
 
     def unsaved(event: dict) -> dict:
@@ -477,10 +481,12 @@ def _saved(grading, child) -> dict | None:
         )
 
     late = (
-        f"the timed outputs were not saved within {grading.limits.case_seconds:g} s of the timed "
+        f"the timed outputs were not saved within {grading.plan.limits.case_seconds:g} s of the timed "
         "calls' end; check with `make bench` on a GPU that your function returns promptly"
     )
-    _, failure = _until(child, grading.limits.case_seconds, "timing_saved", ("timing_error", "finished"), unsaved, late)
+    _, failure = _until(
+        child, grading.plan.limits.case_seconds, "timing_saved", ("timing_error", "finished"), unsaved, late
+    )
     return failure
 
 
@@ -497,7 +503,7 @@ def _audit_call(target: _Target, child, inputs: TimingInputs) -> dict:
     failure = _order(child, {"trial": AUDIT_TRIAL, "api": spec.api, "call": order_of(spec.protocol, spec.mutates)})
     if failure is not None:
         return failure
-    seconds = 3 * grading.limits.case_seconds
+    seconds = 3 * grading.plan.limits.case_seconds
     event, failure = _until(
         child,
         seconds,
@@ -524,14 +530,14 @@ def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dic
             audit,
             lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
             grading.on,
-            own_kernels=grading.own_kernels,
+            own_kernels=grading.plan.own_kernels,
         )
     if not judged.passed:
         entry = _failed(f"a call on fresh inputs right after the timed calls failed: {judged.message}")
         if judged.kind in INTEGRITY:
             entry["integrity"] = {"violation": judged.kind, "message": INTEGRITY[judged.kind]}
         return entry
-    found = windows_work_problem(plan.reps, window.traces, audit, grading.own_kernels, spec.kernel_writes_outputs)
+    found = windows_work_problem(plan.reps, window.traces, audit, grading.plan.own_kernels, spec.kernel_writes_outputs)
     if found is not None:
         kind, message, traced = found
         if kind == "untraced":
@@ -540,12 +546,12 @@ def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dic
             **_failed(f"the timed calls were not the judged work: {message}"),
             "integrity": {"violation": kind, "message": TIMED_INTEGRITY[kind]},
             "kernels": {"timed": traced.get("counts"), "judged": audit.get("kernel_counts")},
-            "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.own_kernels),
+            "own_kernels_us": own_gpu_us(plan.reps, traced, audit, grading.plan.own_kernels),
         }
     with JUDGING.judging():
         problem = _timed_outputs_problem(target, child, plan)
     entry = verdict(spec, plan, window.ms, window.event_ms[window.best], not problem, problem)
-    entry["own_kernels_us"] = own_gpu_us(plan.reps, window.traces[window.best], audit, grading.own_kernels)
+    entry["own_kernels_us"] = own_gpu_us(plan.reps, window.traces[window.best], audit, grading.plan.own_kernels)
     entry["windows_ms"] = [round(ms / plan.reps, 4) for ms in window.window_ms]
     return entry
 
@@ -600,7 +606,7 @@ def _timed_window(target: _Target, child, reps: int, retune: bool = False, save:
     if failure is not None:
         return failure
     timed, started, ordered = Timed([], [], []), None, time.monotonic()
-    seconds = 3 * grading.limits.case_seconds
+    seconds = 3 * grading.plan.limits.case_seconds
     deadline = ordered + seconds
     while len(timed.traces) < windows:
         event, failure = _next_event(child, deadline, f"the timed calls did not finish within {seconds:g} s")
@@ -712,7 +718,9 @@ def _plan_for(target: _Target, inputs: TimingInputs, reference) -> TimingPlan | 
         reps = 0 if isinstance(probe, dict) else reps_for(probe.ms / 3)
         window = probe if isinstance(probe, dict) else _timed_window(target, reference, reps)
         if isinstance(window, dict):
-            raise RuntimeError(f"the reference solution of {grading.module.id} could not be timed: {window['reason']}")
+            raise RuntimeError(
+                f"the reference solution of {grading.plan.module.id} could not be timed: {window['reason']}"
+            )
         plan = TimingPlan(inputs.case, inputs.input_sets, inputs.audit, reps=reps, reference_ms=window.ms / reps)
         reference.kill()  # idle from now on, and holding GPU memory the submission's timing may need
     with _timing_plans_lock:

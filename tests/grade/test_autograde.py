@@ -74,7 +74,7 @@ def _record_phase(course_dir: Path, rows: list, shared: bool) -> Run:
     rows = [dataclasses.replace(row, scores={}, feedback=None) for row in rows]
     errors = pipeline._record_phase(course_dir, out, rows, [ASSIGNMENT], Phases(enabled=False), shared_kernel=shared)
     pipeline._read_gradebook(course_dir, rows)
-    grading = pipeline.Grading(
+    grading = pipeline.ClassGrades(
         rows=rows,
         course_dir=course_dir,
         out=out,

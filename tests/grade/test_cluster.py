@@ -25,7 +25,7 @@ from grader.core import device
 from grader.core.catalog import REPO_ROOT, find_module
 from grader.grade import cluster, runphase
 from grader.grade.grading import Options
-from grader.grade.runphase import Outcome
+from grader.grade.runphase import FileOutcome
 from grader.grade.store import Submission, cases_hash, read_source, sha256
 from grader.sandbox.isolation import GiB, Limits
 
@@ -109,7 +109,7 @@ def _jobs(examples: Path) -> tuple[list, dict, dict]:
         student = kernel.relative_to(examples).parts[0]
         source = read_source(kernel)
         key = (VECTOR_ADD.id, sha256(source))
-        jobs[key], sources[key] = Outcome([Submission(student, VECTOR_ADD, kernel)]), source
+        jobs[key], sources[key] = FileOutcome([Submission(student, VECTOR_ADD, kernel)]), source
     return list(jobs), jobs, sources
 
 

@@ -314,7 +314,7 @@ def test_nbgrader_runs_once_per_selected_student_and_once_for_all_otherwise():
 
 
 def test_the_table_gains_the_files_not_collected_and_the_regrades(tmp_path):
-    grading = pipeline.Grading(
+    grading = pipeline.ClassGrades(
         [],
         tmp_path,
         tmp_path,

@@ -14,7 +14,7 @@ import pytest
 
 from grader.core.catalog import find_module
 from grader.grade import course, deadlines, export, report
-from grader.grade.pipeline import Grading, Row
+from grader.grade.pipeline import ClassGrades, Row
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 SOFTMAX = find_module("missing-elements/03-softmax")
@@ -66,8 +66,8 @@ def _lms(rows, roster=None, due=None) -> list[dict]:
     return [dict(zip(table[0], line)) for line in table[1:]]
 
 
-def _grading(tmp_path: Path, rows: list[Row]) -> Grading:
-    return Grading(rows, tmp_path / "course", tmp_path / "grades", protections={}, seconds={})
+def _grading(tmp_path: Path, rows: list[Row]) -> ClassGrades:
+    return ClassGrades(rows, tmp_path / "course", tmp_path / "grades", protections={}, seconds={})
 
 
 # --- lms.csv -------------------------------------------------------------------------------------

@@ -362,7 +362,7 @@ def test_how_a_process_of_hidden_cases_ended_is_never_said():
     plan = SimpleNamespace(trials=[Trial(0, 0, 1), Trial(1, 1, 1)], cases=[(None, "public"), (None, "hidden")])
     ended = ChildEnded("was ended by SIGABRT", -6)
     passed = {0: Verdict(True), 1: Verdict(True)}
-    public = SimpleNamespace(plan=plan, crashes=[(ended, {0})], verdicts=passed)
-    hidden = SimpleNamespace(plan=plan, crashes=[(ended, {1})], verdicts=passed)
-    assert "SIGABRT" in crash_note(public)
-    assert crash_note(hidden) is None
+    public = SimpleNamespace(crashes=[(ended, {0})], verdicts=passed)
+    hidden = SimpleNamespace(crashes=[(ended, {1})], verdicts=passed)
+    assert "SIGABRT" in crash_note(plan, public)
+    assert crash_note(plan, hidden) is None

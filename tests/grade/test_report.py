@@ -12,7 +12,7 @@ import pytest
 from grader.core.catalog import find_module
 from grader.core.markers import open_todos, stub_for
 from grader.grade import record, report, results
-from grader.grade.pipeline import Grading, Row
+from grader.grade.pipeline import ClassGrades, Row
 
 VECTOR_ADD = find_module("missing-elements/01-vector-add")
 SHARED_MEMORY = find_module("optimization/03-shared-memory")  # its starting kernel is correct, only slow
@@ -73,8 +73,8 @@ def _row(student, module, rec, scores) -> Row:
     return Row(student, f"{module.track}-{module.slug}", module, record=rec, scores=dict(scores))
 
 
-def _grading(tmp_path, rows) -> Grading:
-    return Grading(rows=rows, course_dir=tmp_path / "course", out=tmp_path / "grades", protections={}, seconds={})
+def _grading(tmp_path, rows) -> ClassGrades:
+    return ClassGrades(rows=rows, course_dir=tmp_path / "course", out=tmp_path / "grades", protections={}, seconds={})
 
 
 FULL_OPTIMIZATION = {"public": 2.0, "hidden": 2.0, "performance": 0.0}

@@ -73,9 +73,8 @@ def _grading():
     spec = Spec(api="f", make_inputs=None, reference=None)
     let_in = []  # the children told to go on after their imports
     return SimpleNamespace(
-        limits=Limits(case_seconds=2, startup_seconds=3),
-        log=[],
-        plan=SimpleNamespace(spec=spec),
+        plan=SimpleNamespace(spec=spec, limits=Limits(case_seconds=2, startup_seconds=3), own_kernels=frozenset()),
+        ledger=SimpleNamespace(log=[]),
         profile=Profile(),
         let_in=let_in.append,
         went_on=let_in,
@@ -95,7 +94,7 @@ def test_the_warm_up_before_timing_grades_nothing_but_a_child_that_hangs_or_ends
     failed = _ScriptedChild({"event": "warmed_up", "error": "RuntimeError: boom"})
     grading = _grading()
     assert timing._warm_up(_target(grading), failed) is None, "a failing first call fails again when timed, saying why"
-    assert failed.orders[0]["warm_up"] and "boom" in grading.log[0]
+    assert failed.orders[0]["warm_up"] and "boom" in grading.ledger.log[0]
 
     hung = _ScriptedChild()
     entry = timing._warm_up(_target(_grading()), hung)
@@ -252,7 +251,7 @@ def _checked_entry(monkeypatch, traced: dict, audit_passes: bool = True, outputs
     )
     monkeypatch.setattr(timing, "_timed_outputs_problem", lambda grading, child, plan: outputs_problem)
     grading = _grading()
-    grading.own_kernels, grading.on = OWN, None
+    grading.plan.own_kernels, grading.on = OWN, None
     plan = timing.TimingPlan(Case({"n": 8}), [((), {})], reps=50, reference_ms=4.0)
     inputs = timing.TimingInputs(plan.case, plan.input_sets, ((), {}))
     window = timing.Timed([250.0], [240.0], [traced])
@@ -341,7 +340,8 @@ def test_a_part_is_timed_once_its_own_cases_pass_whatever_the_others_do():
     owner = {0: parts[0], 1: parts[0], 2: parts[1], 3: parts[1]}
     verdicts = {0: SimpleNamespace(passed=True), 1: SimpleNamespace(passed=True), 2: SimpleNamespace(passed=False)}
     grading = SimpleNamespace(
-        plan=SimpleNamespace(trials=trials, parts=parts), verdicts=verdicts, part_of=owner.__getitem__
+        plan=SimpleNamespace(trials=trials, parts=parts, part_of=owner.__getitem__),
+        ledger=SimpleNamespace(verdicts=verdicts),
     )
     assert timing._every_case_passed(grading, parts[0])
     assert not timing._every_case_passed(grading, parts[1]), "a failed case of the part"
