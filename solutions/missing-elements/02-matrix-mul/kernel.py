@@ -41,16 +41,19 @@ def matmul_kernel(
     # STUB: pid_n = ...
     # END TODO
 
-    # Row indices (of a and c) and column indices (of b and c) of this program's tile.
+    # Row indices (of a and c) and column indices (of b and c) of this program's tile, in int64:
+    # a row index times stride_am passes 2**31 once a has that many elements, and int32 would wrap.
     # TODO: compute the BLOCK_M row indices of the tile
     # HINT: tile 0 covers rows 0 to BLOCK_M - 1, tile 1 the BLOCK_M rows after those, and so on.
     # HINT: these are module 01's offsets again, for one dimension of the tile.
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    # HINT: make them tl.int64 by converting pid_m first: pid_m.to(tl.int64) * BLOCK_M + ...
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     # STUB: offs_m = ...
     # END TODO
     # TODO: compute the BLOCK_N column indices of the tile
-    # HINT: the mirror image of the rows, with pid_n and BLOCK_N.
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # HINT: the mirror image of the rows, with pid_n and BLOCK_N (in int64 too: a transposed b
+    # HINT: multiplies them by a large stride_bn).
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     # STUB: offs_n = ...
     # END TODO
     # TODO: compute the BLOCK_K indices along K of the first step

@@ -33,8 +33,9 @@ def matmul_kernel(
     stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    offs_m = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # 64-bit rows and columns: offs_m * stride_am passes 2**31 once a has that many elements.
+    offs_m = tl.program_id(axis=0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(axis=1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn

@@ -37,13 +37,16 @@ def matmul_kernel(
     #   Hint: the same question, asked of the grid's other axis.
     pid_n = ...
 
-    # Row indices (of a and c) and column indices (of b and c) of this program's tile.
+    # Row indices (of a and c) and column indices (of b and c) of this program's tile, in int64:
+    # a row index times stride_am passes 2**31 once a has that many elements, and int32 would wrap.
     # TODO 3: compute the BLOCK_M row indices of the tile
     #   Hint: tile 0 covers rows 0 to BLOCK_M - 1, tile 1 the BLOCK_M rows after those, and so on.
     #   Hint: these are module 01's offsets again, for one dimension of the tile.
+    #   Hint: make them tl.int64 by converting pid_m first: pid_m.to(tl.int64) * BLOCK_M + ...
     offs_m = ...
     # TODO 4: compute the BLOCK_N column indices of the tile
-    #   Hint: the mirror image of the rows, with pid_n and BLOCK_N.
+    #   Hint: the mirror image of the rows, with pid_n and BLOCK_N (in int64 too: a transposed b
+    #   Hint: multiplies them by a large stride_bn).
     offs_n = ...
     # TODO 5: compute the BLOCK_K indices along K of the first step
     #   Hint: the k-loop starts at 0; later steps move the pointers instead of these indices.
