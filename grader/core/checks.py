@@ -225,15 +225,16 @@ def _named_tensors(args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
     return named
 
 
-def memory_problem(checker: memcheck.MemoryChecker, api: str) -> str | None:
-    """What the memory checker found in one call: races and uninitialised reads. (Output elements
-    nothing wrote are left to the comparison, whose diagnosis knows their patterns.)"""
+def memory_problem(checker: memcheck.MemoryChecker, api: str = "", what: str = "") -> str | None:
+    """What the memory checker found in one call of ``api`` (or while running ``what``): races and
+    uninitialised reads. (Output elements nothing wrote are left to the comparison, whose
+    diagnosis knows their patterns.)"""
     found = checker.problems
     if not found:
         return None
     more = len(found) - 1
     extra = f" ({more} more finding{'s' if more > 1 else ''} of the memory checker after this one.)" if more else ""
-    return f"The memory checker found a problem in {api}(): {found[0]}{extra}"
+    return f"The memory checker found a problem in {what or api + '()'}: {found[0]}{extra}"
 
 
 def largest_magnitude(inputs) -> float:
@@ -415,14 +416,21 @@ def check_case(kernel: LoadedKernel, spec: Spec, case: Case) -> None:
 
 
 @contextmanager
-def explained(kernel: LoadedKernel, what: str):
+def explained(kernel: LoadedKernel, what: str, memory_checked: bool = True):
     """For tests that call a kernel outside a Case (gradcheck, opcheck, properties): turn any error
     inside the block into a failure that says what was running, and names the TODOs still open
-    in kernel.py."""
+    in kernel.py. On a CPU the block runs under the memory checker unless ``memory_checked`` is
+    False (torch.compile, which traces nothing while the checker's dispatch mode is active)."""
     todos = "".join(f"\n  - {todo}" for todo in kernel.todos[:3])
     todos = f"\nTODOs still open in kernel.py:{todos}" if todos else ""
+    # Under the memory checker, as every case is: a bad store is named with its line instead of
+    # corrupting memory that a later test (or Python itself) trips over.
+    checker = memcheck.MemoryChecker() if memory_checked and memcheck.enabled() and not device.is_cuda() else None
     try:
-        yield
+        with checker or nullcontext():
+            yield
+    except memcheck.MemoryFault as fault:
+        raise AssertionError(f"The memory checker stopped {what}: {fault}{todos}") from None
     except AssertionError as error:
         raise AssertionError(f"{error}{todos}") from None
     except Exception as error:  # the learner's code can raise anything
@@ -430,6 +438,9 @@ def explained(kernel: LoadedKernel, what: str):
         raise AssertionError(
             f"{what} raised {type(error).__name__}: {text[0] if text else ''}{numpy_too_new(error)}{todos}"
         ) from None
+    problem = memory_problem(checker, what=what) if checker is not None else None
+    if problem:
+        raise AssertionError(problem + todos)
 
 
 def expect_error(fn: Callable, *args: Any, errors=(ValueError, TypeError), match: str = "", **kwargs: Any) -> None:

@@ -176,3 +176,22 @@ def test_a_two_dimensional_grid_names_both_program_ids_and_the_lane_in_the_block
     finding = _fault(lambda: tile_fill_kernel[(2, 2)](out, 20, 24, BLOCK=16))
     assert finding.program == (1, 0) and finding.lane == (4, 0)  # row 20 is the first past the end
     assert "program (1, 0), lane (4, 0)" in str(finding)
+
+
+def test_tests_outside_a_case_run_under_the_checker_too(monkeypatch):
+    """gradcheck, opcheck and property tests run their kernels inside ``checks.explained``: a bad
+    store there fails that test with its line, instead of corrupting memory a later test or
+    Python itself trips over; with the checker off it runs as before."""
+    from types import SimpleNamespace
+
+    kernel = SimpleNamespace(todos=[])
+    x, out = torch.randn(10), torch.empty(16)
+    monkeypatch.setenv(memcheck.ENV_SWITCH, "1")
+    with pytest.raises(AssertionError, match=r"The memory checker stopped gradcheck of copy\(\): store at line \d+"):
+        with checks.explained(kernel, "gradcheck of copy()"):
+            copy_kernel[(1,)](x, out[:10], 10, BLOCK=16, EXTRA=1)
+    with checks.explained(kernel, "torch.compile(copy)", memory_checked=False):
+        copy_kernel[(1,)](x, out[:10], 10, BLOCK=16, EXTRA=1)  # unchecked: the view's storage has room
+    monkeypatch.setenv(memcheck.ENV_SWITCH, "0")
+    with checks.explained(kernel, "gradcheck of copy()"):
+        copy_kernel[(1,)](x, out[:10], 10, BLOCK=16, EXTRA=1)

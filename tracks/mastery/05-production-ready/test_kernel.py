@@ -614,7 +614,7 @@ def test_attention_compiles_without_graph_break(kernel):
     torch.compiler.reset()
     compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True), fullgraph=True, backend=recording)
     results = []
-    with explained(kernel, "torch.compile(attention, fullgraph=True)"):
+    with explained(kernel, "torch.compile(attention, fullgraph=True)", memory_checked=False):
         for fn in (lambda q, k, v: attention(q, k, v, causal=True), compiled):
             leaves = [t.clone().requires_grad_() for t in inputs]
             out = fn(*leaves)
@@ -679,7 +679,7 @@ def test_compiles_without_graph_break(kernel):
     backend here runs Dynamo's graph as it is (like backend="eager"), after recording it: the
     graph must call both operators as single nodes. (AOTAutograd and Inductor need a GPU: see
     test_compiles_with_inductor.)"""
-    with explained(kernel, "torch.compile(TinyBlock, fullgraph=True)"):
+    with explained(kernel, "torch.compile(TinyBlock, fullgraph=True)", memory_checked=False):
         ((eager, eager_grads), (compiled, compiled_grads)), graphs = _compiled_against_eager(kernel)
     called = {str(node.target).split(".")[-2] for graph in graphs for node in graph.graph.nodes
               if node.op == "call_function" and kernel.namespace.NAMESPACE in str(node.target)}
@@ -695,7 +695,7 @@ def test_compiles_without_graph_break(kernel):
 def test_compiles_with_inductor(kernel):
     """The default backend: AOTAutograd traces forward and backward, triton_op decomposes each
     operator into its wrapped kernel launches, and Inductor compiles them with the rest."""
-    with explained(kernel, "torch.compile(TinyBlock, fullgraph=True) with Inductor"):
+    with explained(kernel, "torch.compile(TinyBlock, fullgraph=True) with Inductor", memory_checked=False):
         ((eager, eager_grads), (compiled, compiled_grads)), _ = _compiled_against_eager(kernel, "inductor")
     assert torch.allclose(compiled, eager, atol=1e-4, rtol=1e-4), "the compiled block's output differs from eager's."
     for got, want in zip(compiled_grads, eager_grads):
