@@ -4,7 +4,7 @@
 # Use your own environment instead with PYTHON=/path/to/python.
 #
 #   make check [M=missing-elements/03-softmax] [K=<function>|<part>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
-#   make progress | make bench M=... | make lab | make stubs | make test | make lint
+#   make progress | make bench M=... [HOST=1] | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] [STUDENT=..] [M=..] [REGRADE=1] [ROSTER=..] [DEADLINES=..] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 #   make mutants [M=...] [EXTRA=file.py]   (maintainers: the kill table of the typical mistakes)
@@ -16,6 +16,7 @@ BOOTSTRAP_PYTHON ?= python3
 M ?=
 IMPL ?= learner
 K ?=
+HOST ?=
 MEMCHECK ?= 1
 GPUCHECK ?= 1
 SUBMISSIONS ?=
@@ -89,7 +90,7 @@ progress: $(ENV)
 	@$(PYTHON) -m grader progress
 
 bench: $(ENV)
-	@$(PYTHON) -m grader bench $(M) --impl $(IMPL)
+	@$(PYTHON) -m grader bench $(M) --impl $(IMPL) $(if $(filter 1,$(HOST)),--host)
 
 stubs: $(ENV)
 	@$(PYTHON) -m grader stubs $(if $(FORCE),--force)

@@ -63,7 +63,7 @@ def cmd_bench(args) -> int:
     for module in modules:
         print(f"\n## {module.id}: {module.title}\n")
         try:
-            run_bench(module, args.impl, Path(args.out))
+            run_bench(module, args.impl, Path(args.out), host=args.host)
         except AssertionError as wrong:  # a kernel that fails its check is not timed
             print(f"{wrong}\nRun `make check M={module.id}` first.")
             return 1
@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument("module", nargs="?", help="a module, or `all` (default: your next one)")
     bench_cmd.add_argument("--impl", default="learner")
     bench_cmd.add_argument("--out", default="bench-results", help="folder for the PNG plot")
+    bench_cmd.add_argument(
+        "--host", action="store_true", help="also split each call's time into host (CPU) and GPU time"
+    )
     bench_cmd.set_defaults(run=cmd_bench)
 
     stubs_cmd = commands.add_parser("stubs", help="regenerate learner stubs from the solutions")

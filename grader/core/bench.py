@@ -9,6 +9,8 @@ are ratios to the copy bandwidth, to PyTorch, or to the reference solution, all 
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +37,69 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / time_ms(lambda: dst.copy_(src)) / 1e6
 
 
+@dataclass(frozen=True)
+class HostAndDevice:
+    """Where one call's time goes: ``host_ms`` of Python and launching on the CPU, ``device_ms``
+    of GPU work, each per call. ``synchronizes``: the call waited for the GPU itself (a
+    ``.item()``, a copy to the CPU), so its device time could not be separated."""
+
+    host_ms: float
+    device_ms: float | None
+    synchronizes: bool = False
+
+    @property
+    def host_bound(self) -> bool:
+        """The GPU waits for the CPU: a call costs more to issue than to run."""
+        return self.device_ms is not None and self.host_ms >= self.device_ms
+
+
+def host_and_device_ms(fn: Callable[[], object], calls: int = 10, repeats: int = 5) -> HostAndDevice:
+    """Separate a call's host time from its GPU time: the GPU is first kept busy (a sleep kernel),
+    so that ``calls`` calls only queue their work while the CPU clock times issuing them; the GPU
+    then runs the queued work back to back, timed by CUDA events around it. Medians of
+    ``repeats``. Unlike ``time_ms`` the caches stay warm between calls, as in a training loop."""
+    fn()
+    torch.cuda.synchronize()
+    # Calibrate: the sleep must outlast issuing every call, with room to spare.
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    issue_s = time.perf_counter() - started
+    torch.cuda.synchronize()
+    cycles_per_s = _sleep_cycles_per_second()
+    hosts, devices, waited = [], [], False
+    for _ in range(repeats):
+        sleep_s = max(0.02, 4 * issue_s)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(sleep_s * cycles_per_s))
+        begin.record()
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host_s = time.perf_counter() - started
+        end.record()
+        torch.cuda.synchronize()
+        waited = waited or host_s >= 0.8 * sleep_s  # the calls waited for the sleep to end
+        hosts.append(host_s / calls * 1e3)
+        devices.append(begin.elapsed_time(end) / calls)
+    if waited:
+        return HostAndDevice(statistics.median(hosts), None, synchronizes=True)
+    return HostAndDevice(statistics.median(hosts), statistics.median(devices))
+
+
+@functools.cache
+def _sleep_cycles_per_second() -> float:
+    """How many cycles of ``torch.cuda._sleep`` make a second on this GPU (its clock varies)."""
+    cycles = 10_000_000
+    torch.cuda._sleep(cycles)  # warm-up
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / (begin.elapsed_time(end) / 1e3)
+
+
 @dataclass
 class Measurement:
     case: Case
@@ -43,10 +108,12 @@ class Measurement:
     gbs: float | None
     tflops: float | None
     note: str | None = None  # why the row is timed although its result is off (PyTorch's only)
+    split: HostAndDevice | None = None  # host and GPU time per call (``make bench HOST=1``)
 
 
-def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurement]:
+def measure(spec: Spec, case: Case, impls: dict[str, Callable], host: bool = False) -> list[Measurement]:
     """Time each implementation on the same inputs; each output is checked before it counts.
+    ``host``: also split each call's time into host and GPU time (``host_and_device_ms``).
 
     A course implementation with a wrong result is not timed. PyTorch's own result is checked
     too, but it is the baseline the others are measured against, so a result outside the
@@ -71,11 +138,11 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable]) -> list[Measurem
             )
         elif problems:
             raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
-        once = protocols.timed(spec.protocol, fn, spec.api)
-        ms = time_ms(functools.partial(once, *args, **kwargs))
+        once = functools.partial(protocols.timed(spec.protocol, fn, spec.api), *args, **kwargs)
+        ms = time_ms(once)
         gbs = spec.bytes_moved(case) / ms / 1e6 if spec.bytes_moved else None
         tflops = spec.flops(case) / ms / 1e9 if spec.flops else None
-        rows.append(Measurement(case, name, ms, gbs, tflops, note))
+        rows.append(Measurement(case, name, ms, gbs, tflops, note, host_and_device_ms(once) if host else None))
     return rows
 
 
@@ -89,15 +156,39 @@ def ceiling_ratio(spec: Spec, row: Measurement, rows: list[Measurement], copy_gb
 
 def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
     ceiling = "x copy" if spec.ceiling == "copy" else "x PyTorch"
-    header = f"{'case':<34} {'impl':<10} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}"
+    split = any(row.split is not None for row in rows)
+    extra = f" {'host ms':>9} {'GPU ms':>9}" if split else ""
+    header = f"{'case':<34} {'impl':<10} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}{extra}"
     lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header, "-" * len(header)]
     for row in rows:
         gbs = f"{row.gbs:8.0f}" if row.gbs is not None else f"{'':>8}"
         tflops = f"{row.tflops:8.1f}" if row.tflops is not None else f"{'':>8}"
         ratio = ceiling_ratio(spec, row, rows, copy_gbs)
-        lines.append(f"{row.case.name:<34} {row.impl:<10} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}")
+        line = f"{row.case.name:<34} {row.impl:<10} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}"
+        if split:
+            line += _split_columns(row.split)
+        lines.append(line)
     lines += [f"Note: {row.note}" for row in rows if row.note]
+    if any(row.split is not None and row.split.host_bound for row in rows):
+        lines.append(
+            "*: host-bound: issuing the call (Python, the autograd Function, allocations, launches) "
+            "takes longer than the GPU's work, so in a loop the GPU waits. Fewer launches, a CUDA "
+            "graph or a larger batch pay off here; a faster kernel does not."
+        )
+    if any(row.split is not None and row.split.synchronizes for row in rows):
+        lines.append(
+            "sync: the call waits for the GPU itself (a .item(), a copy to the CPU), so host and "
+            "GPU time cannot be told apart; in a training loop such a wait stalls every step."
+        )
     return "\n".join(lines)
+
+
+def _split_columns(split: HostAndDevice | None) -> str:
+    if split is None:
+        return f" {'':>9} {'':>9}"
+    if split.device_ms is None:
+        return f" {split.host_ms:9.3f} {'sync':>9}"
+    return f" {split.host_ms:9.3f} {split.device_ms:9.3f}" + ("*" if split.host_bound else "")
 
 
 def plot(spec: Spec, rows: list[Measurement], copy_gbs: float, title: str, path) -> None:

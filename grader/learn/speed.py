@@ -59,9 +59,9 @@ def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: floa
     return None
 
 
-def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -> list[Path]:
+def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout, host: bool = False) -> list[Path]:
     """Benchmark every bench case of every function of the module; print a table and write a PNG
-    plot per function. Returns the plot paths."""
+    plot per function. Returns the plot paths. ``host``: add each call's host and GPU time."""
     module_spec, public = cases.public(module)
     copy_gbs = bench.copy_bandwidth_gbs()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout) -
             case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
             for case in spec.bench_cases
         ]
-        rows = [row for case in bound for row in bench.measure(spec, case, impls)]
+        rows = [row for case in bound for row in bench.measure(spec, case, impls, host=host)]
         print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)
         suffix = "" if spec is module_spec else f"-{spec.api}"
         png = out_dir / f"{module.track}-{module.slug}{suffix}.png"

@@ -79,3 +79,36 @@ def test_a_missed_row_is_called_host_bound_only_when_the_kernel_is_shorter_than_
     met = ("op", (4096, 4096), torch.float32, {"PyTorch eager": 0.1, "bare launch": 0.05, "custom op": 0.05})
     (note,) = benchmark.host_bound_notes([short_kernel, long_kernel, met], tiny)
     assert "op (8192, 4096) fp32 runs 97 us" in note and "110 us of host work" in note
+
+
+def test_the_host_column_marks_host_bound_and_synchronizing_calls(untimed):
+    """``make bench HOST=1``: each row gains its host and GPU time per call; a row whose host time
+    reaches its GPU time is starred and explained, a call that waits for the GPU says so."""
+    spec, public = cases.public(VECTOR_ADD)
+    case = cases.for_mode(public, False)[0]
+    split = {
+        "reference": bench.HostAndDevice(host_ms=0.020, device_ms=0.050),
+        "learner": bench.HostAndDevice(host_ms=0.080, device_ms=0.050),
+        "pytorch": bench.HostAndDevice(host_ms=0.400, device_ms=None, synchronizes=True),
+    }
+    rows = [bench.Measurement(case, impl, 0.05, 1000.0, None, split=value) for impl, value in split.items()]
+    table = bench.format_table(spec, rows, copy_gbs=1000.0)
+    lines = table.splitlines()
+    assert "host ms" in lines[1] and "GPU ms" in lines[1]
+    assert lines[3].endswith("0.020     0.050") and lines[4].endswith("0.080     0.050*")
+    assert lines[5].endswith("0.400      sync")
+    assert any(line.startswith("*: host-bound") for line in lines) and any(line.startswith("sync:") for line in lines)
+    plain = bench.format_table(spec, [bench.Measurement(case, "reference", 0.05, 1000.0, None)], copy_gbs=1000.0)
+    assert "host ms" not in plain and "host-bound" not in plain
+
+
+@pytest.mark.cuda
+def test_host_and_gpu_time_are_told_apart_on_a_gpu():
+    if not device.is_cuda():
+        pytest.skip("needs a CUDA GPU: host and GPU time are the same clock under the interpreter")
+    x = torch.randn(1 << 24, device="cuda")
+    many_launches = bench.host_and_device_ms(lambda: [x[:1024].add_(1) for _ in range(50)])
+    one_big = bench.host_and_device_ms(lambda: x.mul_(1.0))
+    waits = bench.host_and_device_ms(lambda: x.sum().item())
+    assert many_launches.host_bound and not one_big.host_bound, (many_launches, one_big)
+    assert waits.synchronizes and waits.device_ms is None
