@@ -8,7 +8,9 @@
 A module's cell holds the points nbgrader gave (``Row.scores``) less its late penalty, to two
 decimals; ``out_of`` adds up what each module is out of, which is what was graded
 (``scoring.graded_parts``: performance that was not graded, on a CPU, is left out, never counted
-as 0). A module a student did not hand in is 0, named in ``missing``; with a roster, students who
+as 0). Without a GPU, a module whose starting kernel already passes every case is not graded at
+all (0 of 0: only speed shows the work): its cell is left empty, counted nowhere, and ``notes``
+says why. A module a student did not hand in is 0, named in ``missing``; with a roster, students who
 handed in nothing get such a row too, and a student who is not on it is named in ``notes``. A
 submission with no grade (a grader error) is left empty and counted nowhere, with the reason in
 ``notes``, so that it is fixed before grades are published rather than published as 0.
@@ -29,7 +31,7 @@ from pathlib import Path
 
 from grader.grade import course, report
 from grader.grade.deadlines import Deadline
-from grader.grade.scoring import graded_parts, points
+from grader.grade.scoring import NOT_GRADED_HERE, graded_parts, no_work_reason, not_graded_here, points
 
 LMS_CSV = "lms.csv"
 STUDENTS_DIR = "students"
@@ -58,6 +60,11 @@ class Entry:
         return self.row is None
 
     @property
+    def not_graded_here(self) -> bool:
+        """Graded, but no part could show the work on this machine (``scoring.not_graded_here``)."""
+        return self.row is not None and not_graded_here(self.row.record, self.row.module.track)
+
+    @property
     def penalty_percent(self) -> float:
         if self.deadline is None or self.hours_late is None:
             return 0.0
@@ -70,8 +77,11 @@ class Entry:
 
     @property
     def points(self) -> float | None:
-        """What is published: the points earned less the late penalty (None: no grade)."""
-        return None if self.earned is None else round(self.earned - self.penalty, 2)
+        """What is published: the points earned less the late penalty (None: no grade, or not
+        graded on this machine)."""
+        if self.earned is None or self.not_graded_here:
+            return None
+        return round(self.earned - self.penalty, 2)
 
 
 @dataclass
@@ -201,6 +211,8 @@ def _notes(published: Published, student: str) -> list[str]:
             continue
         if entry.earned is None:
             notes.append(f"{entry.assignment}: no grade ({report.reason(entry.row)}); grade it again before publishing")
+        elif entry.not_graded_here:
+            notes.append(f"{entry.assignment}: {NOT_GRADED_HERE}, as {no_work_reason()}")
         elif entry.hours_late:
             notes.append(
                 f"{entry.assignment}: {entry.hours_late:.2f} h late, -{_number(entry.penalty)} points "
@@ -269,6 +281,8 @@ def _summary_line(entry: Entry) -> str:
     if entry.earned is None:
         why = report.reason(entry.row) or "not graded yet"
         return f"| {module} | no grade yet | {entry.out_of} | | | {why.replace('|', '/')} |"
+    if entry.not_graded_here:
+        return f"| {module} | {NOT_GRADED_HERE} | {entry.out_of} | | | {NOT_GRADED_HERE}: see below |"
     late, penalty = _late_cell(entry)
     why = report.reason(entry.row).replace("|", "/")
     return f"| {module} | {_number(entry.points)} | {entry.out_of} | {late} | {penalty} | {why} |"
@@ -299,12 +313,21 @@ def _summary_notes(entries: list[Entry]) -> list[str]:
     left_out = {
         e.row.module.id
         for e in entries
-        if e.row is not None and e.earned is not None and e.out_of < sum(points(e.row.module.track).values())
+        if e.row is not None
+        and e.earned is not None
+        and not e.not_graded_here
+        and e.out_of < sum(points(e.row.module.track).values())
     }
     if left_out:
         lines += [
             "Performance was not graded for " + ", ".join(sorted(left_out)) + " (it needs a CUDA GPU): "
             "those modules are out of their correctness points only.",
+            "",
+        ]
+    nothing = sorted(e.row.module.id for e in entries if e.earned is not None and e.not_graded_here)
+    if nothing:
+        lines += [
+            f"Not graded on this machine ({NOT_GRADED_HERE}): {', '.join(nothing)}, as {no_work_reason()}.",
             "",
         ]
     for entry in entries:

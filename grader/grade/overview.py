@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.core.diagnosis import gist
+from grader.grade.scoring import NOT_GRADED_HERE, no_work_reason, not_graded_here
 
 TOP_DIAGNOSES = 5  # per module: the rest are rarer than the ones shown
 
@@ -52,6 +53,7 @@ class ModuleView:
     all_pass: int = 0
     starting_kernels: int = 0  # still the starting kernel, comments and layout aside
     not_imported: int = 0
+    not_graded_here: int = 0  # no part graded on this machine: the starting kernel passes every case, no GPU
     cases: dict[tuple[str, str], CaseTally] = field(default_factory=dict)
     diagnoses: dict[str, Diagnosis] = field(default_factory=dict)
     integrity: dict[str, list[str]] = field(default_factory=dict)  # finding -> students
@@ -136,6 +138,7 @@ def summarise(rows) -> list[ModuleView]:
             view.no_record += 1
         else:
             _add(view, row.student, row.record)
+            view.not_graded_here += not_graded_here(row.record, row.module.track)
     return list(views.values())
 
 
@@ -164,7 +167,10 @@ def summary_text(view: ModuleView) -> str:
         parts.append(f"{sum(map(len, view.integrity.values()))} with an integrity finding")
     if view.no_record:
         parts.append(f"{view.no_record} not graded (no run-phase record)")
-    return ", ".join(parts)
+    text = ", ".join(parts)
+    if view.not_graded_here:
+        text += f". {view.not_graded_here} {NOT_GRADED_HERE} (0 of 0): {no_work_reason()}"
+    return text
 
 
 # ----------------------------------------------------------------------------------------------

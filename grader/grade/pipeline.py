@@ -35,6 +35,7 @@ from grader.core.catalog import REPO_ROOT, Module
 from grader.grade import collect, course, export, report, runphase, store
 from grader.grade.deadlines import Deadline, read_timestamp
 from grader.grade.phases import Phases, Result
+from grader.grade.record import with_given
 
 DEFAULT_OUT = REPO_ROOT / "build" / "grades"
 EXAMPLES_DIR = REPO_ROOT / "build" / "examples"
@@ -348,6 +349,7 @@ def _rows(
 ) -> list[Row]:
     by_assignment = course.modules_by_assignment()
     outcomes = {(s.student, s.module.id): outcome for outcome in summary.outcomes for s in outcome.submissions}
+    starting: dict[str, dict | None] = {}  # module id -> its starting kernel's record in this results folder
     rows = []
     for folder in sorted((course_dir / "submitted").glob("*/*")):
         student, assignment = folder.parent.name, folder.name
@@ -360,6 +362,10 @@ def _rows(
         else:  # not graded in this run (another student was selected): its record as it is
             source = _source(course_dir, student, assignment)
             row.record = None if source is None else store.existing_record(row.module, source, summary.results_dir)[0]
+        if row.record is not None:  # the cases the starting kernel passes, as the notebook's cells see them
+            if row.module.id not in starting:
+                starting[row.module.id] = store.starting_record(summary.results_dir, row.module)
+            row.record = with_given(row.record, starting[row.module.id])
         rows.append(row)
     for student, assignment, why in collected.refused:
         if not any(r.student == student and r.assignment == assignment for r in rows):

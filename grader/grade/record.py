@@ -195,14 +195,25 @@ def _cases_report(record: dict, visibility: str, out_of: float) -> tuple[str, fl
     share, counted, earned = parts_share(rows, set(record.get("given") or ()), weights)
     points = part_points(share, out_of) if total else 0.0
     title = "Public cases" if visibility == "public" else "Hidden cases"
+    left_out = scoring.shows_no_work(record, visibility)
+    if left_out:
+        points = 0.0
     if not rows:
         where = (
             "this checkout has none (they are only in the instructor's)"
             if visibility == "hidden"
             else "the module has none on this device"
         )
+        if left_out:
+            return f"{title}: NOT GRADED, 0 of {out_of:g} points: {where}, and {scoring.no_work_reason()}.", points
         return f"{title}: {points:g} of {out_of:g} points: {where}.", points
     lines = [f"{title}: {passed} of {len(rows)} pass: {points:g} of {out_of:g} points."]
+    if left_out:
+        which = "" if scoring.not_graded_here(record, find_module(record["module"]).track) else f"{visibility} "
+        lines = [
+            f"{title}: {passed} of {len(rows)} pass: NOT GRADED, 0 of {out_of:g} points. They are left out of "
+            f"this grade because {scoring.no_work_reason(which)}."
+        ]
     if weights:
         lines.append(
             "  Each part counts as its share of the module's points, whatever its number of cases: "
@@ -256,14 +267,6 @@ def _part_line(record: dict, part: dict, rows: list[dict]) -> str:
     return f"{_part_label(record, part)}: {sum(bool(row['passed']) for row in mine)} of {len(mine)} pass"
 
 
-def _no_gpu(performance: dict) -> bool:
-    """Whether performance was left out because the run had no CUDA GPU (and not, say, because
-    this checkout has no reference to time against)."""
-    from grader.grade.ledger import PERFORMANCE_NOT_GRADED
-
-    return performance.get("reason") == PERFORMANCE_NOT_GRADED["reason"]
-
-
 def graded_total(record: dict) -> tuple[float, int]:
     """(the points of the parts that were graded, what they are out of): the grade as the
     learner should read it when performance was left out."""
@@ -285,18 +288,25 @@ def _left_out_text(record: dict, out_of: float) -> str:
     performance = record.get("performance") or {}
     why = (
         "speed is graded on a CUDA GPU only"
-        if _no_gpu(performance)
+        if scoring.no_gpu(performance)
         else (performance.get("reason") or "it was not graded")
     )
+    track = find_module(record["module"]).track
+    full = sum(scoring.points(track).values())
+    nbgrader = f"The score nbgrader shows at the top of this page is out of {full:g}: it counts "
+    if scoring.not_graded_here(record, track):
+        return (
+            f"This module is not graded on this machine: {scoring.no_work_reason()}. {nbgrader}every "
+            "part in its maximum, although none was graded."
+        )
     earned, graded = graded_total(record)
-    full = sum(scoring.points(find_module(record["module"]).track).values())
+    counted = [part for part in ("public", "hidden") if part in graded_parts(record, track)]
     have = f"you have {earned:g} of {graded:g}"
     if record.get("starting_kernel"):
         have += ", all of it for code you were given (see the note in the public part)"
     return (
         f"Its {out_of:g} points were left out of this grade because {why}: here the module is out of "
-        f"{graded:g} (the public and hidden cases), and {have}. The score "
-        f"nbgrader shows at the top of this page is out of {full:g}: it counts these {out_of:g} points in "
+        f"{graded:g} (the {' and '.join(counted)} cases), and {have}. {nbgrader}these {out_of:g} points in "
         "its maximum, although they were not graded."
     )
 

@@ -5,8 +5,10 @@
 Points come from nbgrader's gradebook (the system of record); the reasons for lost points, the
 performance status and whether a file is still the starting kernel come from the run phase's
 records. Every total here is out of what was graded (``scoring.graded_parts``): performance
-without a CUDA GPU is left out, never counted as 0, while nbgrader's own export keeps each
-module's full maximum (its cells' points are fixed when the assignments are generated).
+without a CUDA GPU is left out, never counted as 0, and so are, there, the cases of a module whose
+starting kernel already passes them all (0 of 0: "not graded: needs a GPU"), while nbgrader's own
+export keeps each module's full maximum (its cells' points are fixed when the assignments are
+generated).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from grader.grade import overview
 from grader.grade.course import points
 from grader.grade.record import performance_status
-from grader.grade.scoring import POINTS, TRACK_POINTS, graded_parts
+from grader.grade.scoring import NOT_GRADED_HERE, POINTS, TRACK_POINTS, graded_parts, no_work_reason, not_graded_here
 
 MAX_POINTS = sum(POINTS.values())
 STARTING_KERNEL = "unchanged starting kernel"
@@ -53,11 +55,19 @@ def left_out(row) -> dict[str, int]:
     return {part: n for part, n in points(row.module).items() if part not in graded}
 
 
+def graded_here(row) -> bool:
+    """Whether any part of ``row`` was graded on this machine (``scoring.not_graded_here``)."""
+    return not not_graded_here(row.record, row.module.track)
+
+
 def status(row) -> str:
-    """ "not graded", "unchanged starting kernel" (graded, but the file is still the one handed
-    out: where that passes every case, only this tells it from finished work) or "graded"."""
+    """ "not graded", "not graded: needs a GPU" (nothing could show the work here), "unchanged
+    starting kernel" (graded, but the file is still the one handed out: where that passes every
+    case, only this tells it from finished work) or "graded"."""
     if not row.scores:
         return "not graded"
+    if not graded_here(row):
+        return NOT_GRADED_HERE
     return STARTING_KERNEL if (row.record or {}).get("starting_kernel") else "graded"
 
 
@@ -73,8 +83,15 @@ def _cases_reason(record: dict) -> str:
 
 
 def reason(row) -> str:
-    """Why a submission lost points, or that it is still the starting kernel, in a few words
-    ("" when there is nothing to say)."""
+    """Why a submission lost points, that it was not graded on this machine, or that it is still
+    the starting kernel, in a few words ("" when there is nothing to say)."""
+    why = _reason(row)
+    if row.record is not None and not graded_here(row):
+        return f"{NOT_GRADED_HERE}: {no_work_reason()}" + (f"; {why}" if why else "")
+    return why
+
+
+def _reason(row) -> str:
     record = row.record
     if record is None:
         return _first_line(row.problem) or "not graded (no run-phase record)"
@@ -102,6 +119,8 @@ def performance(row) -> str:
 def _cell(row) -> str:
     if not row.scores:
         return "ERROR" if row.problem or row.record is None else "-"
+    if not graded_here(row):
+        return NOT_GRADED_HERE + "*"
     marked = row.total == 0 or status(row) == STARTING_KERNEL
     return f"{row.total:g}/{out_of(row)}" + ("*" if marked else "")
 
@@ -120,6 +139,12 @@ def left_out_note(rows, nbgrader: bool = True) -> str:
         f"Performance was not graded for {n} submission(s){why}: their totals are out of what was graded "
         f'({maxima}), and grades.csv says "not graded".'
     )
+    cases = [row for row in rows if {"public", "hidden"} & set(left_out(row))]
+    if cases:
+        nothing = sum(1 for row in cases if not graded_here(row))
+        text += f" For {len(cases)} of them the cases are left out too, as {no_work_reason()}" + (
+            f' ({nothing} not graded at all: "{NOT_GRADED_HERE}").' if nothing else "."
+        )
     return text + (
         " nbgrader's gradebook and its export (nbgrader-grades.csv) still count those points in each module's maximum."
         if nbgrader
@@ -143,7 +168,7 @@ def table(grading) -> str:
         if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL
     ]
     if notes:
-        text += ["", "* no points, no grade, or the unchanged starting kernel:", *notes]
+        text += ["", "* no points, no grade, not graded on this machine, or the unchanged starting kernel:", *notes]
     if grading.refused:
         text += ["", "Not collected (an earlier submission, if any, was graded instead):"]
         text += [f"  {student} {assignment}: {why}" for student, assignment, why in grading.refused]
@@ -206,14 +231,24 @@ def write_csv(grading, path: Path) -> None:
 def plot_data(grading) -> dict[str, tuple[dict[str, list[float]], int, str]]:
     """{module: ({"edited" or "unchanged starting kernel": the totals of those graded
     submissions}, the axis's end, the axis's label)}: each module's axis ends at what its totals
-    are out of, and says so; untouched files are told apart from the others."""
+    are out of, and says so; untouched files are told apart from the others. Submissions not
+    graded on this machine (0 of 0) are counted in the label only; a module of nothing else has
+    no totals, an end of 0 and the label "not graded: needs a GPU (N submission(s))"."""
     data = {}
     for module in sorted({row.module.id for row in grading.rows if row.scores}):
-        rows = [row for row in grading.rows if row.scores and row.module.id == module]
+        every = [row for row in grading.rows if row.scores and row.module.id == module]
+        rows = [row for row in every if graded_here(row)]
+        skipped = len(every) - len(rows)
+        if not rows:
+            groups = {"edited": [], STARTING_KERNEL: []}
+            data[module] = (groups, 0, f"{NOT_GRADED_HERE} ({skipped} submission(s))")
+            continue
         maxima = sorted({out_of(row) for row in rows})
         label = f"points out of {' or '.join(map(str, maxima))}"
         if any(left_out(row) for row in rows):
             label += " (performance not graded)"
+        if skipped:
+            label += f"; {skipped} {NOT_GRADED_HERE}"
         groups = {
             "edited": [row.total for row in rows if status(row) != STARTING_KERNEL],
             STARTING_KERNEL: [row.total for row in rows if status(row) == STARTING_KERNEL],
@@ -239,6 +274,12 @@ def plot(grading, path: Path) -> bool:
     lines = max(1, math.ceil(len(data) / columns))
     fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 2.6 * lines), squeeze=False)
     for ax, (module, (groups, end, label)) in zip(axes.flat, data.items()):
+        if not any(groups.values()):  # not graded on this machine: say so instead of an empty axis
+            ax.text(0.5, 0.5, label, ha="center", va="center", fontsize=8, transform=ax.transAxes)
+            ax.set_title(module, fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         bins = [x / 2 - 0.25 for x in range(2 * end + 2)]  # a bar per half point, centred on it
         ax.hist(
             list(groups.values()),

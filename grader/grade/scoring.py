@@ -5,7 +5,9 @@ share of its hidden cases that pass, and performance, graded on a GPU once every
 by a linear credit curve of the speed against the reference (``credit``). An integrity finding (a
 way around the exercise: computing with PyTorch, faking the timed work, a file the policy gate
 refused) withholds every part (``withheld``). A part that was not graded (performance without a
-GPU) is said to be left out, never counted as failed. A module made of several exercises
+GPU) is said to be left out, never counted as failed; so is, without a GPU, a part whose every case
+the module's starting kernel already passes (``shows_no_work``): there correctness cannot tell an
+untouched file from a finished one, only speed can. A module made of several exercises
 (``grader.core.cases.Part``, mastery/04) weighs each exercise's share of cases by its points
 (``parts_share``) and times each on its own function, its performance credit the weighted
 mean of theirs (``grader.grade.timing.combined``).
@@ -20,6 +22,18 @@ POINTS = {"public": 4, "hidden": 4, "performance": 2}
 # The optimization track is about speed: most of its points are.
 TRACK_POINTS = {"optimization": {"public": 2, "hidden": 2, "performance": 6}}
 PARTS = tuple(POINTS)
+# What a module graded without a GPU, whose starting kernel already passes every case, shows in
+# place of its total, and why (``shows_no_work``).
+NOT_GRADED_HERE = "not graded: needs a GPU"
+
+
+def no_work_reason(which: str = "") -> str:
+    """Why correctness is not graded where the starting kernel passes every case (``which``: "public
+    " or "hidden " for one part only), and what to do, as a clause."""
+    return (
+        f"the starting kernel already passes every {which}case, so only speed shows the work, and speed "
+        "is graded on a CUDA GPU: grade this module on a GPU"
+    )
 
 
 def points(track: str) -> dict[str, int]:
@@ -64,14 +78,47 @@ def performance_share(performance: dict, threshold: float, floor: float) -> floa
     return credit(float(performance.get("ratio") or 0.0), threshold, floor)
 
 
+def no_gpu(performance: dict) -> bool:
+    """Whether performance was left out because the run had no CUDA GPU (and not, say, because
+    this checkout has no reference to time against)."""
+    from grader.grade.ledger import PERFORMANCE_NOT_GRADED
+
+    return not performance.get("graded") and performance.get("reason") == PERFORMANCE_NOT_GRADED["reason"]
+
+
+def shows_no_work(record: dict, visibility: str) -> bool:
+    """Whether the ``visibility`` cases of ``record`` cannot show work here: speed was not graded
+    for want of a GPU and the module's starting kernel passes every one of them (``given``, from
+    ``record.with_given``), so the untouched file and a finished one pass them alike. Never under
+    an integrity finding, which withholds every part. A part with no cases here (hidden cases in
+    a learner's checkout) shows no work where the starting kernel passes every case there is."""
+    every = list(record.get("cases") or ())
+    rows = [row for row in every if row["visibility"] == visibility] or every
+    given = set(record.get("given") or ())
+    return (
+        bool(rows)
+        and not withheld(record)
+        and no_gpu(record.get("performance") or {})
+        and all(row["name"] in given for row in rows)
+    )
+
+
 def graded_parts(record: dict | None, track: str) -> dict[str, int]:
     """The parts of ``record`` that were graded, with their points: what its total is out of.
-    Performance that was left out (no GPU, or not reached) is not among them, unless an integrity
-    finding withholds everything, which counts every part as failed. No record: every part."""
+    Performance that was left out (no GPU, or not reached) is not among them, nor, without a GPU,
+    cases that show no work (``shows_no_work``), unless an integrity finding withholds
+    everything, which counts every part as failed. No record: every part. Empty: the module is
+    not graded on this machine (``not_graded_here``)."""
     parts = points(track)
     if record is None or withheld(record) or (record.get("performance") or {}).get("graded"):
         return dict(parts)
-    return {part: out_of for part, out_of in parts.items() if part != "performance"}
+    return {part: out_of for part, out_of in parts.items() if part != "performance" and not shows_no_work(record, part)}
+
+
+def not_graded_here(record: dict | None, track: str) -> bool:
+    """Whether no part of ``record`` was graded on this machine: its total is 0 of 0, shown as
+    ``NOT_GRADED_HERE`` (the starting kernel passes every case and speed needs a GPU)."""
+    return record is not None and not graded_parts(record, track)
 
 
 def work_share(rows: list[dict], given: set[str] | None = None) -> tuple[float, int, int]:

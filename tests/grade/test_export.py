@@ -271,3 +271,52 @@ def test_summaries_of_students_no_longer_in_the_run_are_removed_and_odd_ids_make
     (folder / "gone.md").write_text("an earlier run's\n")
     export.write(_grading(tmp_path, [_row("../al b", VECTOR_ADD)]))
     assert sorted(p.name for p in folder.iterdir()) == ["_al_b.md"]
+
+
+# --- a module that no part can grade on this machine ---------------------------------------------
+
+DEBUGGING = find_module("debugging/02-error-handling")
+NOTHING = {"public": 0.0, "hidden": 0.0, "performance": 0.0}  # what the notebook's cells give it
+
+
+def _given(row: Row, names=None) -> Row:
+    """``row`` with its record as ``record.with_given`` leaves it: ``names`` (default: every case)
+    pass in the starting kernel."""
+    cases = row.record["cases"]
+    row.record = {**row.record, "given": sorted(names if names is not None else (c["name"] for c in cases))}
+    return row
+
+
+def test_without_a_gpu_a_module_whose_starting_kernel_passes_every_case_is_not_published(tmp_path):
+    idle = _given(_row("al", TILING, NOTHING))
+    assert export.out_of(idle) == 0
+    [al] = _lms([_row("al", VECTOR_ADD), idle])
+    assert al["optimization-01-tiling"] == "" and al["missing"] == ""  # not a 0 for the LMS to import
+    assert al["total"] == "8.00" and al["out_of"] == "8.00"
+    assert (
+        "optimization-01-tiling: not graded: needs a GPU, as the starting kernel already passes every case"
+        in (al["notes"])
+    )
+    assert "grade this module on a GPU" in al["notes"]
+    published = export.publish([idle])
+    assert not published.ungraded, "not a grader error to grade again on the same machine"
+    text = export.summary(published, "al", tmp_path)
+    assert "| optimization/01-tiling | not graded: needs a GPU | 0 |" in text
+    assert "Not graded on this machine (not graded: needs a GPU): optimization/01-tiling, as the starting" in text
+    assert "only speed shows the work" in text and "Performance was not graded for" not in text
+
+
+def test_on_a_gpu_or_where_the_starting_kernel_fails_some_cases_the_points_are_as_before(tmp_path):
+    timed = _given(_row("al", TILING, {"public": 2.0, "hidden": 2.0, "performance": 3.0}, performance_graded=True))
+    planted = _given(_row("al", DEBUGGING, {"public": 4.0, "hidden": 0.0, "performance": 0.0}), ["case 0"])
+    [al] = _lms([timed, planted])
+    assert al["optimization-01-tiling"] == "7.00" and al["debugging-02-error-handling"] == "4.00"
+    assert al["total"] == "11.00" and al["out_of"] == "18.00" and al["notes"] == ""
+    assert "not graded: needs a GPU" not in export.summary(export.publish([timed, planted]), "al", tmp_path)
+
+
+def test_an_integrity_finding_still_publishes_zero_of_everything():
+    cheat = _given(_row("al", TILING, NOTHING))
+    cheat.record["integrity"] = {"violation": "torch", "message": "computed with PyTorch"}
+    [al] = _lms([cheat])
+    assert al["optimization-01-tiling"] == "0.00" and al["total"] == "0.00" and al["out_of"] == "10.00"

@@ -136,3 +136,22 @@ def test_modules_get_a_view_each_in_order():
     rows = [Row("ada", "s", SOFTMAX, {**_record({"rows": None}, [True]), "module": SOFTMAX.id}), *_rows()]
     assert [v.module for v in overview.summarise(rows)] == [VECTOR_ADD.id, SOFTMAX.id]
     assert "No submission was graded" in overview.page([])
+
+
+def test_a_module_not_graded_on_this_machine_says_so_and_why():
+    shared_memory = find_module("optimization/03-shared-memory")
+    every = {"size 1": None, "tail: n=1000": None}
+
+    def row(name, given=True, **record):
+        rec = {**_record(every, [True], **record), "module": shared_memory.id}
+        return Row(name, "o", shared_memory, {**rec, "given": [r["name"] for r in rec["cases"]] if given else []})
+
+    cheat = {"violation": "torch", "message": "computed with PyTorch"}
+    [view] = overview.summarise([row("ada"), row("bob", starting=True), row("cyd", integrity=cheat)])
+    assert view.not_graded_here == 2  # the integrity finding is graded: 0 of everything
+    summary = overview.summary_text(view)
+    assert "2 not graded: needs a GPU (0 of 0): the starting kernel already passes every case" in summary
+    assert "grade this module on a GPU" in summary and "grade this module on a GPU" in overview.page([view])
+    timed = {"graded": True, "credit": 1.0, "ratio": 1.2}
+    [view] = overview.summarise([row("ada", performance=timed), row("bob", given=False)])
+    assert view.not_graded_here == 0 and "not graded: needs a GPU" not in overview.summary_text(view)

@@ -296,3 +296,86 @@ def test_in_the_debugging_track_planted_bugs_are_not_blamed_on_todos():
     assert todos  # tools to write; the kernels' bugs are planted, with no TODO
     assert results.hidden_todo_note(stub, todos, "row_max", BASIC_DEBUGGING.track) == ""
     assert "boundary_sizes() runs" in results.hidden_todo_note(stub, todos, "boundary_sizes", BASIC_DEBUGGING.track)
+
+
+# --- a module that no part can grade on this machine ------------------------------------------
+
+
+def _given(rec: dict, names=None) -> dict:
+    """``rec`` as ``record.with_given`` leaves it: ``names`` (default: every case) pass in the
+    starting kernel."""
+    return {**rec, "given": sorted(names if names is not None else (row["name"] for row in rec["cases"]))}
+
+
+NOTHING = {"public": 0.0, "hidden": 0.0, "performance": 0.0}  # what the notebook's cells give it
+
+
+def test_without_a_gpu_a_module_whose_starting_kernel_passes_every_case_is_not_graded(tmp_path):
+    finished = _row("ada", SHARED_MEMORY, _given(_record(SHARED_MEMORY)), NOTHING)
+    untouched = _row("bob", SHARED_MEMORY, _given(_record(SHARED_MEMORY, starting=True)), NOTHING)
+    for row in (finished, untouched):
+        assert report.out_of(row) == 0 and report.left_out(row) == {"public": 2, "hidden": 2, "performance": 6}
+        assert report.status(row) == "not graded: needs a GPU"
+        assert "only speed shows the work" in report.reason(row) and "grade this module on a GPU" in report.reason(row)
+    grading = _grading(tmp_path, [finished, untouched])
+    table = report.table(grading)
+    assert "not graded: needs a GPU*" in table and "0/0" not in table and "4/4" not in table
+    assert "the starting kernel already passes every case, so only speed shows the work" in table
+    assert '(2 not graded at all: "not graded: needs a GPU")' in table
+    grading.out.mkdir()
+    report.write_csv(grading, grading.out / "grades.csv")
+    written = list(csv.DictReader(open(grading.out / "grades.csv")))
+    assert [(r["total"], r["max_points"], r["status"], r["left_out_points"]) for r in written] == [
+        ("0.0", "0", "not graded: needs a GPU", "10")
+    ] * 2
+    groups, end, label = report.plot_data(grading)[SHARED_MEMORY.id]
+    assert not any(groups.values()) and end == 0 and label == "not graded: needs a GPU (2 submission(s))"
+    pytest.importorskip("matplotlib")
+    report.write(grading)
+    text = (grading.out / "report.md").read_text()
+    assert "| 0.0 | 0 | not graded: needs a GPU |" in text and "only speed shows the work" in text
+
+
+def test_on_a_gpu_or_where_the_starting_kernel_fails_some_cases_totals_are_as_before(tmp_path):
+    timed = {"graded": True, "credit": 0.5, "ratio": 1.0}
+    gpu = _row(
+        "ada", SHARED_MEMORY, _given(_record(SHARED_MEMORY, performance=timed)), {**FULL_OPTIMIZATION, "performance": 3}
+    )
+    debugging = _given(_record(BASIC_DEBUGGING, public=(True, True), hidden=(True, True)), ["case 0", "hidden case 1"])
+    planted = _row("bob", BASIC_DEBUGGING, debugging, {"public": 4.0, "hidden": 4.0, "performance": 0.0})
+    assert (report.out_of(gpu), report.status(gpu), report.reason(gpu)) == (10, "graded", "")
+    assert (report.out_of(planted), report.status(planted), report.reason(planted)) == (8, "graded", "")
+    table = report.table(_grading(tmp_path, [gpu, planted]))
+    assert "7/10" in table and "8/8" in table and "not graded: needs a GPU" not in table
+    assert report.plot_data(_grading(tmp_path, [gpu]))[SHARED_MEMORY.id] == (
+        {"edited": [7.0], "unchanged starting kernel": []},
+        10,
+        "points out of 10",
+    )
+
+
+def test_an_integrity_finding_is_still_zero_of_everything(tmp_path):
+    finding = {"violation": "torch", "message": "computed with PyTorch"}
+    cheat = _row("cyd", SHARED_MEMORY, _given(_record(SHARED_MEMORY, integrity=finding)), NOTHING)
+    assert report.out_of(cheat) == 10 and report.left_out(cheat) == {} and report.status(cheat) == "graded"
+    assert report.reason(cheat) == "integrity: computed with PyTorch"
+    assert "0/10*" in report.table(_grading(tmp_path, [cheat]))
+
+
+def test_the_pipeline_s_rows_carry_the_cases_the_starting_kernel_passes(tmp_path, monkeypatch):
+    from grader.grade import collect, pipeline, runphase, store
+
+    course_dir, results = tmp_path / "course", tmp_path / "course" / "results"
+    assignment = f"{SHARED_MEMORY.track}-{SHARED_MEMORY.slug}"
+    (course_dir / "submitted" / "ada" / assignment).mkdir(parents=True)
+    (course_dir / "submitted" / "ada" / assignment / "kernel.py").write_text("# ada's\n")
+    finished = {**_record(SHARED_MEMORY), "cases_sha256": "c"}
+    starting = {**_record(SHARED_MEMORY, starting=True), "cases_sha256": "c"}
+    asked = []
+    monkeypatch.setattr(store, "starting_record", lambda where, module: asked.append((where, module.id)) or starting)
+    outcome = runphase.FileOutcome([store.Submission("ada", SHARED_MEMORY, tmp_path / "x.py")], record=finished)
+    summary = runphase.RunSummary([outcome], results, {})
+    [row] = pipeline._rows(course_dir, [assignment], summary, collect.Collected())
+    assert asked == [(results, SHARED_MEMORY.id)] and "given" not in finished  # read once, not written back
+    assert row.record["given"] == ["case 0", "case 1", "hidden case 1"]
+    assert report.status(_row("ada", SHARED_MEMORY, row.record, NOTHING)) == "not graded: needs a GPU"

@@ -155,3 +155,90 @@ def test_a_module_of_several_parts_reports_each_part_s_cases_and_speed():
     assert "part 1, the norms (50%): 1 of 1 pass; part 2, the scan (50%): 1 of 3 pass" in text
     text, points = record.part_report(rec, "performance", 2)
     assert points == 1.0 and "part 1, the norms (50%): 1.02 x" in text and "every case of the scan part" in text
+
+
+# --- where correctness shows no work and speed cannot be graded ----------------------------------
+
+NO_GPU = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
+
+
+def _record(module_id, passes, given, performance=None, integrity=None):
+    """A record whose cases pass as ``passes`` ({name: (visibility, passed)}), with ``given``."""
+    return {
+        "module": module_id,
+        "cases_sha256": "c",
+        "submission_sha256": "f" * 64,
+        "device": "cpu",
+        "graded_at": "now",
+        "starting_kernel": False,
+        "load_error": None,
+        "integrity": integrity,
+        "given": sorted(given),
+        "performance": dict(performance or NO_GPU),
+        "cases": [
+            {"name": n, "visibility": v, "passed": p, "message": "" if p else "wrong"} for n, (v, p) in passes.items()
+        ],
+    }
+
+
+OPTIMIZATION = "optimization/03-shared-memory"
+EVERY_CASE = {"p1": ("public", True), "p2": ("public", True), "h1": ("hidden", True)}
+
+
+def test_without_a_gpu_a_module_whose_starting_kernel_passes_every_case_is_not_graded():
+    from grader.grade.record import graded_total, part_report
+
+    finished = _record(OPTIMIZATION, EVERY_CASE, given=EVERY_CASE)
+    assert scoring.shows_no_work(finished, "public") and scoring.shows_no_work(finished, "hidden")
+    assert scoring.graded_parts(finished, "optimization") == {}
+    assert scoring.not_graded_here(finished, "optimization")
+    assert graded_total(finished) == (0.0, 0)
+    why = "the starting kernel already passes every case, so only speed shows the work"
+    for part, out_of in scoring.points("optimization").items():
+        text, points = part_report(finished, part, out_of)
+        assert points == 0 and "NOT GRADED" in text and why in text and "grade this module on a GPU" in text
+    assert "This module is not graded on this machine" in part_report(finished, "performance", 6)[0]
+    assert "pass: NOT GRADED, 0 of 2 points" in part_report(finished, "public", 2)[0]
+
+
+def test_on_a_gpu_the_same_record_is_graded_as_before():
+    from grader.grade.record import graded_total, part_report
+
+    timed = _record(OPTIMIZATION, EVERY_CASE, EVERY_CASE, performance={"graded": True, "credit": 0.5, "ratio": 1.0})
+    assert not scoring.shows_no_work(timed, "public") and not scoring.not_graded_here(timed, "optimization")
+    assert scoring.graded_parts(timed, "optimization") == scoring.points("optimization")
+    assert graded_total(timed) == (7.0, 10)  # 2 + 2 for the cases, half of the 6 for speed
+    text, points = part_report(timed, "public", 2)
+    assert points == 2 and "NOT GRADED" not in text
+
+
+def test_where_the_starting_kernel_passes_only_some_cases_they_count_as_before():
+    from grader.grade.record import graded_total, part_report
+
+    passes = {"a": ("public", True), "b": ("public", True), "c": ("public", True), "h": ("hidden", True)}
+    debugging = _record("debugging/02-error-handling", passes, given={"a", "h"})
+    assert not scoring.shows_no_work(debugging, "public") and scoring.shows_no_work(debugging, "hidden")
+    assert scoring.graded_parts(debugging, "debugging") == {"public": 4}  # its hidden case shows no work
+    assert graded_total(debugging) == (4.0, 4)
+    text, points = part_report(debugging, "hidden", 4)
+    assert points == 0 and "every hidden case" in text
+    some = _record("debugging/02-error-handling", {**passes, "h": ("hidden", True), "i": ("hidden", True)}, {"a", "h"})
+    assert scoring.graded_parts(some, "debugging") == {"public": 4, "hidden": 4}
+    assert graded_total(some) == (8.0, 8) and part_report(some, "public", 4)[1] == 4
+
+
+def test_an_integrity_finding_still_counts_every_part_as_failed():
+    from grader.grade.record import graded_total, part_report
+
+    cheat = _record(OPTIMIZATION, EVERY_CASE, EVERY_CASE, integrity={"violation": "torch", "message": "used torch"})
+    assert not scoring.shows_no_work(cheat, "public") and not scoring.not_graded_here(cheat, "optimization")
+    assert scoring.graded_parts(cheat, "optimization") == scoring.points("optimization")
+    assert graded_total(cheat) == (0.0, 10)
+    assert all(part_report(cheat, part, n)[1] == 0 for part, n in scoring.points("optimization").items())
+
+
+def test_a_checkout_without_hidden_cases_leaves_them_out_only_where_no_case_shows_work():
+    public_only = {"p1": ("public", True), "p2": ("public", True)}
+    assert scoring.graded_parts(_record(OPTIMIZATION, public_only, public_only), "optimization") == {}
+    partly = _record("debugging/02-error-handling", {**public_only, "p3": ("public", False)}, public_only)
+    assert scoring.graded_parts(partly, "debugging") == {"public": 4, "hidden": 4}  # as before
