@@ -134,7 +134,7 @@ class SiLUFunction(torch.autograd.Function):
         # TODO: launch the backward kernel and return the gradient of forward()'s input
         # HINT: ctx.saved_tensors gives back, as a tuple, what forward saved.
         # HINT: grad_y is whatever the next operation produced: it may be a transpose, a slice or the
-        # HINT: stride-0 expansion that .sum() gives. The kernel walks memory in order: make it contiguous.
+        # HINT: stride-0 expansion that a sum's backward gives. The kernel walks memory in order: make it contiguous.
         (x,) = ctx.saved_tensors
         return _elementwise(silu_backward_kernel, (x, grad_y.contiguous()))
         # STUB: return ...

@@ -141,7 +141,7 @@ def layer_norm_act_kernel(x_ptr, y_ptr, weight_ptr, bias_ptr, x_row_stride, y_ro
     x_hat, _, _ = normalize_row(x, x0, mask, N, eps)
     # TODO: scale and shift by weight and bias (one value per column), then apply the activation
     # HINT: weight and bias are shared by every row: the row's column offsets and mask, no row offset.
-    # HINT: the activation comes last: act(x_hat * weight + bias), as F.gelu(F.layer_norm(...)) computes.
+    # HINT: the activation comes last: act(x_hat * weight + bias), as PyTorch's gelu of its layer_norm computes.
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     bias = tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = activate(x_hat * weight + bias, ACTIVATION)

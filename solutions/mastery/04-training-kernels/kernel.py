@@ -212,7 +212,7 @@ def rms_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, rstd_ptr, dx_ptr, partia
         tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
         # END TODO
         # TODO: add this row's contribution to the weight gradient
-        # HINT: dweight = sum over rows of dy * x_hat; this program adds up its own rows only.
+        # HINT: dweight is the sum over rows of dy * x_hat; this program adds up its own rows only.
         partial_dw += dy * x_hat
         # END TODO
     # TODO: write this program's partial sum as row `program` of partial_dw
@@ -1388,9 +1388,9 @@ def selective_scan_bwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_pt
                 tl.store(dz_ptr + row + t, dz.to(dz_ptr.dtype.element_ty), mask=d_mask)
                 dy = dout * z * z_sigmoid
             # TODO: one step of the reverse scan: dh becomes dloss/dh_t, then the gradients of this step's inputs, then dh moves to the step before
-            # HINT: y_t = sum(h_t * C_t) adds dy * C to dh, and gives C the gradient sum over channels of dy * h_t (axis=0).
+            # HINT: y_t = tl.sum(h_t * C_t[None, :], axis=1) adds dy * C to dh, and gives C the gradient sum over channels of dy * h_t (axis=0).
             # HINT: h_t = decay * h_prev + (dt * u) * B with decay = exp(dt * A): the gradient of dt * A is dh * h_prev * decay; it reaches A (times dt) and dt (times A, summed over the states).
-            # HINT: the input term gives dt and u the factor sum(dh * B) (times u, and times dt), and B the sum over channels of dh * dt * u.
+            # HINT: the input term gives dt and u the factor tl.sum(dh * B[None, :], axis=1) (times u, and times dt), and B the sum over channels of dh * dt * u.
             # HINT: what flows on to h_prev is dh * decay.
             dh += dy[:, None] * C[None, :]
             dC = tl.sum(dy[:, None] * h, axis=0)

@@ -411,7 +411,7 @@ def check_layer_norm_gelu_inputs(x, weight, bias, eps) -> None:
     # HINT: check_tensors(("x", x), dtypes=DTYPES) checks the type, the dtype and the device, with
     # HINT: messages that say what to do. Then the shape: a 0-dimensional x, or an empty last dimension,
     # HINT: has no row to normalise (ValueError); rows longer than MAX_ROW do not fit one block
-    # HINT: (ValueError naming the limit and F.gelu(F.layer_norm(...)) as the way out).
+    # HINT: (ValueError naming the limit, and PyTorch's own layer_norm then gelu as the way out).
     check_tensors(("x", x), dtypes=DTYPES)
     if x.dim() == 0 or x.shape[-1] == 0:
         raise ValueError(f"x has shape {tuple(x.shape)}; layer_norm_gelu normalizes over x's last dimension, "

@@ -57,7 +57,7 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_S
     # STUB: row_values = ...
     # END TODO
     # TODO: subtract the row's maximum from every value
-    # HINT: softmax(x) == softmax(x - c) for any c; with c = max, the largest exponent is exp(0) = 1.
+    # HINT: subtracting the same c from every value changes no softmax; with c = max, the largest exponent is exp(0) = 1.
     # HINT: tl.max(block, axis=0) reduces a 1-D block to one number.
     row_minus_max = row_values - tl.max(row_values, axis=0)
     # STUB: row_minus_max = ...

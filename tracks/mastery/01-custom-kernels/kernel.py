@@ -126,7 +126,7 @@ class SiLUFunction(torch.autograd.Function):
         # TODO 5: launch the backward kernel and return the gradient of forward()'s input
         #   Hint: ctx.saved_tensors gives back, as a tuple, what forward saved.
         #   Hint: grad_y is whatever the next operation produced: it may be a transpose, a slice or the
-        #   Hint: stride-0 expansion that .sum() gives. The kernel walks memory in order: make it contiguous.
+        #   Hint: stride-0 expansion that a sum's backward gives. The kernel walks memory in order: make it contiguous.
         return ...
 
 

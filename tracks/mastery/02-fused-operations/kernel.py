@@ -126,7 +126,7 @@ def layer_norm_act_kernel(x_ptr, y_ptr, weight_ptr, bias_ptr, x_row_stride, y_ro
     x_hat, _, _ = normalize_row(x, x0, mask, N, eps)
     # TODO 4: scale and shift by weight and bias (one value per column), then apply the activation
     #   Hint: weight and bias are shared by every row: the row's column offsets and mask, no row offset.
-    #   Hint: the activation comes last: act(x_hat * weight + bias), as F.gelu(F.layer_norm(...)) computes.
+    #   Hint: the activation comes last: act(x_hat * weight + bias), as PyTorch's gelu of its layer_norm computes.
     y = ...
     # TODO 5: store the row of y, in y's dtype: the only write of this kernel
     #   Hint: y_ptr.dtype.element_ty is y's element type; rows of y are y_row_stride apart.

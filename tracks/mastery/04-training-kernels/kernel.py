@@ -205,7 +205,7 @@ def rms_norm_backward_kernel(dy_ptr, x_ptr, weight_ptr, rstd_ptr, dx_ptr, partia
         #   Hint: chain rule through mean(x^2) gives dx = rstd * (grad_x_hat - x_hat * mean(grad_x_hat * x_hat)).
         #   Hint: the mean is over the n_cols real columns: the masked lanes hold zeros, so tl.sum / n_cols.
         # TODO 1.3: add this row's contribution to the weight gradient
-        #   Hint: dweight = sum over rows of dy * x_hat; this program adds up its own rows only.
+        #   Hint: dweight is the sum over rows of dy * x_hat; this program adds up its own rows only.
     # TODO 1.4: write this program's partial sum as row `program` of partial_dw
     #   Hint: partial_dw_ptr is a contiguous (programs, n_cols) tensor; mask the padding lanes.
 
@@ -1324,9 +1324,9 @@ def selective_scan_bwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_pt
                 tl.store(dz_ptr + row + t, dz.to(dz_ptr.dtype.element_ty), mask=d_mask)
                 dy = dout * z * z_sigmoid
             # TODO 3.2: one step of the reverse scan: dh becomes dloss/dh_t, then the gradients of this step's inputs, then dh moves to the step before
-            #   Hint: y_t = sum(h_t * C_t) adds dy * C to dh, and gives C the gradient sum over channels of dy * h_t (axis=0).
+            #   Hint: y_t = tl.sum(h_t * C_t[None, :], axis=1) adds dy * C to dh, and gives C the gradient sum over channels of dy * h_t (axis=0).
             #   Hint: h_t = decay * h_prev + (dt * u) * B with decay = exp(dt * A): the gradient of dt * A is dh * h_prev * decay; it reaches A (times dt) and dt (times A, summed over the states).
-            #   Hint: the input term gives dt and u the factor sum(dh * B) (times u, and times dt), and B the sum over channels of dh * dt * u.
+            #   Hint: the input term gives dt and u the factor tl.sum(dh * B[None, :], axis=1) (times u, and times dt), and B the sum over channels of dh * dt * u.
             #   Hint: what flows on to h_prev is dh * decay.
             dh = ...
             dC = ...

@@ -411,7 +411,7 @@ def check_layer_norm_gelu_inputs(x, weight, bias, eps) -> None:
     #   Hint: check_tensors(("x", x), dtypes=DTYPES) checks the type, the dtype and the device, with
     #   Hint: messages that say what to do. Then the shape: a 0-dimensional x, or an empty last dimension,
     #   Hint: has no row to normalise (ValueError); rows longer than MAX_ROW do not fit one block
-    #   Hint: (ValueError naming the limit and F.gelu(F.layer_norm(...)) as the way out).
+    #   Hint: (ValueError naming the limit, and PyTorch's own layer_norm then gelu as the way out).
     # TODO 2: check weight and bias (each may be None) and eps
     #   Hint: a given weight or bias shares x's dtype and device (check_tensors with x first says so) and has
     #   Hint: shape (N,), N = x.shape[-1]. eps is added to the variance under a square root: a negative

@@ -45,7 +45,7 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_S
     #   Hint: tl.load's `other=` gives masked lanes a value; then compute in float32 with .to().
     row_values = ...
     # TODO 7: subtract the row's maximum from every value
-    #   Hint: softmax(x) == softmax(x - c) for any c; with c = max, the largest exponent is exp(0) = 1.
+    #   Hint: subtracting the same c from every value changes no softmax; with c = max, the largest exponent is exp(0) = 1.
     #   Hint: tl.max(block, axis=0) reduces a 1-D block to one number.
     row_minus_max = ...
     # TODO 8: exponentiate
