@@ -153,6 +153,8 @@ class Outcome:
     must match. ``violation``: the integrity finding's kind, None for none (unchecked when absent).
     ``needs``: the sandbox protection the outcome depends on (skipped where it is missing).
     ``graded_by``: the test file that grades the example so, or None. ``says``: the README's words.
+    ``interpreter_only``: why the outcome holds under Triton's interpreter only (on a GPU the test
+    that grades it skips, saying so), or None where it holds on both.
     """
 
     outcome: str
@@ -161,6 +163,7 @@ class Outcome:
     reason: str | None = None
     violation: object = _NO_VIOLATION_CHECK
     needs: str | None = None
+    interpreter_only: str | None = None
 
     @property
     def checks_violation(self) -> bool:
@@ -317,9 +320,12 @@ def _parse(name: str, data: object, path: Path, folder: Path | None, gpu: bool) 
 
 
 def _outcome(data: object, where: str, fail) -> Outcome:
-    keys = {"outcome", "says", "graded_by", "reason", "violation", "needs"}
+    keys = {"outcome", "says", "graded_by", "reason", "violation", "needs", "interpreter_only"}
     if not isinstance(data, dict) or set(data) - keys or not {"outcome", "says", "graded_by"} <= set(data):
-        fail(f"{where} must be an object with outcome, says, graded_by (reason, violation, needs optional)")
+        fail(
+            f"{where} must be an object with outcome, says, graded_by "
+            "(reason, violation, needs, interpreter_only optional)"
+        )
     outcome, graded_by = data["outcome"], data["graded_by"]
     if outcome not in OUTCOMES or (outcome == "not graded" and where != "behind_gate"):
         fail(
@@ -346,7 +352,10 @@ def _outcome(data: object, where: str, fail) -> Outcome:
     needs = data.get("needs")
     if needs is not None and not isinstance(needs, str):
         fail(f"{where}.needs must name a sandbox protection")
-    return Outcome(outcome, data["says"], graded_by, reason, violation, needs)
+    interpreter_only = data.get("interpreter_only")
+    if interpreter_only is not None and not (isinstance(interpreter_only, str) and interpreter_only.strip()):
+        fail(f"{where}.interpreter_only must say why the outcome holds under the interpreter only")
+    return Outcome(outcome, data["says"], graded_by, reason, violation, needs, interpreter_only)
 
 
 # --- the README tables ---------------------------------------------------------------------------

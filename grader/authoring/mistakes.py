@@ -21,6 +21,22 @@ TF32_ROUNDING = (
     "On a GPU, tl.dot rounds fp32 operands to TF32 (10-bit mantissa, like fp16), so the GPU "
     "tolerance (5e-3) admits 16-bit rounding; the interpreter computes in fp32 and checks at 1e-4."
 )
+# Seen on an H200 (Triton 3.6): without other=, every case gave the results of other=0.0.
+MASKED_LANES_READ_ZERO = (
+    "On a GPU a load without other= gave every case the results of other=0.0 (seen on an H200, where "
+    "the masked-off lanes come back as 0); the interpreter fills them with NaN, and its cases catch it."
+)
+# An access far outside a tensor faults on a GPU, and the process's CUDA context is lost with it:
+# every later test in the process fails too. compute-sanitizer names it there (debugging/04).
+FAULTS_ON_A_GPU = (
+    "On a GPU this access is an illegal address: the process's CUDA context is lost and every later "
+    "test in it fails; the interpreter's memory checker names it, and compute-sanitizer does on a GPU."
+)
+# Caught on both, but only the interpreter's memory checker says which store and which tensor.
+NAMED_BY_THE_MEMORY_CHECKER = (
+    "On a GPU the cases fail too, with the pattern of the wrong elements; only the interpreter's "
+    "memory checker names the store that went past the end of the output."
+)
 
 
 @dataclass(frozen=True)

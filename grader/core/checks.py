@@ -133,7 +133,17 @@ def poisoned_memory():
 
 
 def short_error(error: BaseException, max_lines: int = 8) -> str:
-    """The useful head of an exception message (Triton's compile errors run long)."""
+    """The useful head of an exception message. A Triton compile error (on a GPU) puts its cause
+    after the kernel's source: its message comes first, then the line at fault."""
+    if type(error).__name__ == "CompilationError":
+        from grader.core.gpu_compile import compiler_refusal
+
+        refusal = compiler_refusal(error)
+        where = f" (line {refusal.line_in_kernel} of the kernel, counted from its def" if refusal.line_in_kernel else ""
+        if where:
+            where += f": `{refusal.source_line}`)" if refusal.source_line else ")"
+        meaning = f". That usually means {refusal.meaning}" if refusal.meaning else ""
+        return f"{refusal.message}{where}{meaning}"
     text = str(error).strip() or repr(error)
     lines = [line for line in text.splitlines() if line.strip()]
     shown = "\n".join(lines[:max_lines])

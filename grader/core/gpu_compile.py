@@ -282,18 +282,41 @@ MEANINGS = (
 )
 
 
-def _compile_error(error: Exception, first_line: int | None, file_name: str) -> str:
-    """The compiler's own message, where, and what it usually means. Its "at L:C" counts lines
-    from the kernel's ``def``; the message follows the line that marks the column with ``^``."""
-    text = str(error).strip()
-    lines = text.splitlines()
+@dataclass(frozen=True)
+class CompilerRefusal:
+    """What a Triton ``CompilationError`` says: its message, the line of the kernel it points at
+    (counted from the kernel's ``def``, as its "at L:C" does) and that line's source."""
+
+    message: str
+    line_in_kernel: int | None
+    source_line: str
+
+    @property
+    def meaning(self) -> str:
+        """What the message usually means for a learner's kernel ("" where the course has no word)."""
+        return next((m for pattern, m in MEANINGS if re.search(pattern, self.message)), "")
+
+
+def compiler_refusal(error: BaseException) -> CompilerRefusal:
+    """Split a compile error's text: "at L:C:", the kernel's source up to the line at fault, a line
+    that marks the column with ``^``, then the message (the part a learner needs)."""
+    lines = str(error).strip().splitlines()
     marks = [i for i, line in enumerate(lines) if line.strip() == "^"]
     message = " ".join(line.strip() for line in lines[marks[-1] + 1 :]) if marks else (lines[-1] if lines else "")
     wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", message, re.S)
     message = (wrapped[2] if wrapped else message) or type(error).__name__
     where = re.match(r"at (\d+):(\d+)", lines[0]) if lines else None
-    line = f" (line {first_line + int(where[1]) - 1} of {file_name})" if where and first_line else ""
-    meaning = next((m for pattern, m in MEANINGS if re.search(pattern, message)), "")
+    source = lines[marks[-1] - 1].strip() if marks and marks[-1] > 0 else ""
+    return CompilerRefusal(message, int(where[1]) if where else None, source)
+
+
+def _compile_error(error: Exception, first_line: int | None, file_name: str) -> str:
+    """The compiler's own message, where, and what it usually means."""
+    refusal = compiler_refusal(error)
+    message = refusal.message
+    where = refusal.line_in_kernel
+    line = f" (line {first_line + where - 1} of {file_name})" if where and first_line else ""
+    meaning = refusal.meaning
     return (
         f"Triton's compiler refuses it for {TARGET_NAME}{line}: {message.rstrip('.')}."
         + (f" That means {meaning}." if meaning else "")

@@ -27,7 +27,7 @@ CONTEXT_BYTES = 2 * GIB  # room for what a child's kernels use beside its inputs
 INPUT_FACTOR = 4  # a timed child holds its inputs, the audit call's, and outputs of about their size
 
 
-class Ledger:
+class MemoryBudget:
     """The GPU memory reserved by the children of one GPU, against a fixed budget."""
 
     def __init__(self, budget: int):
@@ -56,27 +56,27 @@ class Ledger:
             return self._used
 
 
-_ledgers: dict[int, Ledger] = {}
+_ledgers: dict[int, MemoryBudget] = {}
 _ledgers_lock = threading.Lock()
 
 
-def for_gpu(index: int, fraction: float) -> Ledger:
+def for_gpu(index: int, fraction: float) -> MemoryBudget:
     """The ledger of GPU ``index`` in this process: ``fraction`` of its memory (the rest is the
     grader's own and the CUDA contexts')."""
     with _ledgers_lock:
         if index not in _ledgers:
             total = torch.cuda.get_device_properties(index).total_memory
-            _ledgers[index] = Ledger(int(total * fraction))
+            _ledgers[index] = MemoryBudget(int(total * fraction))
         return _ledgers[index]
 
 
-def correctness_cap(ledger: Ledger, gradings: int, children_per_grading: int) -> int:
+def correctness_cap(ledger: MemoryBudget, gradings: int, children_per_grading: int) -> int:
     """Each correctness child's cap: an equal share for every child the GPU's gradings may run
     at once, so that these reservations never wait for one another."""
     return ledger.budget // max(1, gradings * children_per_grading)
 
 
-def timed_cap(ledger: Ledger, input_bytes: int, floor: int) -> int:
+def timed_cap(ledger: MemoryBudget, input_bytes: int, floor: int) -> int:
     """A timed child's cap: room for its timing inputs (the rotated sets and the audit call's,
     ``input_bytes`` in all), what its calls produce from them, and its kernels' own needs; never
     less than a correctness child's (``floor``), never more than half the budget."""

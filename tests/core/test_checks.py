@@ -260,3 +260,25 @@ def test_make_check_fails_a_transpose_that_pytorch_moved(tmp_path):
     assert not result.passed and "no Triton kernel of yours stored" in result.message
     reference = load_kernel(module, "solutions")
     assert run_case(reference.api("transpose"), cases.spec_for(case, spec), case).passed
+
+
+def test_a_compile_error_shows_its_cause_first_not_the_kernels_source():
+    """On a GPU, Triton's compile errors print the kernel's source up to the line at fault before
+    their message; the head of the text alone would show source and drop the cause."""
+    from grader.core.checks import short_error
+
+    class CompilationError(Exception):  # Triton's text, as its compiler raises it
+        pass
+
+    source = [f"    line_{i} = {i}" for i in range(12)]
+    text = "at 14:12:\ndef silu_kernel(x_ptr, y_ptr, n):\n" + "\n".join(source) + "\n    y = tl.exp(x)\n        ^\n"
+    error = CompilationError(text + "ValueError('Expected dtype ['fp32', 'fp64'] but got fp16')")
+    shown = short_error(error, 3)
+    assert shown.startswith("Expected dtype ['fp32', 'fp64'] but got fp16 (line 14 of the kernel"), shown
+    assert "`y = tl.exp(x)`" in shown and "line_0" not in shown
+    assert short_error(ValueError("a\nb\nc\nd"), 2) == "a\nb\n..."
+    carried = CompilationError(
+        "at 3:8:\ndef k(x_ptr):\n    acc = tl.zeros((16,), dtype=tl.float16)\n    for i in range(4):\n        ^\n"
+        "Loop-carried variable acc has initial type fp16 but is re-assigned to fp32 in loop!"
+    )
+    assert "That usually means a value updated in a loop must keep one dtype" in short_error(carried)

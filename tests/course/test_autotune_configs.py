@@ -76,7 +76,9 @@ def test_a_grid_from_a_fixed_tile_size_fails_under_another_config(monkeypatch, t
     (tmp_path / "kernel.py").write_text(source.replace(fixed, "tiles = triton.cdiv(M, 128) * triton.cdiv(N, 256)"))
     kernel = load_kernel(module, tmp_path / "kernel.py")
     spec, chosen = _result_cases(module)
-    for case in chosen:  # the first config's tiles: every case passes
+    # Under the interpreter the first config is 128 x 256 for every shape, so every case passes; on a
+    # GPU the kernel's pruning picks the first config per shape, and the fixed count may be off already.
+    for case in chosen if not device.is_cuda() else ():
         check_case(kernel, spec, case)
     failed = []
     for forced in range(1, _config_counts(kernel)):  # other tiles: fewer programs than tiles to cover

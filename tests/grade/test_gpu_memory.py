@@ -5,11 +5,11 @@ import threading
 import time
 
 from grader.grade import gpu_memory
-from grader.grade.gpu_memory import GIB, Ledger
+from grader.grade.gpu_memory import GIB, MemoryBudget
 
 
 def test_a_reservation_that_does_not_fit_waits_until_memory_is_given_back():
-    ledger = Ledger(100)
+    ledger = MemoryBudget(100)
     order = []
     with ledger.reserve(60):
         waiter = threading.Thread(target=lambda: _reserve_and_note(ledger, 60, order))
@@ -22,26 +22,26 @@ def test_a_reservation_that_does_not_fit_waits_until_memory_is_given_back():
     assert ledger.used == 0
 
 
-def _reserve_and_note(ledger: Ledger, nbytes: int, order: list) -> None:
+def _reserve_and_note(ledger: MemoryBudget, nbytes: int, order: list) -> None:
     with ledger.reserve(nbytes):
         order.append("reserved")
 
 
 def test_reservations_that_fit_together_do_not_wait():
-    ledger = Ledger(100)
+    ledger = MemoryBudget(100)
     with ledger.reserve(40), ledger.reserve(60):
         assert ledger.used == 100
     assert ledger.used == 0
 
 
 def test_a_reservation_larger_than_the_budget_takes_the_whole_budget_rather_than_waiting_forever():
-    ledger = Ledger(100)
+    ledger = MemoryBudget(100)
     with ledger.reserve(500) as taken:
         assert taken == 100
 
 
 def test_correctness_caps_of_every_child_the_gradings_may_run_fit_the_budget_together():
-    ledger = Ledger(72 * GIB)
+    ledger = MemoryBudget(72 * GIB)
     for gradings in (1, 2, 4, 8, 16):
         for children in (1, 2):
             cap = gpu_memory.correctness_cap(ledger, gradings, children)
@@ -49,7 +49,7 @@ def test_correctness_caps_of_every_child_the_gradings_may_run_fit_the_budget_tog
 
 
 def test_a_timed_cap_fits_its_inputs_and_leaves_room_for_the_reference_child():
-    ledger = Ledger(72 * GIB)
+    ledger = MemoryBudget(72 * GIB)
     floor = gpu_memory.correctness_cap(ledger, 4, 2)
     small = gpu_memory.timed_cap(ledger, 24 << 20, floor)
     assert small == floor  # tiny inputs: a correctness child's share is room enough

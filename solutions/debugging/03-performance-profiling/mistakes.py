@@ -1,7 +1,7 @@
 """Typical mistakes in bias_act(), planted into the reference by the course's suite. (The planted
 slowness of the exercise lives in kernel.py's BUG regions, which the suite plants one at a time.)"""
 
-from grader.authoring.mistakes import Mistake
+from grader.authoring.mistakes import FAULTS_ON_A_GPU, Mistake
 
 # The public tests judge the planted slowness by the traffic the interpreter records; on a GPU the
 # same kernel is correct and merely slower, which `make bench` shows.
@@ -38,7 +38,7 @@ MISTAKES = [
             cause=r"use triton\.cdiv"),
     Mistake("tiles per row rounded down, so the programs map to the wrong tiles",
             "tiles_per_row = (n_cols + BLOCK_N - 1) // BLOCK_N", "tiles_per_row = n_cols // BLOCK_N",
-            cause=r"grid launches too few programs, or the programs are mapped to the wrong rows"),
+            cause=r"grid launches too few programs, or the programs are mapped to the wrong rows", interpreter_only=FAULTS_ON_A_GPU),
     Mistake("ReLU written with tl.maximum, which drops NaN",
             "x = tl.where(x < 0.0, 0.0, x)", "x = tl.maximum(x, 0.0)",
             cause=r"dropped the NaN"),

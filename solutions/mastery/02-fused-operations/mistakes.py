@@ -50,5 +50,6 @@ MISTAKES = [
     Mistake("matmul accumulator kept in the inputs' 16-bit dtype",
             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n    for k in",
             "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=w_ptr.dtype.element_ty)\n    for k in",
-            cause=r"accumulator must be float32"),
+            # on a GPU the compiler refuses the loop, whose accumulator turns fp32 after a tl.dot
+            cause=r"accumulator must be float32|must keep one dtype"),
 ]

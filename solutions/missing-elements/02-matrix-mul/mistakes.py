@@ -1,6 +1,6 @@
 """Typical mistakes in matrix multiplication, planted into the reference by the course's suite."""
 
-from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+from grader.authoring.mistakes import MASKED_LANES_READ_ZERO, Mistake, TF32_ROUNDING
 
 # The interpreter's memory checker stops a read past the end of an input and names it; a GPU
 # reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
@@ -36,7 +36,7 @@ MISTAKES = [
             "offs_k[:, None] * stride_bk", "offs_k[:, None] * N", cause=r"b is not contiguous"),
     Mistake("a loaded without other=",
             "mask=mask_m & (offs_k[None, :] < k_remaining), other=0.0)",
-            "mask=mask_m & (offs_k[None, :] < k_remaining))", cause=r"\(other=\)"),
+            "mask=mask_m & (offs_k[None, :] < k_remaining))", cause=r"\(other=\)", interpreter_only=MASKED_LANES_READ_ZERO),
     Mistake("number of k-steps rounded down",
             "num_k_steps = tl.cdiv(K, BLOCK_K)", "num_k_steps = K // BLOCK_K", cause=r"partial block"),
 ]

@@ -1,6 +1,6 @@
 """Typical mistakes in conv2d, planted into the reference by the course's suite."""
 
-from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+from grader.authoring.mistakes import FAULTS_ON_A_GPU, Mistake, TF32_ROUNDING
 
 MISTAKES = [
     Mistake("fp32 operands rounded to fp16 before tl.dot",
@@ -31,7 +31,7 @@ MISTAKES = [
     Mistake("bottom border check off by one",
             "(ih < H)", "(ih <= H)", cause=r"where padding is set|of `x_ptr`"),
     Mistake("rows above the image not masked",
-            "in_image = mask_m & (ih >= 0) & ", "in_image = mask_m & ", cause=r"where padding is set|of `x_ptr`"),
+            "in_image = mask_m & (ih >= 0) & ", "in_image = mask_m & ", cause=r"where padding is set|of `x_ptr`", interpreter_only=FAULTS_ON_A_GPU),
     Mistake("grid rounds down",
             'triton.cdiv(N * OH * OW, meta["BLOCK_M"])', '(N * OH * OW) // meta["BLOCK_M"]', cause=r"cdiv"),
     # The reduction's order: filter taps, then channel blocks (two non-square filters and two

@@ -4,7 +4,7 @@ Mistakes that make the transpose store outside y (swapped masks or strides on a 
 matrix) are left out: under the interpreter such a store corrupts the test process's own memory.
 """
 
-from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+from grader.authoring.mistakes import MASKED_LANES_READ_ZERO, Mistake, TF32_ROUNDING
 
 # The interpreter's memory checker stops a read past the end of an input and names it; a GPU
 # reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
@@ -38,7 +38,7 @@ MISTAKES = [
             "acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b)",
             cause=r"acc \+= tl\.dot\(a, b\)|each step adds to the accumulator"),
     Mistake("a loaded without other=",
-            "(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))", cause=r"\(other=\)"),
+            "(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))", cause=r"\(other=\)", interpreter_only=MASKED_LANES_READ_ZERO),
     Mistake("b's column stride assumed to be 1",
             "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
     # The transpose.

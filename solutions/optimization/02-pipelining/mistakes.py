@@ -2,7 +2,7 @@
 course's suite. (Too few stages or a small tile are slow, not wrong: the configuration tests and
 the speed bar catch those.)"""
 
-from grader.authoring.mistakes import TF32_ROUNDING, Mistake
+from grader.authoring.mistakes import MASKED_LANES_READ_ZERO, Mistake, TF32_ROUNDING
 
 # The interpreter's memory checker stops a read past the end of an input and names it; a GPU
 # reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
@@ -38,7 +38,7 @@ MISTAKES = [
     Mistake("a advanced by BLOCK_K elements, ignoring its k stride",
             "a_ptrs += BLOCK_K * stride_ak", "a_ptrs += BLOCK_K", cause=r"k stride"),
     Mistake("b loaded without other=",
-            "(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))", cause=r"\(other=\)"),
+            "(offs_n[None, :] < N), other=0.0)", "(offs_n[None, :] < N))", cause=r"\(other=\)", interpreter_only=MASKED_LANES_READ_ZERO),
     Mistake("b's column stride assumed to be 1",
             "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
 ]
