@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grader.grade.judging import Trial, Verdict
+from grader.grade.scoring import PERFORMANCE_NOT_GRADED
 from grader.sandbox.isolation import ChildEnded
 
 if TYPE_CHECKING:
     from grader.grade.grading import Plan
-
-PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 
 
 @dataclass

@@ -22,6 +22,8 @@ POINTS = {"public": 4, "hidden": 4, "performance": 2}
 # The optimization track is about speed: most of its points are.
 TRACK_POINTS = {"optimization": {"public": 2, "hidden": 2, "performance": 6}}
 PARTS = tuple(POINTS)
+# A record's performance entry where no CUDA GPU graded speed (left out of the total, ``no_gpu``).
+PERFORMANCE_NOT_GRADED = {"graded": False, "reason": "not graded: needs a CUDA GPU"}
 # What a module graded without a GPU, whose starting kernel already passes every case, shows in
 # place of its total, and why (``shows_no_work``).
 NOT_GRADED_HERE = "not graded: needs a GPU"
@@ -81,8 +83,6 @@ def performance_share(performance: dict, threshold: float, floor: float) -> floa
 def no_gpu(performance: dict) -> bool:
     """Whether performance was left out because the run had no CUDA GPU (and not, say, because
     this checkout has no reference to time against)."""
-    from grader.grade.ledger import PERFORMANCE_NOT_GRADED
-
     return not performance.get("graded") and performance.get("reason") == PERFORMANCE_NOT_GRADED["reason"]
 
 
