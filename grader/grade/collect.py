@@ -308,6 +308,12 @@ def _parse(stem: str, assignments: list[str]) -> tuple[str, str | None, str, str
     after it) of a file name without ``.py``: the assignment part is the piece between
     underscores most like an assignment's name, and what comes before it the student's."""
     pieces = stem.split("_")
+    for index, piece in enumerate(pieces):  # "frank-optimization-03": the track and number say which
+        named = _by_number(piece, assignments)
+        if named is not None:
+            head, assignment = named
+            student = "_".join(pieces[:index] + ([head] if head else []))
+            return student, assignment, piece, "_".join(pieces[index + 1 :])
     best, best_index, best_ratio = None, None, 0.0
     for index, piece in enumerate(pieces):
         match = difflib.get_close_matches(piece.lower(), assignments, n=1, cutoff=0.6)
@@ -321,6 +327,21 @@ def _parse(stem: str, assignments: list[str]) -> tuple[str, str | None, str, str
     if pieces[-1].lower().startswith("kernel"):  # <student>[_<something>]_kernel
         return pieces[0], None, "_".join(pieces[1:-1]), pieces[-1]
     return pieces[0], None, "_".join(pieces[1:]), ""
+
+
+def _by_number(piece: str, assignments: list[str]) -> tuple[str, str] | None:
+    """(what comes before it, the assignment) where ``piece`` names exactly one assignment by its
+    track and number (``optimization-03``, ``missing-elements-01``) between hyphens: a name cut short
+    or run together with the student's is closest to that assignment, whatever a spelling
+    distance says. None where no assignment or several are named so."""
+    low, found = piece.lower(), []
+    for assignment in assignments:
+        prefix = re.match(r"(.+?-\d{2})(?:-|$)", assignment)
+        at = low.find(prefix[1]) if prefix else -1
+        end = at + len(prefix[1]) if prefix else 0
+        if at >= 0 and (at == 0 or low[at - 1] == "-") and (end == len(low) or low[end] == "-"):
+            found.append((piece[: max(0, at - 1)], assignment))
+    return found[0] if len(found) == 1 else None
 
 
 def _keep_only_submissions(course_dir: Path) -> None:

@@ -63,6 +63,11 @@ def _zip(path: Path, members: dict[str, bytes], when=(2026, 3, 2, 23, 30, 0), ut
             "'some-other-course' is no assignment of this course: rename it to gina_<assignment>_kernel.py",
         ),
         ("__MACOSX/._alice_missing-elements-01-vector-add_kernel.py", "macOS's archive metadata"),
+        (
+            "frank-optimization-03_kernel.py",
+            "'frank-optimization-03' is no assignment of this course (the closest is optimization-03-shared-memory): "
+            "rename it to frank_optimization-03-shared-memory_kernel.py (frank's optimization-03-shared-memory)",
+        ),
     ],
 )
 def test_a_misnamed_file_is_told_the_name_it_should_have(name, said):
