@@ -2,9 +2,11 @@
 
 import torch
 
-from grader.cases import Case, public_spec
+from grader.cases import Case, public_spec, refusal
 
 MATMUL = public_spec("debugging/02-error-handling", "matmul")
+SOFTMAX = public_spec("debugging/02-error-handling", "softmax")
+CONVERT = r"\.float\(\)|\.to\("
 
 CASES = [
     Case({"shape": (5, 0, 3), "dim": 0}, label="empty, softmax over a non-empty dim"),
@@ -27,4 +29,17 @@ CASES = [
     Case({"mnk": (0, 0, 7)}, spec=MATMUL, label="empty C"),
     Case({"mnk": (384, 640, 256)}, torch.bfloat16, spec=MATMUL, label="aligned bf16", cuda_only=True),
     Case({"mnk": (4096, 4096, 4096)}, torch.float16, spec=MATMUL, label="aligned, large", cuda_only=True),
+    # The module's lesson is the validation as much as the fixed kernels: other bad inputs than the
+    # public ones, refused with a message that says what to do.
+    refusal(SOFTMAX, lambda rand: (((1.0, 2.0),), {}), (TypeError,), r"tensor", r"tuple",
+            why="say that softmax() takes a tensor and what it was given instead", label="refuses a tuple"),
+    refusal(SOFTMAX, lambda rand: ((torch.ones(2, 3, dtype=torch.int32, device=rand.device),), {}), (TypeError,),
+            r"int32", r"float32", CONVERT, why="name the dtype it got, the dtypes it supports, and how to convert",
+            label="refuses int32"),
+    refusal(SOFTMAX, lambda rand: ((torch.tensor(2.0, dtype=torch.float16, device=rand.device),), {}),
+            (ValueError,), r"dimension", why="say that a 0-dimensional tensor has no dimension to normalise over",
+            label="refuses a 0-d float16 tensor"),
+    *(refusal(SOFTMAX, lambda rand, dim=dim: ((rand.randn(2, 3, 4),), {"dim": dim}), (IndexError,), rf"{dim}",
+              r"-3", r"\b2\b", why="name the dim it got and the dims a 3-D x can take (-3 to 2)",
+              label=f"refuses dim={dim} of a 3-D x") for dim in (3, -4)),
 ]
