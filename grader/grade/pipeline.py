@@ -362,6 +362,9 @@ def _rows(
         else:  # not graded in this run (another student was selected): its record as it is
             source = _source(course_dir, student, assignment)
             row.record = None if source is None else store.existing_record(row.module, source, summary.results_dir)[0]
+            if row.record is None and source is not None:
+                if store.graded_with_other_cases(row.module, source, summary.results_dir):
+                    row.problem = f"graded with earlier cases: make grade M={row.module.id} grades it again"
         if row.record is not None:  # the cases the starting kernel passes, as the notebook's cells see them
             if row.module.id not in starting:
                 starting[row.module.id] = store.starting_record(summary.results_dir, row.module)

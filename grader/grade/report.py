@@ -121,7 +121,7 @@ def _cell(row) -> str:
         return "ERROR" if row.problem or row.record is None else "-"
     if not graded_here(row):
         return NOT_GRADED_HERE + "*"
-    marked = row.total == 0 or status(row) == STARTING_KERNEL
+    marked = row.total == 0 or status(row) == STARTING_KERNEL or row.record is None
     return f"{row.total:g}/{out_of(row)}" + ("*" if marked else "")
 
 
@@ -165,7 +165,7 @@ def table(grading) -> str:
     notes = [
         f"  {row.student} {row.assignment}: {reason(row) or 'no points'}"
         for row in grading.rows
-        if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL
+        if not row.scores or row.total == 0 or status(row) == STARTING_KERNEL or row.record is None
     ]
     if notes:
         text += ["", "* no points, no grade, not graded on this machine, or the unchanged starting kernel:", *notes]

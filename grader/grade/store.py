@@ -154,6 +154,13 @@ def existing_record(module: Module, source: bytes, results_dir: Path) -> tuple[d
     return (record if record and record.get("submission_sha256") == submission_sha else None), path
 
 
+def graded_with_other_cases(module: Module, source: bytes, results_dir: Path) -> bool:
+    """Whether this file has a record made with other cases than the course's current ones (the
+    module's cases changed since it was graded)."""
+    current = record_path(results_dir, module, sha256(source), cases_hash(module))
+    return any(path != current for path in current.parent.glob(f"{sha256(source)}-*.json"))
+
+
 def update_index(results_dir: Path, graded: list) -> None:
     """Add each graded (submissions, record, record path, error) to ``students.json``."""
     path = results_dir / "students.json"

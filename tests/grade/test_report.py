@@ -379,3 +379,25 @@ def test_the_pipeline_s_rows_carry_the_cases_the_starting_kernel_passes(tmp_path
     assert asked == [(results, SHARED_MEMORY.id)] and "given" not in finished  # read once, not written back
     assert row.record["given"] == ["case 0", "case 1", "hidden case 1"]
     assert report.status(_row("ada", SHARED_MEMORY, row.record, NOTHING)) == "not graded: needs a GPU"
+
+
+def test_a_grade_without_a_current_record_is_starred_with_why(tmp_path):
+    """A gradebook score whose run-phase record is gone (the module's cases changed since, and only
+    another student was graded again) is not shown as a plain grade: it is starred, with the reason."""
+    stale = _row("ada", VECTOR_ADD, None, {"public": 4.0, "hidden": 4.0, "performance": 0.0})
+    stale.problem = "graded with earlier cases of this module, which have changed since: run make grade ..."
+    text = report.table(_grading(tmp_path, [stale]))
+    assert "8/10*" in text and "ada missing-elements-01-vector-add: graded with earlier cases" in text
+
+
+def test_a_file_graded_with_other_cases_is_told_apart(tmp_path):
+    from grader.grade import store
+
+    source = b"# a kernel\n"
+    assert not store.graded_with_other_cases(VECTOR_ADD, source, tmp_path)
+    current = store.record_path(tmp_path, VECTOR_ADD, store.sha256(source), store.cases_hash(VECTOR_ADD))
+    current.parent.mkdir(parents=True)
+    current.write_text("{}")
+    assert not store.graded_with_other_cases(VECTOR_ADD, source, tmp_path), "the current cases' record"
+    current.with_name(f"{store.sha256(source)}-0123456789abcdef.json").write_text("{}")
+    assert store.graded_with_other_cases(VECTOR_ADD, source, tmp_path)
