@@ -113,9 +113,19 @@ and the cells below read that result.
 Out of {total} points. Without a CUDA GPU the performance part is **NOT GRADED**: its {parts["performance"]}
 points are left out of your grade, which is then out of {total - parts["performance"]}, and the performance cell
 says so. The score nbgrader shows at the top of the feedback still counts them in its maximum of
-{total}; your instructor's table counts out of what was graded. Each failed case comes with the same
-diagnosis `make check` gives; a failed hidden case says only that it failed.
+{total}; your instructor's table counts out of what was graded.{_no_work_note(module)} Each failed case
+comes with the same diagnosis `make check` gives; a failed hidden case says only that it failed.
 """
+
+
+def _no_work_note(module: Module) -> str:
+    """For a track whose starting kernels are correct but slow: what a grade without a GPU leaves out."""
+    if module.track != "optimization":
+        return ""
+    return (
+        " Here the kernel you start from already passes every case, so without a GPU the cases show no"
+        " work either: they are left out too, and the module is not graded until it runs on a GPU."
+    )
 
 
 def _grade_cell(module: Module, part: str) -> dict:

@@ -242,3 +242,17 @@ def test_a_checkout_without_hidden_cases_leaves_them_out_only_where_no_case_show
     assert scoring.graded_parts(_record(OPTIMIZATION, public_only, public_only), "optimization") == {}
     partly = _record("debugging/02-error-handling", {**public_only, "p3": ("public", False)}, public_only)
     assert scoring.graded_parts(partly, "debugging") == {"public": 4, "hidden": 4}  # as before
+
+
+def test_the_notebook_says_when_a_module_is_not_graded_without_a_gpu():
+    """The assignment notebook's introduction tells the optimization track (correct but slow
+    starting kernels) that without a GPU nothing is graded, and no other track."""
+    from grader.core.catalog import find_module
+    from grader.grade import course
+
+    def intro(module_id):
+        module = find_module(module_id)
+        return course._intro(module, course.assignment_name(module))
+
+    assert "not graded until it runs on a GPU" in intro("optimization/03-shared-memory")
+    assert "not graded until it runs on a GPU" not in intro("debugging/02-error-handling")
