@@ -42,6 +42,7 @@ PUBLIC_NAMES = {
     "grader.loading": "grader.core.loading",
     "grader.instrument": "grader.core.instrument",
     "grader.evidence": "grader.core.evidence",
+    "grader.large_offsets": "grader.core.large_offsets",
     "grader.check": "grader.learn.check",
     "grader.notebook": "grader.learn.notebook",
 }

@@ -113,83 +113,13 @@ def test_matches_reference(kernel, case):
     check_case(kernel, SPEC, case)
 
 
-# test_offsets_past_two_to_the_31: a of BIG_M x BIG_K float16 holds 2**31 + 2**21 elements (4.3 GB);
-# its rows from FIRST_ROW_PAST_INT32 on start past element 2**31.
-BIG_M, BIG_K = 65600, 32768
-FIRST_ROW_PAST_INT32 = 2 ** 31 // BIG_K
-INT64_FIX = ("An offset row * stride past 2**31 wraps around in int32 arithmetic, to an address before "
-             "the tensor: compute offs_m and offs_n in tl.int64 "
-             "(pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)) before multiplying them by the strides.")
-
-
-def big_inputs():
-    """(a, b, what) for the four products past 2**31 elements; a's rows, a transposed b's columns and
-    c's rows each pass 2**31 in one of them."""
-    torch.manual_seed(0)
-    a = torch.randn(BIG_M, BIG_K, dtype=torch.float16, device="cuda").mul_(BIG_K ** -0.25)
-    narrow = torch.randn(BIG_K, 16, dtype=torch.float16, device="cuda").mul_(BIG_K ** -0.25)
-    wide = torch.randn(BIG_K, 256, dtype=torch.float16, device="cuda").mul_(BIG_K ** -0.25)
-    short = torch.randn(16, BIG_K, dtype=torch.float16, device="cuda").mul_(BIG_K ** 0.25 / 4)  # c about 1
-    past = f"from {FIRST_ROW_PAST_INT32} on past 2**31 elements"
-    return [
-        (a, narrow, f"a of {BIG_M} x {BIG_K} (rows {past}) times b of {BIG_K} x 16"),
-        (a, wide, f"a of {BIG_M} x {BIG_K} (rows {past}) times b of {BIG_K} x 256"),
-        (narrow.t(), a.t(), f"a of 16 x {BIG_K} times b = the transpose of a {BIG_M} x {BIG_K} matrix "
-                            f"(columns {past})"),
-        (a[:, :16], short, f"a = the first 16 columns of a {BIG_M} x {BIG_K} matrix times b of 16 x {BIG_K}, so c "
-                           f"is {BIG_M} x {BIG_K} (rows of a and of c {past})"),
-    ]
-
-
-def big_result(what, function, *args):
-    """function(*args), synchronized; a GPU error fails the test with what to fix."""
-    try:
-        c = function(*args)
-        torch.cuda.synchronize()
-    except torch.cuda.OutOfMemoryError:
-        raise
-    except RuntimeError as error:  # an illegal address; the CUDA context is then lost for later tests too
-        pytest.fail(f"{what}: the launch failed ({str(error).splitlines()[0]}). {INT64_FIX}")
-    return c
-
-
-def assert_matches_in_blocks(c, a, b, what, epilogue=None, block=4096):
-    """c against a float32 a @ b (then epilogue(product, columns)), a block of rows (of columns, for a
-    wide c) at a time: a float32 copy of the whole of a would take 8.6 GB."""
-    M, N = c.shape
-    by_rows = M >= N
-    for start in range(0, M if by_rows else N, block):
-        part = slice(start, start + block)
-        rows, cols = (part, slice(None)) if by_rows else (slice(None), part)
-        expected = a[rows].float() @ b[:, cols].float()
-        if epilogue is not None:
-            expected = epilogue(expected, cols)
-        got = c[rows, cols].float()
-        wrong = ~torch.isclose(got, expected, atol=1e-2, rtol=1e-2)  # float32 sums over K = 32768, float16 c
-        if wrong.any():
-            i, j = wrong.nonzero()[0].tolist()
-            row, col = (start + i, j) if by_rows else (i, start + j)
-            span = f"{'rows' if by_rows else 'columns'} {start} to {start + got.shape[not by_rows] - 1}"
-            count = f"{int(wrong.sum())} of {wrong.numel()}"
-            pytest.fail(f"{what}: {count} elements wrong in c's {span}, the first c[{row}, {col}] = "
-                        f"{got[i, j].item():.4g} where float32 arithmetic gives {expected[i, j].item():.4g}. "
-                        f"{INT64_FIX}")
-
-
 @pytest.mark.cuda
 def test_offsets_past_two_to_the_31(kernel):
     """Matmuls whose a, b or c holds more than 2**31 elements: an offset row * stride computed in int32
     wraps around to an address before the tensor (an illegal access, or wrong values). Make the row
     and column offsets tl.int64."""
-    from grader import device
+    from grader import large_offsets
 
-    if not device.is_cuda():
-        pytest.skip("needs a CUDA GPU: the interpreter would take hours over 2**31 elements")
-    free, _ = torch.cuda.mem_get_info()
-    if free < 14 * 2 ** 30:
-        pytest.skip(f"needs about 14 GB of free GPU memory ({free / 2 ** 30:.1f} GB free)")
-    matmul = kernel.api("matmul")
-    for a, b, what in big_inputs():
-        c = big_result(what, matmul, a, b)
-        assert_matches_in_blocks(c, a, b, what)
-        del c
+    if (why := large_offsets.why_not_here()) is not None:
+        pytest.skip(why)
+    large_offsets.check_matmuls(kernel.api("matmul"))
