@@ -263,13 +263,28 @@ def _phony_line(line: str, dropped: set[str]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+# Complete code a module gives its learners beside their kernel.py, to read (a worked operator,
+# a benchmark script): shown on purpose, as the stubs are. Named one by one, so that a scratch file
+# left under tracks/ can never make a solution's lines count as shown.
+GIVEN_FILES = (
+    "mastery/05-production-ready/attention_op.py",
+    "mastery/05-production-ready/benchmark.py",
+)
+
+
 def public_text(modules: list[Module] | None = None) -> str:
-    """What the course shows learners on purpose: the generated stubs, and the READMEs and public
-    tests under tracks/ (never a kernel.py there, which may be someone's finished work)."""
+    """What the course shows learners on purpose: the generated stubs, the READMEs and public
+    tests under tracks/, and the given files (never a kernel.py there, which may be someone's
+    finished work)."""
     material = [
         path.read_text(errors="replace")
         for path in sorted(TRACKS_DIR.rglob("*"))
-        if path.is_file() and (path.suffix == ".md" or path.name.startswith("test_") and path.suffix == ".py")
+        if path.is_file()
+        and (
+            path.suffix == ".md"
+            or (path.name.startswith("test_") and path.suffix == ".py")
+            or path.relative_to(TRACKS_DIR).as_posix() in GIVEN_FILES
+        )
     ]
     return "\n".join([*material, *learner_kernels(modules).values()])
 

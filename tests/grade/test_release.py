@@ -265,3 +265,10 @@ def test_a_help_text_the_generator_cannot_clean_is_refused():
         release.bundle_makefile("# Targets.\n#\n#   make check (then make grade)" + rules)
     with pytest.raises(release.ReleaseError, match="share a paragraph"):
         release.bundle_makefile("# Targets.\n#\n#   make check" + rules.replace("\n\ngrade:", "\ngrade:"))
+
+
+def test_the_given_files_exist_and_only_they_count_as_shown_beside_the_stubs():
+    """A module's complete, given code (a worked operator) is shown on purpose; it is named one by
+    one, so that any other file under tracks/ cannot hide a solution line."""
+    for name in release.GIVEN_FILES:
+        assert (release.TRACKS_DIR / name).is_file(), f"{name} is named as given but does not exist"

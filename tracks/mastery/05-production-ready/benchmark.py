@@ -6,7 +6,8 @@ Run from the repository root, on a machine with an NVIDIA GPU:
     python tracks/mastery/05-production-ready/benchmark.py --impl solutions  # the reference
 
 For each operator (layer_norm_gelu, bias_gelu_residual, attention) and each size it times three
-ways to compute the same forward result, all from one process, on the same inputs:
+ways to compute the same forward result, all from one process, on the same inputs (attention comes
+from attention_op.py beside kernel.py, given code, whatever --impl says):
 
     PyTorch eager   what a user writes without this module: F.gelu(F.layer_norm(...)),
                     residual + F.gelu(x + bias) (two and three kernels), or
@@ -27,6 +28,7 @@ on the CPU, so timings say nothing about a GPU: on a CPU the script says so and 
 """
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -84,8 +86,22 @@ def bias_gelu_residual_variants(kernels, x, bias, residual):
             "custom op": lambda: kernels.bias_gelu_residual(x, bias, residual)}
 
 
+def given_attention():
+    """attention_op.py of this folder, loaded once per process (test_kernel.py loads it under the
+    same name): the attention operator is given code, the same whatever --impl is."""
+    name = "production_ready_attention_op"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("attention_op.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
 def attention_variants(kernels, q, k, v):
-    """name -> a function of no arguments that computes softmax(q k^T / sqrt(D)) v."""
+    """name -> a function of no arguments that computes softmax(q k^T / sqrt(D)) v, by attention_op.py's
+    kernel and operator (``kernels``, the kernel.py under test, holds no attention)."""
+    kernels = given_attention()
     batch, heads, seq, head_dim = q.shape
     tiles = kernels.attention_tiles(q, "forward")
     grid = (-(-seq // tiles["BLOCK_M"]), batch * heads)

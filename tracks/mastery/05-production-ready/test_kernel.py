@@ -18,9 +18,14 @@ the pytest tests. They check an operator the way PyTorch's users will use it:
 layer_norm_gelu() is the module's main function (SPEC); cases with spec=LAYER_NORM_GELU_X_ONLY call
 it with weight or bias left out (None), so that only x's gradient is compared. bias_gelu_residual(),
 complete in the learner's file, has its cases in BIAS_GELU_RESIDUAL_CASES: tested, not graded.
+attention(), given complete in attention_op.py beside kernel.py, is tested here too (not graded):
+that file is loaded once per session, whatever --impl says, since nobody submits it.
 """
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,13 +35,15 @@ from hypothesis import strategies as st
 from torch.autograd.gradcheck import GradcheckError
 
 from grader import device
+from grader.catalog import find_module
 from grader.cases import Backward, Case, Spec, refusal
 from grader.checks import autograd_reference, check_case, expect_error, explained
+from grader.loading import LoadedKernel
 
 # The public tests that are not graded cases, and why the grader does not run them. Two reasons
-# recur: bias_gelu_residual and attention are given complete in the learner's file (the worked
-# example, and mastery/03's kernels as an operator), so grading them would give points for code the
-# learner did not write; and the grader's child only calls an API function on tensors of the device
+# recur: bias_gelu_residual and attention are given complete (the worked example in the learner's
+# file, and mastery/03's kernels as an operator in attention_op.py beside it), so grading them would
+# give points for code the learner did not write; and the grader's child only calls an API function on tensors of the device
 # under test and hands back what it returns or raises, so what needs the test's own process
 # (torch.library, torch.compile, Hypothesis, meta tensors) stays here.
 PYTEST_ONLY = {
@@ -70,10 +77,10 @@ PYTEST_ONLY = {
     "test_no_graph_is_recorded_without_grad": "it calls layer_norm_gelu under torch.no_grad() on inputs that require "
                                               "grad and reads requires_grad on the result; the grader's child hands "
                                               "back plain tensors, so no case can see whether a graph was recorded",
-    "test_attention_matches_sdpa": "attention is mastery/03's FlashAttention given complete in this file as an "
-                                   "operator (no TODO), so its results would grade code the learner did not write; "
+    "test_attention_matches_sdpa": "attention is mastery/03's FlashAttention given complete in attention_op.py as "
+                                   "an operator (no TODO), so its results would grade code the learner did not write; "
                                    "mastery/03 grades those kernels",
-    "test_attention_rejects_bad_inputs": "attention's validation is given complete in the learner's file with the "
+    "test_attention_rejects_bad_inputs": "attention's validation is given complete in attention_op.py with the "
                                          "rest of the operator, so as graded refusals it would earn points for code "
                                          "the learner did not write",
     "test_attention_compiles_without_graph_break": "it compiles a function calling attention with torch.compile and "
@@ -108,7 +115,9 @@ LIBRARY = frozenset({"library.triton_op", "library.wrap_triton", "library.custom
 # The operators kernel.py registers. The call monitor logs each call of one as an operator (it
 # does not look inside); their Triton launches are counted as usual.
 OPERATORS = frozenset({"layer_norm_gelu", "layer_norm_gelu_backward", "bias_gelu_residual",
-                       "bias_gelu_residual_backward", "attention", "attention_backward"})
+                       "bias_gelu_residual_backward"})
+# The operators attention_op.py registers: their tests use that file, not kernel.py.
+ATTENTION_OPERATORS = frozenset({"attention", "attention_backward"})
 DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -378,8 +387,27 @@ def _x(*shape, dtype=torch.float32):
     return torch.randn(shape, dtype=dtype, device=device.torch_device())
 
 
+@pytest.fixture(scope="session")
+def attention_op():
+    """attention_op.py of this folder, loaded once per session (benchmark.py loads it under the same
+    name, so a session that runs both shares one copy): given code, the same whatever --impl is."""
+    name = "production_ready_attention_op"
+    path = Path(__file__).with_name("attention_op.py")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return LoadedKernel(find_module(str(path.parent)), path, sys.modules[name])
+
+
+def _owner(request, name):
+    """The loaded file that registers operator ``name``: attention_op.py or kernel.py."""
+    return request.getfixturevalue("attention_op" if name in ATTENTION_OPERATORS else "kernel")
+
+
 def _operator(kernel, name):
-    """torch.ops.<kernel.py's namespace>.<name>: the registered operator, looked up by name."""
+    """torch.ops.<the file's namespace>.<name>: the registered operator, looked up by name."""
     namespace = getattr(torch.ops, kernel.namespace.NAMESPACE)
     if not hasattr(namespace, name):
         raise AssertionError(f"no operator {kernel.namespace.NAMESPACE}::{name} is registered: "
@@ -428,7 +456,8 @@ SCHEMAS = {
 
 
 @pytest.mark.parametrize("name", list(SCHEMAS))
-def test_operator_is_registered_with_its_schema(kernel, name):
+def test_operator_is_registered_with_its_schema(request, name):
+    kernel = _owner(request, name)
     with explained(kernel, f"looking up {name}"):
         schema = str(_operator(kernel, name)._schema).split("::", 1)[1]
     assert schema == name + SCHEMAS[name], (
@@ -463,10 +492,11 @@ SAMPLES = [pytest.param(name, sample, id=f"{name}-{i}")
 
 
 @pytest.mark.parametrize("name, sample", SAMPLES)
-def test_opcheck(kernel, name, sample):
+def test_opcheck(request, name, sample):
     """torch.library.opcheck: the schema is honest (no input mutated, no output aliasing an input),
     autograd is registered where inputs require grad, and the fake gives the real output's shape,
     dtype, device and strides."""
+    kernel = _owner(request, name)
     torch.manual_seed(0)
     with explained(kernel, f"opcheck of {name}"):
         torch.library.opcheck(_operator(kernel, name), sample(), test_utils=CPU_OPCHECKS)
@@ -474,11 +504,12 @@ def test_opcheck(kernel, name, sample):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name, sample", SAMPLES)
-def test_opcheck_aot_dispatch(kernel, name, sample):
+def test_opcheck_aot_dispatch(request, name, sample):
     """opcheck's last check traces the operator with AOTAutograd, as torch.compile does, and runs the
     graph, forward and backward. triton_op then runs the launcher on fake tensors and wrap_triton
     records the kernel launch: under Triton's interpreter wrap_triton hands back the Python kernel,
     which cannot run on fake tensors, so this check needs a GPU."""
+    kernel = _owner(request, name)
     torch.manual_seed(0)
     with explained(kernel, f"opcheck (test_aot_dispatch_dynamic) of {name}"):
         torch.library.opcheck(_operator(kernel, name), sample(), test_utils="test_aot_dispatch_dynamic")
@@ -514,9 +545,10 @@ GRADCHECKS = {
 
 
 @pytest.mark.parametrize("name", list(GRADCHECKS))
-def test_gradcheck_in_float64(kernel, name):
+def test_gradcheck_in_float64(request, name):
     """The backward against finite differences of the forward, in float64 (the kernels compute in
     float64 when given float64)."""
+    kernel = _owner(request, name)
     torch.manual_seed(0)
     fn, inputs = GRADCHECKS[name](kernel)
     with explained(kernel, f"gradcheck of {name}()"):
@@ -545,7 +577,7 @@ def test_no_graph_is_recorded_without_grad(kernel):
 
 
 # ----------------------------------------------------------------------------------------------
-# Attention: the FlashAttention kernels of mastery/03 as an operator
+# Attention: the FlashAttention kernels of mastery/03 as an operator, in attention_op.py (given)
 # ----------------------------------------------------------------------------------------------
 
 # (batch, q heads, kv heads, Sq, Sk, D, causal, dtype): lengths that are not multiples of a tile,
@@ -564,14 +596,14 @@ ATTENTION_TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-2, 1e-2)
 
 
 @pytest.mark.parametrize("shape", ATTENTION_SHAPES)
-def test_attention_matches_sdpa(kernel, shape):
+def test_attention_matches_sdpa(attention_op, shape):
     """Output and gradients against F.scaled_dot_product_attention computed in float64."""
     batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, dtype = shape
     torch.manual_seed(0)
     q, k, v = (_leaf(batch, h, s, head_dim, dtype=dtype) for h, s in ((heads, seq_q), (kv_heads, seq_k), (kv_heads, seq_k)))
     do = _x(batch, heads, seq_q, head_dim, dtype=dtype)
-    with explained(kernel, "attention() and its backward"):
-        o = kernel.api("attention")(q, k, v, causal=causal)
+    with explained(attention_op, "attention() and its backward"):
+        o = attention_op.api("attention")(q, k, v, causal=causal)
         grads = torch.autograd.grad(o, (q, k, v), do)
     exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
     o64 = F.scaled_dot_product_attention(*exact, is_causal=causal, enable_gqa=True)
@@ -585,10 +617,10 @@ def test_attention_matches_sdpa(kernel, shape):
             f"{tuple(k.shape)} k, causal={causal}, {dtype}).")
 
 
-def test_attention_rejects_bad_inputs(kernel):
-    attention = kernel.api("attention")
+def test_attention_rejects_bad_inputs(attention_op):
+    attention = attention_op.api("attention")
     q, k = _x(1, 2, 8, 16), _x(1, 1, 8, 16)
-    with explained(kernel, "attention()"):
+    with explained(attention_op, "attention()"):
         expect_error(attention, q, k, _x(1, 1, 9, 16), match="same shape")
         expect_error(attention, q, _x(1, 3, 8, 16), _x(1, 3, 8, 16), match="multiple")
         expect_error(attention, _x(1, 2, 8, 24), _x(1, 1, 8, 24), _x(1, 1, 8, 24), match="Pad")
@@ -599,10 +631,10 @@ def test_attention_rejects_bad_inputs(kernel):
         expect_error(attention, q, _x(1, 1, 0, 16), _x(1, 1, 0, 16), match="no keys")
 
 
-def test_attention_compiles_without_graph_break(kernel):
+def test_attention_compiles_without_graph_break(attention_op):
     """torch.compile(fullgraph=True) of a function that calls attention(): one operator node, and
     the compiled output and gradients equal eager's."""
-    attention = kernel.api("attention")
+    attention = attention_op.api("attention")
     graphs = []
 
     def recording(gm, example_inputs):
@@ -614,13 +646,13 @@ def test_attention_compiles_without_graph_break(kernel):
     torch.compiler.reset()
     compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True), fullgraph=True, backend=recording)
     results = []
-    with explained(kernel, "torch.compile(attention, fullgraph=True)", memory_checked=False):
+    with explained(attention_op, "torch.compile(attention, fullgraph=True)", memory_checked=False):
         for fn in (lambda q, k, v: attention(q, k, v, causal=True), compiled):
             leaves = [t.clone().requires_grad_() for t in inputs]
             out = fn(*leaves)
             results.append((out.detach(), torch.autograd.grad(out.sum(), leaves)))
     called = [str(node.target).split(".")[-2] for graph in graphs for node in graph.graph.nodes
-              if node.op == "call_function" and kernel.namespace.NAMESPACE in str(node.target)]
+              if node.op == "call_function" and attention_op.namespace.NAMESPACE in str(node.target)]
     assert called == ["attention"], f"the compiled graph calls {called}; expected the attention operator once."
     (eager, eager_grads), (got, got_grads) = results
     assert torch.allclose(got, eager, atol=1e-6, rtol=1e-5)
@@ -890,11 +922,11 @@ def test_property_bias_gelu_residual_matches_pytorch(kernel):
     matches_pytorch()
 
 
-def test_property_attention_matches_sdpa(kernel):
+def test_property_attention_matches_sdpa(attention_op):
     """For every shape in a small space (one query or key, lengths around the tile sizes, more
     queries than keys under a causal mask, grouped-query heads) and a softmax scale large enough
     to make the scores spiky: o and the gradients match SDPA's in float64."""
-    fn = kernel.api("attention")
+    fn = attention_op.api("attention")
     where = device.torch_device()
 
     @PROPERTY
@@ -909,7 +941,7 @@ def test_property_attention_matches_sdpa(kernel):
         v = torch.randn(1, kv_heads, seq_k, head_dim, generator=generator)
         do = torch.randn(1, q_heads, seq_q, head_dim, generator=generator)
         leaves = [t.to(where).requires_grad_() for t in (q, k, v)]
-        with explained(kernel, "attention() and its backward"):
+        with explained(attention_op, "attention() and its backward"):
             o = fn(*leaves, causal=causal, sm_scale=sm_scale)
             grads = torch.autograd.grad(o, leaves, do.to(where))
         exact = [t.double().requires_grad_() for t in (q, k, v)]
