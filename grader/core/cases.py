@@ -181,10 +181,11 @@ class Spec:
 def matmul_inputs(case: Case, rand: Rand) -> Inputs:
     """``(a, b)`` for a matmul case: ``params["mnk"] = (M, N, K)``, optional ``params["layouts"]``
     (of a and of b, see ``Rand.matrix``). Entries of size K ** -0.25 make every element of a @ b
-    about 1 in size whatever K is, so one set of tolerances fits every shape."""
+    about 1 in size whatever K is, so one set of tolerances fits every shape; ``params["entry_scale"]``
+    sets another (1.0: sums of K products of size 1, which a 16-bit accumulator cannot hold)."""
     M, N, K = case.params["mnk"]
     layout_a, layout_b = case.params.get("layouts", ("row-major", "row-major"))
-    scale = max(K, 1) ** -0.25
+    scale = case.params.get("entry_scale", max(K, 1) ** -0.25)
     return (rand.matrix(M, K, layout_a, case.dtype, scale), rand.matrix(K, N, layout_b, case.dtype, scale)), {}
 
 

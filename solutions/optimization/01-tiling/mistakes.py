@@ -41,6 +41,11 @@ MISTAKES = [
             "(offs_k[None, :] < k_left), other=0.0)", "(offs_k[None, :] < k_left))", cause=r"\(other=\)", interpreter_only=MASKED_LANES_READ_ZERO),
     Mistake("b's column stride assumed to be 1",
             "offs_n[None, :] * stride_bn", "offs_n[None, :]", cause=r"not contiguous"),
+    # On a GPU the compiler refuses the loop, whose accumulator turns float32 after a tl.dot.
+    Mistake("matmul accumulator in the output's 16-bit dtype",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+            "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)",
+            cause=r"accumulator must be float32|must keep one dtype"),
     # The transpose.
     Mistake("transpose loads without a mask",
             "cols[None, :] * stride_xn, mask=mask)", "cols[None, :] * stride_xn)", cause=r"`x_ptr`",

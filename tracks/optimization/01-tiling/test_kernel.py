@@ -93,6 +93,13 @@ CASES = [
          hint="K = 100 takes four k-steps of 32, the last one partial: each step adds to the "
               "accumulator, its k mask compares with what is left of K (K - k), and both pointers "
               "advance by BLOCK_K times their own k stride."),
+    Case({"mnk": (8, 8, 1024), "entry_scale": 1.0}, torch.float16, spec=MATMUL, label="long K, fp16",
+         hint="each element of c sums 1024 products of entries of size 1, so it grows to about 32: the "
+              "accumulator must be float32 (tl.zeros(..., dtype=tl.float32)); a float16 one rounds every "
+              "partial sum to 11 significant bits, and the roundings add up over K."),
+    Case({"mnk": (4, 8, 2048), "entry_scale": 1.0}, torch.float16, spec=MATMUL, label="longer K, fp16"),
+    Case({"mnk": (8, 6, 1024), "entry_scale": 1.0, "layouts": ("row-major", "transposed")}, torch.float16,
+         spec=MATMUL, label="long K, fp16, b transposed"),
     Case({"mnk": (300, 200, 150)}, torch.float16, spec=MATMUL, label="several tiles each way",
          cuda_only=True),
     Case({"mnk": (2048 + 5, 1024 - 3, 512 + 1)}, spec=MATMUL, label="large, odd", cuda_only=True),
