@@ -11,13 +11,16 @@ same way, so a bug seen in a learner's file can be checked against the cases bef
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.authoring import mistakes
 from grader.core import cases, device
-from grader.core.catalog import Module
+from grader.core.catalog import REPO_ROOT, Module
 from grader.core.checks import across, run_case
 from grader.core.loading import load_kernel
 
@@ -33,6 +36,9 @@ class Kill:
     hidden_total: int
     named: bool  # the first public failures name the mistake's cause
     skipped: str = ""  # why this device cannot show it
+    # The public test functions outside the cases that fail (pytest-only checks: input validation,
+    # warnings, properties), asked only where no public case fails.
+    functions_failing: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -40,7 +46,13 @@ class Kill:
             return "not on this device"
         if self.public_failing:
             return "killed" if self.named else "killed, cause not named"
+        if self.functions_failing:
+            return f"killed by {', '.join(self.functions_failing)}"
         return "hidden cases only" if self.hidden_failing else "SURVIVED"
+
+    @property
+    def killed_in_public(self) -> bool:
+        return bool(self.public_failing or self.functions_failing)
 
 
 def extra_mistakes(path: Path) -> list[mistakes.Mistake]:
@@ -48,9 +60,11 @@ def extra_mistakes(path: Path) -> list[mistakes.Mistake]:
     return list(cases._import_file(Path(path), f"_extra_mistakes_{abs(hash(str(path)))}").MISTAKES)
 
 
-def plant(module: Module, mistake: mistakes.Mistake, folder: Path, hidden: bool = True) -> Kill:
+def plant(module: Module, mistake: mistakes.Mistake, folder: Path, hidden: bool = True, functions: bool = True) -> Kill:
     """Plant ``mistake`` into the module's reference (a file in ``folder``) and run every case this
-    device runs in this process: how many fail, and whether what a learner reads names it."""
+    device runs in this process: how many fail, and whether what a learner reads names it. Where
+    no public case fails and ``functions`` is on, the public test functions outside the cases run
+    too (``failing_functions``): a learner's `make check` runs them."""
     if mistake.gpu_only and not device.is_cuda():
         return Kill(mistake, 0, 0, 0, 0, False, mistake.gpu_only)
     if mistake.interpreter_only and device.is_cuda():
@@ -80,7 +94,20 @@ def plant(module: Module, mistake: mistakes.Mistake, folder: Path, hidden: bool 
         len(hidden_failed),
         len(hidden_cases),
         bool(public_failed) and mistake.named_by(read),
+        functions_failing=tuple(failing_functions(module, planted.parent)) if functions and not public_failed else (),
     )
+
+
+def failing_functions(module: Module, folder: Path) -> list[str]:
+    """The module's public test functions, other than its cases and memory-traffic bars, that fail
+    for the kernel.py in ``folder`` (pytest in a process of its own, as `make check` runs them)."""
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=no", "-rf",
+        "--impl", str(folder), str(module.learner_dir / "test_kernel.py"),
+        "-k", "not test_matches_reference and not test_memory_traffic",
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=1800, check=False)
+    return sorted({name.split("[")[0] for name in re.findall(r"^FAILED \S+?::(\S+)", run.stdout, re.M)})
 
 
 def table(module: Module, kills: list[Kill]) -> str:
@@ -102,12 +129,12 @@ def table(module: Module, kills: list[Kill]) -> str:
 
 def score_line(kills: list[Kill]) -> str:
     tried = [kill for kill in kills if not kill.skipped]
-    public = sum(kill.public_failing > 0 for kill in tried)
-    either = sum(kill.public_failing > 0 or kill.hidden_failing > 0 for kill in tried)
+    public = sum(kill.killed_in_public for kill in tried)
+    either = sum(kill.killed_in_public or kill.hidden_failing > 0 for kill in tried)
     named = sum(kill.named for kill in tried)
     if not tried:
         return "No mutant could be tried on this device."
     return (
-        f"Mutation score: {public} of {len(tried)} killed by the public cases ({public / len(tried):.0%}), "
+        f"Mutation score: {public} of {len(tried)} killed by the public tests ({public / len(tried):.0%}), "
         f"{either} by public or hidden; the cause named for {named}."
     )

@@ -16,11 +16,22 @@ def test_a_caught_mistake_is_killed_and_an_invisible_one_survives(tmp_path):
     killed = kill_table.plant(VECTOR_ADD, listed, tmp_path)
     assert killed.public_failing > 0 and killed.verdict == "killed" and killed.named
     assert killed.hidden_total > 0, "an instructor's checkout: the hidden cases run too"
-    same = kill_table.plant(VECTOR_ADD, SAME, tmp_path, hidden=False)
+    same = kill_table.plant(VECTOR_ADD, SAME, tmp_path, hidden=False, functions=False)
     assert (same.public_failing, same.hidden_total, same.verdict) == (0, 0, "SURVIVED")
     text = kill_table.table(VECTOR_ADD, [killed, same])
     assert f"| {SAME.name} | 0 of {same.public_total} | 0 of 0 | SURVIVED |" in text
-    assert "Mutation score: 1 of 2 killed by the public cases (50%)" in text
+    assert "Mutation score: 1 of 2 killed by the public tests (50%)" in text
+
+
+def test_a_mistake_only_a_test_function_catches_is_killed_by_it(tmp_path):
+    """The cases pass, but `make check` fails: a pytest-only check (the shape validation) catches it."""
+    unchecked = mistakes.Mistake(
+        "shapes not compared", "    if x.shape != y.shape:", "    if False and x.shape != y.shape:", cause=r"shape"
+    )
+    kill = kill_table.plant(VECTOR_ADD, unchecked, tmp_path, hidden=False)
+    assert kill.public_failing == 0 and kill.functions_failing == ("test_rejects_mismatched_shapes",)
+    assert kill.verdict == "killed by test_rejects_mismatched_shapes" and kill.killed_in_public
+    assert "1 of 1 killed by the public tests" in kill_table.score_line([kill])
 
 
 def test_the_command_fails_while_a_mutant_survives(tmp_path):
