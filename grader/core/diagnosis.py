@@ -213,6 +213,14 @@ def _rows_pattern(
             "every other row is wrong: the row stride is probably wrong (use the tensor's "
             "stride, e.g. x.stride(0), not the row length)."
         )
+    if n_cols <= 4 and bad_cols.numel() < n_cols and bad_rows.numel() == n_rows:
+        wrong = ", ".join(str(int(c)) for c in bad_cols)
+        return (
+            f"in every row of {n_cols} values, exactly the ones at {wrong} are wrong and the others right. "
+            "Where the last dimension holds the parts of one value (a complex number's real and imaginary "
+            "parts, a point's coordinates), the formula of those parts is off (a sign, a swapped term); "
+            "a wrong column offset would usually spoil the other parts too."
+        )
     if bad_cols.numel() < n_cols and int(bad_cols[-1]) == n_cols - 1 and _runs(bad_cols):
         return (
             f"only columns {int(bad_cols[0])}..{n_cols - 1} are wrong: the block does not "
@@ -505,7 +513,8 @@ _PARTIAL_BLOCK = (
     "A block is a power of two long, so what differs is the lanes past the end: mask them and pad "
     "them (other=) with a value that cannot change the result (-inf for a maximum, 0 for a sum), "
     "and divide by the real length N, not by the block size (they are equal only when N fills "
-    "the block)."
+    "the block). Or the last, partial block is never run: a count of blocks rounded down (N // BLOCK "
+    "where triton.cdiv(N, BLOCK) is meant, in the grid or in the size of a buffer of partial results)."
 )
 
 
@@ -568,7 +577,9 @@ def _size_features(outcomes: list[Outcome]) -> list[dict[str, str]]:
                     conditions[f"{name} is not a multiple of {block}"] = (
                         f"Those sizes end in a partial block (of {block} or a divisor of it): mask the lanes past "
                         "the end and pad them (other=) with a value that cannot change the result, and divide "
-                        "by the real length N, not by the block size."
+                        "by the real length N, not by the block size. Or that last block is never run: a count "
+                        "of blocks rounded down (N // BLOCK where triton.cdiv(N, BLOCK) is meant, in the grid "
+                        "or in the size of a buffer of partial results)."
                     )
     return found
 

@@ -316,3 +316,17 @@ def test_a_transposed_square_output_is_named():
     assert "expected matrix transposed" in text and "column stride" in text
     symmetric = ref + ref.t()
     assert "transposed" not in (diagnose((symmetric + 1).float(), symmetric, ATOL, RTOL) or "")
+
+
+def test_only_some_parts_of_each_small_row_wrong_point_at_their_formula():
+    """Pairs (real, imaginary) where every real part is wrong: the formula of that part, not a
+    column offset, is the usual cause."""
+    want = torch.randn(50, 2)
+    got = want.clone()
+    got[:, 0] += 1.0
+    text = diagnose(got, want, 1e-5, 1e-4)
+    assert "exactly the ones at 0 are wrong" in text and "real and imaginary" in text, text
+    wide = torch.randn(50, 40)
+    shifted = wide.clone()
+    shifted[:, 10:20] += 1.0
+    assert "exactly the ones at" not in diagnose(shifted, wide, 1e-5, 1e-4)
