@@ -306,7 +306,10 @@ CASES = [
          hint="eps = 0.1 is as large as the variance here: rstd = 1 / sqrt(var + eps)."),
     Case({"shape": (20, 70), "layout": "row-strided", "activation": "gelu"}, label="strided rows"),
     Case({"shape": (24, 40), "layout": "transposed", "activation": "gelu_tanh"}, torch.float16,
-         label="non-contiguous"),
+         label="non-contiguous",
+         hint="x is a transpose: its rows are not packed (x.stride(-1) is not 1), so a kernel that reads a "
+              "row as consecutive elements needs the launcher to hand it contiguous rows (x.contiguous()), "
+              "or to step along a row with the column stride."),
     Case({"shape": (8, 200), "weight_scale": 60.0, "activation": "silu"}, label="large activation inputs",
          hint=LARGE_INPUTS),
     Case({"shape": (8, 200), "weight_scale": 60.0, "activation": "gelu_tanh"}, torch.float16,
