@@ -3,6 +3,10 @@
 from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
+    Mistake("eps added outside the square root",
+            "rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=0) / N + eps)",
+            "rstd = 1.0 / (tl.sqrt(tl.sum(centred * centred, axis=0) / N) + eps)",
+            cause=r"rstd = 1 / sqrt\(var \+ eps\)"),
     Mistake("gelu computed with the tanh approximation",
             "x = x * gaussian_cdf(x)",
             "x = x * sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))",
