@@ -4,6 +4,9 @@ reference by the course's suite."""
 from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
+    Mistake("the buffer of partial sums sized n // CHUNK, which drops the last, partial chunk",
+            "partials = torch.empty(triton.cdiv(n, CHUNK)", "partials = torch.empty(n // CHUNK",
+            cause=r"triton\.cdiv"),
     Mistake("row maximum not subtracted",
             "numerator = tl.exp(x - tl.max(x, axis=0))", "numerator = tl.exp(x)",
             cause=r"maximum is subtracted|overflow"),
