@@ -305,6 +305,9 @@ CASES = [
     Case({"shape": (6, 50), "dy": "transposed"}, label="dy a transpose", hint=UPSTREAM),
     Case({"shape": (6, 36), "dy": "broadcast"}, torch.float16, label="dy with row stride 0", hint=UPSTREAM),
     Case({"shape": (64, 1000)}, torch.bfloat16, label="bf16", cuda_only=True),
+    Case({"shape": (2, 65536)}, label="the longest row supported",
+         hint="N = 65536 = MAX_ROW is the longest row the operator takes: it must be accepted, and only "
+              "longer rows refused (n_cols > MAX_ROW)."),
     Case({"shape": (6000, 100)}, label="many short rows", cuda_only=True, hint=ROWS_SHARED),
     Case({"shape": (4096, 4096)}, torch.bfloat16, label="large", cuda_only=True),
     Case({"shape": (1024, 16384)}, torch.float16, label="long rows", cuda_only=True),

@@ -87,6 +87,9 @@ CASES = [
     Case({"mnk": (260, 520, 64), "layouts": ("padded", "padded")}, torch.float16,
          label="the descriptor path, NaN past the edges", hint=DESCRIPTORS),
     Case({"mnk": (384, 768, 72)}, torch.float16, label="the descriptor path, one k-step and a bit", hint=DESCRIPTORS),
+    Case({"mnk": (128, 256, 65)}, torch.float16, label="rows not 16-byte aligned: the pointer path",
+         hint="K = 65 fp16 values make a's rows 130 bytes apart, which a tensor descriptor cannot take (its "
+              "strides must be multiples of 16 bytes): such inputs go through the pointer kernel."),
     Case({"mnk": (260, 264, 64), "layouts": ("transposed", "sliced")}, torch.float16,
          label="16-bit but not row-major: pointer loads", hint=NOT_ROW_MAJOR),
     Case({"mnk": (65, 33, 129)}, torch.bfloat16, label="bf16", cuda_only=True),
