@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from grader.grade.budget import Budget, with_limits_hint
 from grader.grade.endings import after_exit, after_timeout
@@ -16,9 +15,6 @@ from grader.grade.profile import claimed_seconds
 from grader.sandbox import wire
 from grader.sandbox.child import input_name, output_name
 from grader.sandbox.isolation import ChildEnded, SandboxError
-
-if TYPE_CHECKING:
-    from grader.grade.grading import Grading
 
 _EXIT_SECONDS = 30.0  # for a child to exit after its last case
 
@@ -32,7 +28,7 @@ class ChildRun:
     grading's CPU seconds spent against ``visibility`` stay below ``until``; its verdicts go to
     ``grading``."""
 
-    def __init__(self, grading: Grading, trials: list[Trial], visibility: str, until: float):
+    def __init__(self, grading, trials: list[Trial], visibility: str, until: float):
         self.grading, self.trials, self.visibility, self.until = grading, trials, visibility, until
         self.step_started = 0.0  # when the child's current step (start, import) began
         self.exiting_since: float | None = None  # when the child was told its orders are done
@@ -223,9 +219,7 @@ class ChildRun:
         self.step_started = now
 
 
-def _judge(
-    grading: Grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]
-) -> Verdict:
+def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]) -> Verdict:
     """The verdict on ``trial``'s call, which the child reported ``done``; ``judged``: the
     verdicts of this child's earlier calls."""
     case = grading.plan.cases[trial.case_index][0]

@@ -5,19 +5,14 @@ finding in the grading's ledger (``grader.grade.ledger``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from grader.core import crashes
 from grader.grade.budget import Budget
 from grader.grade.judging import Trial, Verdict
 from grader.sandbox.isolation import ChildEnded, SandboxError
 
-if TYPE_CHECKING:
-    from grader.grade.grading import Grading
-
 
 def after_exit(
-    grading: Grading, child, phase: str, current: Trial | None, ended: ChildEnded, judged: dict[int, Verdict]
+    grading, child, phase: str, current: Trial | None, ended: ChildEnded, judged: dict[int, Verdict]
 ) -> None:
     """The child is gone: a crash, unless it exited cleanly (or was stopped by the grader)
     after its last case."""
@@ -68,7 +63,7 @@ def crash_verdict(api: str, ended: ChildEnded, returned: Verdict | None) -> Verd
 
 
 def after_timeout(
-    grading: Grading, child, phase: str, current: Trial | None, budget: Budget, judged: dict[int, Verdict]
+    grading, child, phase: str, current: Trial | None, budget: Budget, judged: dict[int, Verdict]
 ) -> None:
     """The grader stopped the child at a time limit (``budget``) during ``phase``."""
     limits = grading.plan.limits

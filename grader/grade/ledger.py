@@ -19,7 +19,7 @@ from grader.grade.scoring import PERFORMANCE_NOT_GRADED
 from grader.sandbox.isolation import ChildEnded
 
 if TYPE_CHECKING:
-    from grader.grade.grading import Plan
+    from grader.grade.plan import Plan
 
 
 @dataclass

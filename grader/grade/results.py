@@ -16,8 +16,8 @@ from grader.grade.judging import INTEGRITY, Verdict, hidden_message
 from grader.grade.record_format import CaseRow, Count, Integrity, PartInfo, Record, Totals
 
 if TYPE_CHECKING:
-    from grader.grade.grading import Plan
     from grader.grade.ledger import Ledger
+    from grader.grade.plan import Plan
 
 
 def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> dict:

@@ -18,7 +18,6 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,9 +35,6 @@ from grader.grade.timed_work import own_gpu_us, windows_work_problem
 from grader.sandbox import wire
 from grader.sandbox.child import TIMED_OUTPUTS, TIMING_INPUTS, input_name, output_name
 from grader.sandbox.isolation import ChildEnded
-
-if TYPE_CHECKING:
-    from grader.grade.grading import Grading
 
 TARGET_WINDOW_SECONDS = 0.2  # long enough that launch jitter and pipe latency do not matter
 _reference_lock = threading.Lock()
@@ -138,7 +134,7 @@ def verdict(
 # ----------------------------------------------------------------------------------------------
 
 
-def measure_parts(grading: Grading, secret: int) -> dict:
+def measure_parts(grading, secret: int) -> dict:
     """The performance entry of ``grading``'s record: ``measure`` for a module of one part; for a
     module of several (``cases.Part``), each part timed on its own function and the entries
     combined (``combined``)."""
@@ -173,7 +169,7 @@ def combined(parts, entries: dict) -> dict:
     return {**entry, "graded": True, "credit": round(credit_share, 4), "ratio": round(ratio, 4), "reason": reason}
 
 
-def measure(grading: Grading, secret: int, part=None) -> dict:
+def measure(grading, secret: int, part=None) -> dict:
     """The performance entry of ``grading``'s record (or of one of its module's parts, ``part``):
     its kernel timed in a fresh child against the reference (CUDA only, after every case of the
     part has passed).
@@ -208,7 +204,7 @@ class _Target:
     module's, or a part's), and the part's name ("" for the whole module), which keys the timing
     inputs and the reference's time."""
 
-    grading: Grading
+    grading: object  # a grader.grade.grading.Grading
     spec: Spec
     part: str
 
@@ -217,13 +213,13 @@ class _Target:
         return (self.grading.plan.module.id, self.part, str(self.grading.on))
 
 
-def _every_case_passed(grading: Grading, part) -> bool:
+def _every_case_passed(grading, part) -> bool:
     """Whether every case (of ``part``, when given) has a verdict and passed."""
     trials = [t for t in grading.plan.trials if part is None or grading.plan.part_of(t.id).name == part.name]
     return all(t.id in grading.ledger.verdicts and grading.ledger.verdicts[t.id].passed for t in trials)
 
 
-def _timed_cap(grading: Grading, inputs: TimingInputs) -> int:
+def _timed_cap(grading, inputs: TimingInputs) -> int:
     """The GPU memory a timed child of ``grading`` may allocate for ``inputs`` (0 on a CPU)."""
     if grading.memory is None:
         return 0
@@ -372,7 +368,7 @@ def _ended(ended: ChildEnded) -> dict:
     return _failed(f"the process {ended.how} while being timed")
 
 
-def _hand_inputs(grading: Grading, child, inputs: TimingInputs) -> dict | None:
+def _hand_inputs(grading, child, inputs: TimingInputs) -> dict | None:
     """Give the timed child its inputs, and wait until it holds them on the GPU."""
     try:
         # Streamed into the file: several sets beyond the L2 cache, for each timed child at once.
@@ -386,7 +382,7 @@ def _hand_inputs(grading: Grading, child, inputs: TimingInputs) -> dict | None:
     return _until_loaded(grading, child, "timing_inputs_loaded")
 
 
-def _until_loaded(grading: Grading, child, awaited: str = "loaded") -> dict | None:
+def _until_loaded(grading, child, awaited: str = "loaded") -> dict | None:
     """Wait for the timed child's ``awaited`` event (the submission imported, the inputs held):
     None once it came, else the record's performance entry saying why it could not be timed."""
     deadline = time.monotonic() + grading.plan.limits.startup_seconds
@@ -470,7 +466,7 @@ def _next_event(child, deadline: float, late: str) -> tuple[dict | None, dict | 
     return event, None
 
 
-def _saved(grading: Grading, child) -> dict | None:
+def _saved(grading, child) -> dict | None:
     """None once the child has saved the timed outputs; else the performance entry saying why not."""
 
     def unsaved(event: dict) -> dict:

@@ -30,7 +30,7 @@ from grader.core.cases import Case, Spec, spec_for, specs_of
 from grader.core.catalog import REPO_ROOT, find_module
 from grader.core.checks import KernelCallError, build_inputs, call_api, compare, reference_outputs, run_case
 from grader.core.loading import load_kernel
-from grader.grade import grading, judging, record, runphase
+from grader.grade import grading, judging, plan, record, runphase
 from grader.sandbox import wire
 from grader.sandbox.isolation import GiB, Limits, offers
 
@@ -277,7 +277,8 @@ def graded(tmp_path_factory, platform_protections):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cases, "public", only_public)
         patch.setattr(cases, "hidden", only_hidden)
-        patch.setattr(grading, "specs_of", every_spec)
+        patch.setattr(grading, "specs_of", every_spec)  # what the child may call
+        patch.setattr(plan, "specs_of", every_spec)  # what the policy gate allows
         options = runphase.Options(limits=LIMITS, allow_unsafe=not offers(platform_protections, "processes"))
         summary = runphase.run(root, results, [TRAINING, ATTENTION, MEMORY], options, progress=False)
     assert not summary.errors, [o.error for o in summary.errors]
