@@ -14,6 +14,7 @@ CASES = [
     Case({"n": 4097}, torch.float16, label="one past a block"),
     Case({"n": 140_007}, label="several rounds of the grid-stride loop, a partial last block"),
     Case({"n": 777, "layout": "strided"}, torch.bfloat16, label="every other element"),
+    Case({"n": 4097, "past fp16": "end"}, torch.float16, label="products past float16's range, one in each block"),
     Case({"n": (1 << 25) - 1}, torch.float16, label="large", cuda_only=True),
 
     Case({"shape": (1, 513)}, spec=ADD_BIAS, label="one row, a column past two tiles"),

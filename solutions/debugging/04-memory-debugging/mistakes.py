@@ -39,4 +39,7 @@ MISTAKES = [
             "x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn,",
             "x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :],",
             cause=r"layout='transposed'.*both of its strides"),
+    Mistake("dot multiplies in float16, then converts the product to float32",
+            "partial += x.to(tl.float32) * y.to(tl.float32)", "partial += (x * y).to(tl.float32)",
+            cause=r"past float16's largest value \(65504\)"),
 ]

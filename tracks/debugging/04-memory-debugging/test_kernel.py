@@ -68,13 +68,28 @@ PYTEST_ONLY = {
 # ---- dot --------------------------------------------------------------------------------------------
 
 def dot_inputs(case, rand):
-    """x and y of length n; entries of size n ** -0.25 make the dot product about 1 in size."""
+    """x and y of length n; entries of size n ** -0.25 make the dot product about 1 in size.
+
+    params["past fp16"] ("start" or "end") puts there two products past float16's largest value,
+    300 * 300 and 300 * -300, which cancel. The other entries of those cases are of size 1 and
+    multiples of 1/8 (x) and 1/16 (y): each product is a multiple of 1/128, so every float32 sum of
+    them below 2^17 is exact, and the two cancel exactly whatever order the programs and lanes add
+    them in."""
     n = case.params["n"]
-    scale = max(n, 1) ** -0.25
+    where = case.params.get("past fp16")
+    scale = 1.0 if where else max(n, 1) ** -0.25
     if case.params.get("layout") == "strided":  # every other element of longer vectors
-        return (rand.randn(2 * n, dtype=case.dtype, scale=scale)[::2],
-                rand.randn(2 * n, dtype=case.dtype, scale=scale)[::2]), {}
-    return (rand.randn(n, dtype=case.dtype, scale=scale), rand.randn(n, dtype=case.dtype, scale=scale)), {}
+        x = rand.randn(2 * n, dtype=case.dtype, scale=scale)[::2]
+        y = rand.randn(2 * n, dtype=case.dtype, scale=scale)[::2]
+    else:
+        x, y = rand.randn(n, dtype=case.dtype, scale=scale), rand.randn(n, dtype=case.dtype, scale=scale)
+    if where:
+        x.copy_((x * 8).round() / 8)
+        y.copy_((y * 16).round() / 16)
+        first = 0 if where == "start" else n - 2
+        x[first:first + 2] = 300.0
+        y[first], y[first + 1] = 300.0, -300.0
+    return (x, y), {}
 
 
 def dot_reference(x, y):
@@ -196,6 +211,10 @@ SHARED = ("several programs add partial sums into the same output elements: on a
 HALF = ("fp16 and bf16 values are 2 bytes each: the type of the pointer decides how far apart "
         "consecutive offsets are.")
 
+PAST_FP16 = ("300 * 300 = 90000 is past float16's largest value (65504): multiply after converting to "
+             "float32, where the two products cancel; multiplied in float16 they are inf and -inf, and "
+             "their sum NaN.")
+
 # The last case of each function (cuda_only ones aside) is the notebook's quick check: one where
 # that function's planted bug shows.
 CASES = [
@@ -204,6 +223,11 @@ CASES = [
     Case({"n": 8192}, label="exactly two blocks"),
     Case({"n": 100_000}, label="more blocks than programs: each program loops"),
     Case({"n": 3001}, torch.float16, label="fp16"),
+    Case({"n": 1000, "past fp16": "start"}, torch.float16, label="products past float16's range", hint=PAST_FP16),
+    Case({"n": 8192, "past fp16": "end"}, torch.float16, label="products past float16's range, in the second block",
+         hint=PAST_FP16),
+    Case({"n": 5000, "layout": "strided", "past fp16": "end"}, torch.float16,
+         label="products past float16's range, every other element", hint=PAST_FP16),
     Case({"n": 2000}, torch.bfloat16, label="bf16"),
     Case({"n": 0}, label="empty: the sum of nothing is 0"),
     Case({"n": 5000, "layout": "strided"}, label="every other element"),
