@@ -134,7 +134,8 @@ lab: $(ENV)
 
 grade: $(GRADING_ENV)
 	@$(PYTHON) -m grader grade $(SUBMISSIONS) $(foreach s,$(STUDENT),--student $(s)) $(foreach m,$(M),--module $(m)) \
-		$(if $(filter 1,$(REGRADE)),--regrade) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DEADLINES),--deadlines $(DEADLINES))
+		$(if $(filter 1,$(REGRADE)),--regrade) $(if $(ROSTER),--roster $(ROSTER)) $(if $(DEADLINES),--deadlines $(DEADLINES)) \
+		$(if $(PER_GPU),--per-gpu $(PER_GPU)) $(if $(RAY),--ray $(filter-out 1,$(RAY)))
 
 release: $(GRADING_ENV)
 	@$(PYTHON) -m grader release

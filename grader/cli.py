@@ -161,6 +161,7 @@ def cmd_run(args) -> int:
     )
     options = runphase.Options(
         workers=args.workers,
+        children_per_gpu=args.per_gpu,
         limits=limits,
         hide=tuple(args.hide),
         expose=tuple(args.expose),

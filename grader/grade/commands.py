@@ -33,8 +33,15 @@ def add_workers_argument(parser) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        help="gradings at a time (default: 4 per GPU, or min(4, CPUs) without one; with "
-        "16 or more CPU cores per GPU, 8 per GPU is faster)",
+        help="gradings at a time on this machine (default: --per-gpu for each GPU, or min(4, CPUs) without one)",
+    )
+    parser.add_argument(
+        "--per-gpu",
+        type=int,
+        default=4,
+        metavar="N",
+        help="gradings at a time on each GPU, locally and on every worker of a Ray cluster "
+        "(default 4; 8 where a GPU has 16 or more CPU cores beside it)",
     )
 
 
@@ -125,7 +132,11 @@ def cmd_grade(args) -> int:
     examples = source is None and not (args.student or args.regrade)
     case_seconds = args.case_timeout or (20.0 if examples and not device.is_cuda() else 60.0)
     options = runphase.Options(
-        workers=args.workers, allow_unsafe=args.allow_unsafe, limits=Limits(case_seconds=case_seconds), ray=args.ray
+        workers=args.workers,
+        children_per_gpu=args.per_gpu,
+        allow_unsafe=args.allow_unsafe,
+        limits=Limits(case_seconds=case_seconds),
+        ray=args.ray,
     )
     if source is None and not examples:
         print(f"No submissions given: grading what is collected in {Path(args.course) / 'submitted'}.")
