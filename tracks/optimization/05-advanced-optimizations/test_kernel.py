@@ -1,17 +1,19 @@
 """Public tests for 05-advanced-optimizations.  Run:  pytest tracks/optimization/05-advanced-optimizations
 
 SPEC and CASES describe the correctness tests as data (the grader reads them too); TRAFFIC holds
-the memory-traffic bar (a persistent kernel runs one program per multiprocessor). The autotuning
-tests check the search space, the key and the pruning on any machine; the tuning itself happens
-on a GPU.
+the memory-traffic bar (a persistent kernel runs one program per multiprocessor), and a traffic
+test counts the stores (each program computes only its own tiles: every element of c is stored
+once). The autotuning tests check the search space, the key and the pruning (against shared memory
+counted here, num_stages slabs of a and b) on any machine; the tuning itself happens on a GPU.
 """
 
 import pytest
 import torch
+import triton
 
 from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs
 from grader.checks import check_case, matmul_refusals
-from grader.traffic import TrafficBar, check_bar
+from grader.traffic import TrafficBar, check_bar, traffic_of
 
 PYTEST_ONLY = {
     "test_offsets_past_two_to_the_31": (
@@ -26,9 +28,12 @@ PYTEST_ONLY = {
         "interpreter), a property of the module that no call of matmul() returns; tuning again per shape "
         "pays off only as speed, which is graded on a GPU."),
     "test_pruning_keeps_only_the_configs_that_fit": (
-        "It calls the learner's own helpers configs_that_fit() and config_shared_memory() for GPUs other "
-        "than the one in use, which no call of matmul() can show; the tuning that pruning protects is "
-        "graded as speed on a GPU."),
+        "It calls the learner's own helper configs_that_fit() for GPUs other than the one in use, which no "
+        "call of matmul() can show; the tuning that pruning protects is graded as speed on a GPU."),
+    "test_traffic_stores_each_output_element_once": (
+        "It counts the stores of a call with the hooks in Triton's interpreter, inside the process that "
+        "runs the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
+        "points; tiles computed more than once cost speed, which is graded on a GPU."),
     "test_memory_traffic": (
         "The traffic report is counted by hooks in Triton's interpreter inside the process that runs "
         "the learner's kernel, where a submission could patch or switch them off, so it cannot decide "
@@ -143,19 +148,44 @@ def test_the_autotuner_searches_again_for_every_shape(kernel):
         "reuses that config for every other shape. Key on M, N and K (the TODO on the key).")
 
 
+# Configs of known footprint, pruned with the learner's: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages). Several fit
+# the GPUs below only if one stage of the pipeline is counted instead of num_stages.
+KNOWN_CONFIGS = [(128, 256, 64, 3), (256, 128, 64, 4), (128, 128, 64, 4), (128, 128, 64, 2), (64, 64, 32, 2),
+                 (128, 128, 32, 3), (64, 256, 64, 4)]
+
+
+def _pipeline_bytes(config, itemsize: int) -> int:
+    """What a config's pipeline holds in shared memory: num_stages slabs of a (BLOCK_M x BLOCK_K)
+    and of b (BLOCK_K x BLOCK_N), computed here rather than by the learner's config_shared_memory()."""
+    kw = config.kwargs
+    return config.num_stages * (kw["BLOCK_M"] * kw["BLOCK_K"] + kw["BLOCK_K"] * kw["BLOCK_N"]) * itemsize
+
+
 @pytest.mark.parametrize("gpu, shared_memory", [("H100", 227 * 1024), ("A100", 163 * 1024), ("RTX 4090", 99 * 1024)])
 def test_pruning_keeps_only_the_configs_that_fit(kernel, gpu, shared_memory):
     module = kernel.namespace
-    configs = module.matmul_configs()
-    kept = module.configs_that_fit(configs, 2, shared_memory)
-    too_big = [c for c in kept if module.config_shared_memory(c, 2) > shared_memory - module.COMPILER_RESERVE]
-    largest = max((module.config_shared_memory(c, 2) for c in too_big), default=0) // 1024
-    assert not too_big, (
-        f"On a {gpu} ({shared_memory // 1024} KiB of shared memory) pruning keeps {len(too_big)} config(s) "
-        f"that cannot launch there (the largest needs {largest} KiB): drop them before they are compiled "
-        "(the TODO on pruning).")
-    fitting = [c for c in configs if module.config_shared_memory(c, 2) <= shared_memory - module.COMPILER_RESERVE]
-    assert len(kept) == len(fitting), f"Pruning drops configs that fit a {gpu}: keep every one that fits."
+    known = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_stages=stages, num_warps=4)
+             for bm, bn, bk, stages in KNOWN_CONFIGS]
+    limit = shared_memory - module.COMPILER_RESERVE
+    for itemsize in (2, 4):
+        configs = module.matmul_configs() + known
+        kept = module.configs_that_fit(configs, itemsize, shared_memory)
+        too_big = [c for c in kept if _pipeline_bytes(c, itemsize) > limit]
+        if too_big:
+            worst = max(too_big, key=lambda c: _pipeline_bytes(c, itemsize))
+            kw = worst.kwargs
+            pytest.fail(
+                f"On a {gpu} ({shared_memory // 1024} KiB of shared memory, {module.COMPILER_RESERVE // 1024} KiB of "
+                f"it the compiler's) pruning keeps {len(too_big)} config(s) that cannot launch there with "
+                f"{itemsize}-byte elements: {kw['BLOCK_M']} x {kw['BLOCK_N']} x {kw['BLOCK_K']} with "
+                f"{worst.num_stages} stages needs {_pipeline_bytes(worst, itemsize) // 1024} KiB, num_stages "
+                f"slabs of a and of b, one per stage of the pipeline. Drop such configs before they are compiled "
+                "(the TODO on pruning; config_shared_memory() counts every stage).")
+        fitting = [c for c in configs if _pipeline_bytes(c, itemsize) <= limit]
+        assert len(kept) == len(fitting), (
+            f"Pruning keeps {len(kept)} of the {len(configs)} configs on a {gpu} with {itemsize}-byte elements; "
+            f"{len(fitting)} fit: keep every one whose num_stages slabs of a and b fit in "
+            "shared_memory - COMPILER_RESERVE.")
 
 
 def test_matches_reference(kernel, case):
@@ -164,6 +194,26 @@ def test_matches_reference(kernel, case):
 
 def test_memory_traffic(kernel, bar):
     check_bar(kernel, SPEC, bar)
+
+
+# More tiles than the interpreter's 4 programs, on each path: each element of c is stored once when
+# every program computes only its own tiles (p, p + NUM_SMS, ...); a loop that steps by 1 recomputes
+# the tiles of the programs after it (right values, about 3 times the work here).
+ONCE = [Case({"mnk": (300, 600, 24)}, label="pointer loads"),
+        Case({"mnk": (512, 512, 64)}, torch.float16, label="tensor descriptors")]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("call", ONCE, ids=lambda call: call.name)
+def test_traffic_stores_each_output_element_once(kernel, call):
+    M, N, _ = call.params["mnk"]
+    traffic = traffic_of(kernel, SPEC, call)
+    stored = traffic.elements_stored / (M * N)
+    assert stored <= 1.0, (
+        f"{call.name}: matmul() stores {stored:.2f} x the {M * N} elements of c: programs compute tiles that "
+        "other programs compute too (the values are right, the work is repeated). Program p owns tiles p, "
+        "p + NUM_SMS, p + 2 NUM_SMS, ...: step the tile loop by NUM_SMS, not by 1 (the TODO on the loop over "
+        "the tiles).")
 
 
 @pytest.mark.cuda
