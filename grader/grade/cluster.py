@@ -13,6 +13,14 @@ the index. A worker that dies takes its tasks with it: each is handed to a new w
 if it is lost again it becomes a grader error for the instructor (no record, so no grade and
 never a zero for the student), and the run goes on.
 
+A GPU that breaks mid-run does not kill its worker: every child the worker starts fails, and
+its gradings look like files that crash. So a grading that might be the device's doing (see
+``doubtful``) is believed only after a check of the device in a fresh process
+(``GradingWorker.device_fault``); where the check fails, the worker answers ``DeviceFault``
+instead of the record. The driver then *retires* the worker (no more tasks; the tasks it still
+runs come back too) and hands its tasks to the others without counting an attempt against the
+file, and says so once. Where every worker is retired, what is left becomes grader errors.
+
 Ray is optional (``pip install -e '.[cluster]'``); the driver and every node need the same
 checkout of the course with the grader installed (the records' case hash tells when one differs).
 """
@@ -22,17 +30,20 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.core import device
 from grader.core.catalog import find_module
+from grader.grade import leases
 from grader.grade.grading import Graded, Options, grade_one, make_sandbox
 from grader.grade.profile import Profile
 from grader.grade.record_format import RECORD_VERSION, problems
 from grader.grade.store import cases_hash, keep, sha256
-from grader.sandbox.isolation import UnsafeSandbox
+from grader.sandbox.isolation import UnsafeSandbox, visible_gpu
 
 FALLBACK_NOTE = (
     "Ray is not installed in this Python environment, so this run grades on this machine "
@@ -41,9 +52,78 @@ FALLBACK_NOTE = (
 )
 ATTEMPTS = 2  # a task whose worker died is handed to a new worker once
 
+# The check of a worker's GPU: allocate, compute, synchronize and read the result back, in a fresh
+# process that sees the GPU as the worker's children do. The sum is exact in float32.
+PROBE = (
+    "import torch\n"
+    "x = torch.arange(1024, device='cuda', dtype=torch.float32)\n"
+    "total = (x * 2).sum()\n"
+    "torch.cuda.synchronize()\n"
+    "assert total.item() == 1047552.0, f'2 * (0 + 1 + ... + 1023) came out as {total.item()}'\n"
+)
+PROBE_SECONDS = 120  # importing torch and starting CUDA take seconds; a hung GPU never answers
+
+# Failed cases that are the file's own mistakes, whatever the device: a wrong answer, or one of
+# the ways around the exercise that judge only values. Any other failure may be a broken GPU's.
+MISTAKES = {"wrong", "alias", "mutation", "replaced", "cache"}
+
 
 class ClusterError(Exception):
     """The cluster cannot be reached, or has nothing to grade with."""
+
+
+class DeviceFault(Exception):
+    """A worker's device failed its check: the worker's grading says nothing about the file."""
+
+
+def doubtful(record: dict) -> bool:
+    """Whether ``record`` might be a failing device's doing rather than the file's: no case
+    passed, a case failed otherwise than by a wrong answer (a crash, an error, a time-out, a
+    case not run, an import that failed), a crash no single case caused, an integrity finding,
+    or a timing that earned nothing. A refused file ran nothing, and a record of passed cases and
+    credited timing is believed as it is: healthy gradings never pay for a check of the device."""
+    if record.get("refusal") is not None:
+        return False
+    totals = record.get("totals") or {}
+    failed = [row for row in record.get("cases") or [] if not row.get("passed")]
+    performance = record.get("performance") or {}
+    return bool(
+        not totals.get("passed")
+        or any(row.get("kind") not in MISTAKES for row in failed)
+        or record.get("note")
+        or record.get("load_error")
+        or record.get("integrity")
+        or (performance.get("graded") and not performance.get("credit"))
+    )
+
+
+def probe(code: str, env: dict, seconds: float) -> str | None:
+    """Run ``python -c code`` in a fresh process (and session) with ``env``: None if it ends well
+    within ``seconds``, else what went wrong, in a line."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        _, err = process.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:  # a process stuck in the GPU's driver may not die at once: not waited for long
+            process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        return f"the check of the device did not end within {seconds:g} s"
+    if process.returncode == 0:
+        return None
+    lines = [line.strip() for line in err.decode(errors="replace").splitlines() if line.strip()]
+    return f"the check of the device failed (exit status {process.returncode}): {lines[-1] if lines else 'no message'}"
 
 
 def available() -> bool:
@@ -67,14 +147,51 @@ class GradingWorker:
             replace(options, workers=slots), results_dir, gpus=[0] if device.is_cuda() else None
         )
         self.stop = threading.Event()
+        # Where this worker grades, for the instructor: its node and the GPU Ray gave it.
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "") if device.is_cuda() else ""
+        self.where = f"GPU {gpu} of node {os.uname().nodename}" if gpu else f"node {os.uname().nodename}"
+        self.fault: str | None = None  # once the device has failed its check, for good
+        self.checking = threading.Lock()
 
     def ready(self) -> dict:
         """The sandbox's protections on this node (raises UnsafeSandbox as the local pool would)."""
         return {**self.sandbox.probe(), "node": os.uname().nodename}
 
+    def device_fault(self) -> str | None:
+        """What is wrong with this worker's GPU, or None: ``PROBE`` in a fresh process with the
+        worker's environment and the GPU its children get, within ``PROBE_SECONDS``, never while
+        another grading times a kernel on it (the GPU's shared lease, as a correctness child).
+        Without CUDA there is nothing to check (None)."""
+        if not device.is_cuda():
+            return None
+        with leases.for_gpu(0).shared():
+            return probe(PROBE, {**os.environ, "CUDA_VISIBLE_DEVICES": visible_gpu(0)}, PROBE_SECONDS)
+
+    def _check_device(self) -> None:
+        """Raise DeviceFault if the device fails its check (or failed it before). The first
+        fault also stops this worker's other gradings: nothing they find would be believed."""
+        with self.checking:  # one check at a time: side-by-side gradings that crash share it
+            if self.fault is None:
+                found = self.device_fault()
+                if found is not None:
+                    self.fault = f"{self.where}: {found}"
+                    self.stop.set()
+        if self.fault is not None:
+            raise DeviceFault(self.fault)
+
     def grade(self, module_id: str, source: bytes) -> dict:
-        self.sandbox.probe()  # a no-op after the first; a replacement worker starts here
-        graded = grade_one(find_module(module_id), source, self.sandbox, self.secret, self.options, self.stop)
+        if self.fault is not None:
+            raise DeviceFault(self.fault)
+        try:
+            self.sandbox.probe()  # a no-op after the first; a replacement worker starts here
+            graded = grade_one(find_module(module_id), source, self.sandbox, self.secret, self.options, self.stop)
+        except UnsafeSandbox:
+            raise
+        except Exception:
+            self._check_device()  # the device's fault, not the grader's, where it fails its check
+            raise
+        if self.fault is not None or doubtful(graded.record):
+            self._check_device()
         return {
             "record": graded.record,
             "log": graded.log,
@@ -138,7 +255,8 @@ class Pool:
     secret: int
     slots: int
     results_dir: Path
-    workers: list = field(default_factory=list)
+    workers: list = field(default_factory=list)  # those given tasks
+    retired: list = field(default_factory=list)  # those whose device failed: given nothing more
     running: dict = field(default_factory=dict)  # Ray reference -> Task
 
     def _new(self):
@@ -155,10 +273,29 @@ class Pool:
         return protections[0]
 
     def replace(self, dead) -> None:
-        if dead in self.workers:
-            self.workers.remove(dead)
+        if self.is_active(dead):
+            self.workers = [w for w in self.workers if w is not dead]
             self.ray.kill(dead, no_restart=True)
             self.workers.append(self._new())
+
+    def retire(self, worker) -> list | None:
+        """Give ``worker`` no more tasks (its device failed), and take back the tasks it is still
+        running, as not attempted (what they answer is never read): those tasks; None if it was
+        retired already. It is not killed: while it lives it holds its GPU, so Ray cannot give the
+        broken GPU to a new worker (as it would to a replacement of a dead one); it ends with the
+        run, and its gradings end soon (it stopped them when its device failed)."""
+        if not self.is_active(worker):
+            return None
+        self.workers = [w for w in self.workers if w is not worker]
+        self.retired.append(worker)
+        back = [reference for reference, task in self.running.items() if task.worker is worker]
+        tasks = [self.running.pop(reference) for reference in back]
+        for task in tasks:
+            task.attempts -= 1
+        return tasks
+
+    def is_active(self, worker) -> bool:
+        return any(w is worker for w in self.workers)
 
     def submit(self, task: Task) -> None:
         busy = {id(w): 0 for w in self.workers}
@@ -169,12 +306,13 @@ class Pool:
         self.running[task.worker.grade.remote(task.module_id, task.source)] = task
 
     def has_room(self) -> bool:
-        return len(self.running) < len(self.workers) * self.slots
+        active = sum(self.is_active(task.worker) for task in self.running.values())
+        return active < len(self.workers) * self.slots
 
     def stop(self) -> None:
         for reference in self.running:
             self.ray.cancel(reference, force=True)
-        for worker in self.workers:
+        for worker in self.workers + self.retired:
             self.ray.kill(worker, no_restart=True)
 
 
@@ -274,6 +412,22 @@ def grade_pending(
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, UnsafeSandbox):
                     raise error.cause from None
+                if isinstance(error.cause, DeviceFault):  # not the file's attempt: graded elsewhere
+                    task.attempts -= 1
+                    waiting.append(task)
+                    taken_back = pool.retire(task.worker)
+                    if taken_back is not None:  # said once per worker
+                        waiting += taken_back
+                        print(
+                            f"Grading worker retired, its device failed: {error.cause}. Its tasks move to "
+                            f"the other workers ({len(pool.workers)} left).",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    if not pool.workers:
+                        _give_up(waiting + list(pool.running.values()), jobs, done)
+                        break
+                    continue
                 cause = error.cause if error.cause is not None else error
                 outcome.error = f"{type(cause).__name__}: {cause}"
             except ValueError as error:
@@ -288,3 +442,16 @@ def grade_pending(
             pool.stop()
         if started_here:
             ray.shutdown()
+
+
+def _give_up(tasks: list, jobs: dict, done) -> None:
+    """Every worker is retired: ``tasks`` (waiting or still on a retired worker) are grader
+    errors, with no record (never a zero for the student)."""
+    for task in tasks:
+        outcome = jobs[task.key]
+        outcome.error = (
+            "Grader error: no usable GPU left: the device of every grading worker failed its check "
+            "(see the lines above), so this file was not graded; it has no grade. Grade again once "
+            "the GPUs work."
+        )
+        done(outcome)

@@ -1,15 +1,21 @@
 """The run phase on a Ray cluster (grader/grade/cluster.py), with a real local cluster of 2 CPUs:
 the same records as the local pool, a worker that dies is replaced and its task tried once more,
-what a worker sends back is checked by the driver, and without Ray the local pool grades.
+a worker whose device fails is retired and its tasks go to the others, what a worker sends back
+is checked by the driver, and without Ray the local pool grades.
 
-About a minute and a half on 2 CPU cores. Nothing here depends on how long anything takes.
+About two and a half minutes on 2 CPU cores. Nothing here depends on how long anything takes.
+
+A GPU that breaks mid-run cannot be had on the CPU: ``simulate_failing_gpu`` below makes one on a
+machine (or cluster) of several GPUs, for a person to watch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
+import itertools
 import json
 import os
 import signal
@@ -295,3 +301,149 @@ def test_without_ray_the_local_pool_grades_and_says_how_to_enable_it(local):
     assert not local.summary.errors and local.summary.children_started > 0
     assert "pip install -e '.[cluster]'" in local.said and "grades on this machine" in local.said.replace("\n", " ")
     assert len(_records(local.results)) == 2
+
+
+@pytest.mark.parametrize(
+    "change, checked",
+    [
+        ({}, False),  # every case passed
+        ({"cases": [("wrong", False)]}, False),  # a wrong answer is the file's
+        ({"cases": [("crash", False)]}, True),
+        ({"cases": [("error", False)]}, True),
+        ({"cases": [("timeout", False)]}, True),
+        ({"cases": [("not_run", False)]}, True),
+        ({"passed": 0}, True),  # nothing passed
+        ({"passed": 0, "refusal": "the policy gate refused it"}, False),  # nothing ran
+        ({"note": "a child crashed"}, True),
+        ({"integrity": {"violation": "no_launch", "message": ""}}, True),
+        ({"performance": {"graded": True, "credit": 0.0}}, True),
+        ({"performance": {"graded": True, "credit": 0.5}}, False),
+        ({"performance": {"graded": False}}, False),
+    ],
+)
+def test_a_grading_is_checked_against_its_device_only_where_the_device_could_have_failed_it(change, checked):
+    from grader.grade.record_format import Count, Totals
+
+    cases = [{"name": "a", "passed": True, "kind": ""}] + [
+        {"name": "b", "passed": passed, "kind": kind} for kind, passed in change.get("cases", [])
+    ]
+    passed = change.get("passed", 1)
+    record = _record(
+        cases=[],
+        totals=Totals(Count(passed, 2), Count(0, 0), passed, 2, passed / 2),
+        **{k: v for k, v in change.items() if k in ("refusal", "note", "performance")},
+    )
+    record["cases"], record["integrity"] = cases, change.get("integrity")
+    assert cluster.doubtful(record) is checked
+
+
+def test_the_check_of_a_device_runs_in_a_fresh_process_within_a_time_limit():
+    env = dict(os.environ)
+    assert cluster.probe("import os; assert os.environ['X'] == 'y'", {**env, "X": "y"}, 60) is None
+    failed = cluster.probe("raise SystemExit('CUDA error: no kernel image')", env, 60)
+    assert "exit status 1" in failed and "CUDA error: no kernel image" in failed
+    assert "did not end within 1 s" in cluster.probe("import time; time.sleep(60)", env, 1)
+    # The check itself: its arithmetic holds on the CPU, and without a GPU it fails, saying why.
+    on_the_cpu = cluster.PROBE.replace("'cuda'", "'cpu'").replace("torch.cuda.synchronize()\n", "")
+    assert "'cpu'" in on_the_cpu and cluster.probe(on_the_cpu, env, 120) is None
+    with mock.patch.object(device, "is_cuda", lambda: True):
+        fault = cluster.GradingWorker.device_fault(None)
+    assert fault is not None and "the check of the device failed" in fault
+
+
+def test_a_worker_whose_device_fails_is_retired_and_the_other_grades_its_tasks(
+    address, examples, local, tmp_path, capsys
+):
+    """The first worker whose device is checked (after a grading that passed nothing or
+    crashed) fails the check: it is retired and its task goes to the other worker, which dies
+    on it once (a new worker takes its place): graded on that try, since the device's failure
+    was not the file's attempt. Every grade is the local pool's."""
+    broken, died = tmp_path / "broken-device", tmp_path / "died"
+
+    class Breaks(cluster.GradingWorker):
+        def device_fault(self):
+            try:
+                os.close(os.open(broken, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return None  # another worker's device is the broken one
+            return "CUDA error: unspecified launch failure (a test's)"
+
+        def grade(self, module_id, source):
+            if broken.exists() and not died.exists():  # the first grading after the fault
+                died.touch()
+                os._exit(1)
+            return super().grade(module_id, source)
+
+    results = tmp_path / "results"
+    outcomes = _grade_with(Breaks, examples, results, address)
+    said = capsys.readouterr().err
+    assert broken.exists() and died.exists()
+    assert all(outcome.error is None for outcome in outcomes.values()), outcomes
+    assert _records(results) == _records(local.results)
+    retired = [line for line in said.splitlines() if line.startswith("Grading worker retired")]
+    assert len(retired) == 1, said
+    assert f"node {os.uname().nodename}" in retired[0] and "(a test's)" in retired[0]
+    assert "move to the other workers (1 left)" in retired[0]
+
+
+def test_where_every_device_fails_the_files_are_grader_errors_not_zeros(address, examples, tmp_path, capsys):
+    class Gone(cluster.GradingWorker):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.stop.set()  # every grading ends at once, as where the GPU has gone
+
+        def device_fault(self):
+            return "no CUDA-capable device is detected (a test's)"
+
+    results = tmp_path / "results"
+    outcomes = _grade_with(Gone, examples, results, address)
+    said = capsys.readouterr().err
+    for outcome in outcomes.values():
+        assert outcome.record is None and "no usable GPU left" in outcome.error and "no grade" in outcome.error
+    assert not list(results.rglob("*.json"))
+    assert said.count("Grading worker retired") == 2 and "(0 left)" in said
+
+
+def failing_gpu_worker(gpu: str, after: int = 1) -> type:
+    """A grading worker that, where Ray gave it physical GPU ``gpu`` (its CUDA_VISIBLE_DEVICES),
+    breaks that GPU for its children after its first ``after`` gradings: from then on the
+    children it starts, and the check of its device, see only a GPU that does not exist (the
+    sandbox gives each child the worker's own CUDA_VISIBLE_DEVICES: ``Sandbox._env``,
+    ``visible_gpu``). Its gradings fail, the real check (``GradingWorker.device_fault``) fails,
+    and the run must retire it. Made in a function, so that Ray sends the class itself to its
+    workers (they need not import this file)."""
+
+    class FailingAfter(cluster.GradingWorker):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.breaks = os.environ.get("CUDA_VISIBLE_DEVICES") == gpu
+            self.started = itertools.count()
+
+        def grade(self, module_id, source):
+            if self.breaks and next(self.started) >= after:
+                os.environ["CUDA_VISIBLE_DEVICES"] = "99"  # no machine has a GPU 99
+            return super().grade(module_id, source)
+
+    return FailingAfter
+
+
+def simulate_failing_gpu(
+    submissions: str | Path, results: str | Path, gpu: str = "1", after: int = 1, address: str = "", modules=None
+) -> runphase.RunSummary:
+    """``python -m grader run SUBMISSIONS --results RESULTS --ray ADDRESS``, but the worker on GPU
+    ``gpu`` breaks after ``after`` gradings (``failing_gpu_worker``): for a machine or cluster of
+    several GPUs. The run must say that it retired that worker, grade every file on the others,
+    and agree with a run without a failing GPU. From the repository's root, with
+    ``import sys; sys.path.insert(0, "tests/grade"); import test_cluster`` first:
+
+        test_cluster.simulate_failing_gpu("SUBMISSIONS", "RESULTS", gpu="1", after=1)
+    """
+    worker = failing_gpu_worker(gpu, after)
+    with mock.patch.object(cluster, "grade_pending", functools.partial(cluster.grade_pending, worker=worker)):
+        summary = runphase.run(Path(submissions), Path(results), modules, Options(ray=address))
+    graded = sum(outcome.record is not None for outcome in summary.outcomes)
+    print(f"{graded} file(s) graded, {len(summary.errors)} grader error(s):", file=sys.stderr)
+    for outcome in summary.errors:
+        first = outcome.submissions[0]
+        print(f"  {first.student} {first.module.id}: {outcome.error}", file=sys.stderr)
+    return summary
