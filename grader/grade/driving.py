@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+from grader.core import device
 from grader.grade.budget import Budget, with_limits_hint
 from grader.grade.endings import after_exit, after_timeout
 from grader.grade.host_memory import JUDGING
@@ -118,6 +119,7 @@ class ChildRun:
                 if kind == "started":
                     phase = "importing"
                     self._profile_started(event)
+                    _same_device(event)
                 try:
                     self._count_aside(grading.let_in(child), budget)
                 except ChildEnded as ended:
@@ -217,6 +219,19 @@ class ChildRun:
         self.grading.profile.add("imports", imports)
         self.grading.profile.add("sandbox", now - self.step_started - imports)
         self.step_started = now
+
+
+def _same_device(started: dict) -> None:
+    """A child that cannot reach the grader's GPU would grade the file on another device, or fail
+    every case through no fault of the file: a grader error (no record), never the file's grade.
+    Sent before the learner's file is imported, so the file cannot forge it."""
+    found, mine = started.get("mode"), device.mode()
+    if found is not None and found != mine:
+        raise SandboxError(
+            f"a grading child started on {found!r}, but this grader grades on {mine!r}: the GPU is not "
+            "usable from the sandbox (check the driver, CUDA_VISIBLE_DEVICES and nvidia-smi). The file "
+            "was given no grade; grade it again once the GPU works."
+        )
 
 
 def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged: dict[int, Verdict]) -> Verdict:
