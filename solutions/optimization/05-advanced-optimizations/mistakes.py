@@ -1,12 +1,14 @@
 """Typical mistakes in a persistent, autotuned matmul, planted into the reference by the course's
 suite. (A key that misses a dimension, or an unpruned space, is slow or fails on some GPUs, not
-wrong here: the autotuning tests catch those.)"""
+wrong here: the autotuning tests catch those, as they catch the last two listed.)"""
 
 from grader.authoring.mistakes import TF32_ROUNDING, Mistake
 
 # The interpreter's memory checker stops a read past the end of an input and names it; a GPU
 # reads whatever lies there, so what it shows (and whether) depends on the neighbouring memory.
 READ_PAST_END = "a read past the end of an input is named only by the interpreter's memory checker"
+# Stores are counted by the interpreter's hooks; on a GPU the repeated tiles are only slower.
+STORES_COUNTED = "the interpreter counts each element's stores; on a GPU the repeated tiles are only slower"
 
 MISTAKES = [
     Mistake("persistent loop stops after one round of programs",
@@ -43,4 +45,13 @@ MISTAKES = [
             cause=r"matmul_tma_kernel runs"),
     Mistake("tile column divides by GROUP_M, not by the rows in this group",
             "in_group // rows_in_group", "in_group // GROUP_M", cause=r"last group"),
+    # Right values, wrong cost: the public test functions catch these, not the cases.
+    Mistake("shared memory counted for one pipeline stage, not num_stages",
+            'return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize',
+            'return (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize',
+            cause=r"num_stages slabs"),
+    Mistake("persistent loop steps by 1, not by NUM_SMS",
+            "for tile in tl.range(tl.program_id(axis=0), tiles, NUM_SMS):",
+            "for tile in tl.range(tl.program_id(axis=0), tiles, 1):",
+            cause=r"step the tile loop by NUM_SMS", interpreter_only=STORES_COUNTED),
 ]
