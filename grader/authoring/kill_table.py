@@ -34,7 +34,7 @@ class Kill:
     public_total: int
     hidden_failing: int
     hidden_total: int
-    named: bool  # the first public failures name the mistake's cause
+    named: bool  # the first public failures (or, where no case fails, the failing test functions) name the cause
     skipped: str = ""  # why this device cannot show it
     # The public test functions outside the cases that fail (pytest-only checks: input validation,
     # warnings, properties), asked only where no public case fails.
@@ -47,7 +47,8 @@ class Kill:
         if self.public_failing:
             return "killed" if self.named else "killed, cause not named"
         if self.functions_failing:
-            return f"killed by {', '.join(self.functions_failing)}"
+            named = "" if self.named else ", cause not named"
+            return f"killed by {', '.join(self.functions_failing)}{named}"
         return "hidden cases only" if self.hidden_failing else "SURVIVED"
 
     @property
@@ -87,27 +88,30 @@ def plant(module: Module, mistake: mistakes.Mistake, folder: Path, hidden: bool 
     # What the learner reads first: the summary across cases, then the first failures.
     summary = across(spec, [(r.case, r.passed) for r in public_results]) or ""
     read = "\n".join([summary] + [r.message for r in public_failed[:FAILURES_READ]])
+    functions_failing, said = failing_functions(module, planted.parent) if functions and not public_failed else ([], "")
     return Kill(
         mistake,
         len(public_failed),
         len(public_cases),
         len(hidden_failed),
         len(hidden_cases),
-        bool(public_failed) and mistake.named_by(read),
-        functions_failing=tuple(failing_functions(module, planted.parent)) if functions and not public_failed else (),
+        mistake.named_by(read) if public_failed else bool(functions_failing) and mistake.named_by(said),
+        functions_failing=tuple(functions_failing),
     )
 
 
-def failing_functions(module: Module, folder: Path) -> list[str]:
-    """The module's public test functions, other than its cases and memory-traffic bars, that fail
-    for the kernel.py in ``folder`` (pytest in a process of its own, as `make check` runs them)."""
+def failing_functions(module: Module, folder: Path, only: str = "") -> tuple[list[str], str]:
+    """The module's public test functions, other than its cases and memory-traffic bars (or only
+    the one named ``only``), that fail for the kernel.py in ``folder`` (pytest in a process of its
+    own, as `make check` runs them), and what their failures say."""
+    chosen = only or "not test_matches_reference and not test_memory_traffic"
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=no", "-rf",
-        "--impl", str(folder), str(module.learner_dir / "test_kernel.py"),
-        "-k", "not test_matches_reference and not test_memory_traffic",
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-rf",
+        "--impl", str(folder), str(module.learner_dir / "test_kernel.py"), "-k", chosen,
     ]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=1800, check=False)
-    return sorted({name.split("[")[0] for name in re.findall(r"^FAILED \S+?::(\S+)", run.stdout, re.M)})
+    names = sorted({name.split("[")[0] for name in re.findall(r"^FAILED \S+?::(\S+)", run.stdout, re.M)})
+    return names, run.stdout
 
 
 def table(module: Module, kills: list[Kill]) -> str:

@@ -49,6 +49,9 @@ class Mistake:
     gpu_only: str = ""
     # Why a GPU cannot show it, when only the interpreter can (then only the interpreter tests it).
     interpreter_only: str = ""
+    # The public test function that catches it, where its values are right and no case can fail
+    # (a config pruned wrongly, work repeated): that function must fail and name the cause.
+    caught_by: str = ""
 
     def apply(self, source: str) -> str:
         count = source.count(self.before)

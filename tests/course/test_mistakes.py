@@ -4,7 +4,7 @@ must catch every one on several cases, and what the learner reads must name its 
 import pytest
 import triton
 
-from grader.authoring import mistakes
+from grader.authoring import kill_table, mistakes
 from grader.core import cases, device
 from grader.core.checks import across, run_case
 from grader.core.loading import load_kernel
@@ -64,6 +64,13 @@ def test_planted_mistake_is_caught_and_named(module, mistake, tmp_path, monkeypa
     device.run_first_autotune_config()
     planted = tmp_path / "kernel.py"
     planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
+    if mistake.caught_by:  # right values: the public test function that catches it, as `make check` runs it
+        failing, said = kill_table.failing_functions(module, tmp_path, only=mistake.caught_by)
+        assert failing == [mistake.caught_by], f"{mistake.name!r} is not caught by {mistake.caught_by}:\n{said[-3000:]}"
+        assert mistake.named_by(said), (
+            f"{mistake.caught_by} does not name the cause ({mistake.cause!r}):\n{said[-3000:]}"
+        )
+        return
     spec, public = cases.public(module)
     kernel = load_kernel(module, planted)
     results = []

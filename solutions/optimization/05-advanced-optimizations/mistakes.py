@@ -49,9 +49,10 @@ MISTAKES = [
     Mistake("shared memory counted for one pipeline stage, not num_stages",
             'return config.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize',
             'return (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * itemsize',
-            cause=r"num_stages slabs"),
+            cause=r"num_stages slabs", caught_by="test_pruning_keeps_only_the_configs_that_fit"),
     Mistake("persistent loop steps by 1, not by NUM_SMS",
             "for tile in tl.range(tl.program_id(axis=0), tiles, NUM_SMS):",
             "for tile in tl.range(tl.program_id(axis=0), tiles, 1):",
-            cause=r"step the tile loop by NUM_SMS", interpreter_only=STORES_COUNTED),
+            cause=r"step the tile loop by NUM_SMS", interpreter_only=STORES_COUNTED,
+            caught_by="test_traffic_stores_each_output_element_once"),
 ]
