@@ -11,13 +11,17 @@ reference with one of the module's typical mistakes planted (partial: ``mistakes
 starting kernel (failing) and, for missing-elements/01, the quick hand-written examples.
 
 Each run is ``python -m grader run`` in a process of its own, seeing only its GPUs
-(``CUDA_VISIBLE_DEVICES``), into a results folder of its own that starts with the same secret (so
-every run meets the same hidden inputs). A run named ``local:N`` grades with the local pool,
-``ray:N`` on a private Ray cluster of this machine. The table gives the wall time, the throughput
-against the first run, whether the grades (every case's verdict and message, the totals, the
-integrity finding and the performance credit) equal the first run's, and the complete files'
-speed against the reference, which tells whether GPUs disturbed one another's timings. Exit
-status 1 if any run's grades differ from the first's.
+(``CUDA_VISIBLE_DEVICES``; ``--cores-per-gpu N`` pins it to N CPU cores per GPU), into a results
+folder of its own that starts with the same secret (so every run meets the same hidden inputs).
+A run named ``local:N`` grades with the local pool, ``ray:N`` on a private Ray cluster of this
+machine. The table gives, per run: the wall time; the throughput once every slot is busy (from
+the progress lines, without the first gradings' start and the last ones' tail, which dominate a
+small class); whether every record's correctness (each case's verdict and message, the totals,
+the integrity finding) equals the first run's; the largest gap in performance credit (which
+follows the measured speed between a module's floor and threshold); and the complete files'
+speed against the reference, which tells whether GPUs disturbed one another's timings. What
+differs is written side by side in ``<work>/summary.json``. Exit status 1 if any run's
+correctness differs from the first's.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -41,7 +46,6 @@ from grader.grade.bench_record import QUICK_EXAMPLES
 # What a record says about the student, not about the run (times, dates and paths left out).
 GRADE_FIELDS = ("load_error", "todos", "starting_kernel", "totals", "integrity", "refusal", "note")
 CASE_FIELDS = ("name", "visibility", "passed", "kind", "message")
-PERFORMANCE_FIELDS = ("graded", "credit", "reason")
 
 
 @dataclass(frozen=True)
@@ -98,57 +102,144 @@ def build_class(work: Path, count: int, modules: list[Module]) -> tuple[Path, li
     return source, students
 
 
-def grades(results: Path) -> dict[str, str]:
-    """{record file name: what the record says about the student, as canonical JSON}."""
-    found = {}
-    for path in sorted(results.rglob("*.json")):
+def _records(results: Path):
+    """(key, record) of every record in ``results`` (``grader.grade.store.record_path``)."""
+    for path in sorted((results / "records").rglob("*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(record, dict) or "totals" not in record:
-            continue
+        if isinstance(record, dict) and "totals" in record:
+            yield f"{record.get('module')}/{record.get('submission_sha256')}", record
+
+
+def grades(results: Path) -> dict[str, str]:
+    """{record: what it says about the student's correctness, as canonical JSON}: every case's
+    verdict and message, the totals, the integrity finding, the refusal (times and dates left out)."""
+    found = {}
+    for key, record in _records(results):
         kept = {name: record.get(name) for name in GRADE_FIELDS}
         kept["cases"] = [{name: row.get(name) for name in CASE_FIELDS} for row in record.get("cases", [])]
-        kept["performance"] = _performance_grade(record.get("performance") or {})
-        found[f"{record['module']}/{record['submission_sha256']}"] = json.dumps(kept, sort_keys=True)
+        found[key] = json.dumps(kept, sort_keys=True)
     return found
 
 
-def _performance_grade(performance: dict) -> dict:
-    kept = {name: performance.get(name) for name in PERFORMANCE_FIELDS}
-    parts = performance.get("parts")
-    if isinstance(parts, dict):
-        kept["parts"] = {name: _performance_grade(part) for name, part in sorted(parts.items())}
-    return kept
+def credits(results: Path) -> dict[str, dict[str, float | None]]:
+    """{record: {part ("" for the module's whole timing): performance credit, None if not graded}}.
+    Between a module's floor and its threshold the credit follows the measured speed, so two
+    runs may differ there by what the clock gives (``grader.grade.scoring.credit``)."""
+    found = {}
+    for key, record in _records(results):
+        performance = record.get("performance") or {}
+        parts = performance.get("parts") if isinstance(performance.get("parts"), dict) else {"": performance}
+        found[key] = {name: part.get("credit") if part.get("graded") else None for name, part in parts.items()}
+    return found
+
+
+def credit_gap(first: dict, other: dict) -> float | None:
+    """The largest difference of performance credit between two runs' records, over the parts
+    both graded; None if one graded a part that the other did not."""
+    gap = 0.0
+    for key in set(first) & set(other):
+        for part in set(first[key]) | set(other[key]):
+            a, b = first[key].get(part), other[key].get(part)
+            if (a is None) != (b is None):
+                return None
+            if a is not None:
+                gap = max(gap, abs(a - b))
+    return gap
 
 
 def reference_ratios(results: Path) -> list[float]:
     """The speed against the reference of every file graded with every case passing and timed."""
     ratios = []
-    for path in sorted(results.rglob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        performance = (record.get("performance") or {}) if isinstance(record, dict) else {}
-        totals = record.get("totals") or {} if isinstance(record, dict) else {}
+    for _, record in _records(results):
+        performance, totals = record.get("performance") or {}, record.get("totals") or {}
         if totals.get("passed") == totals.get("total") and type(performance.get("ratio")) in (int, float):
             ratios.append(float(performance["ratio"]))
     return ratios
 
 
-def run_one(source: Path, results: Path, kind: str, gpus: int, per_gpu: int, log: Path) -> float:
-    """One run phase in a process of its own; return its wall seconds."""
+PROGRESS = re.compile(r"^run phase: (\d+)/(\d+) gradings \(\d+%\), (?:(\d+):)?(\d+)(?: s)?,", re.M)
+
+
+def steady_rate(log: str) -> float | None:
+    """Gradings a second between the runs' 20th and 90th percent of gradings done (the run
+    phase's progress lines): the throughput once every slot is busy, without the first
+    gradings' start (imports, compiling, the reference's timing) or the last ones' tail."""
+    done = [(int(n), int(m or 0) * 60 + int(sec), int(total)) for n, total, m, sec in PROGRESS.findall(log)]
+    if not done:
+        return None
+    total = done[0][2]
+    window = [(n, t) for n, t, _ in done if 0.2 * total <= n <= 0.9 * total]
+    if len(window) < 2 or window[-1][1] == window[0][1]:
+        return None
+    return (window[-1][0] - window[0][0]) / (window[-1][1] - window[0][1])
+
+
+def run_one(source: Path, results: Path, kind: str, gpus: int, per_gpu: int, cores: int, log: Path) -> float:
+    """One run phase in a process of its own, on ``cores`` CPU cores per GPU if given; return
+    its wall seconds."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(gpu) for gpu in range(gpus)))
     command = [sys.executable, "-m", "grader", "run", str(source), "--results", str(results)]
     command += ["--per-gpu", str(per_gpu), "--profile"]
     if kind == "ray":
         command += ["--ray"]
+    pinned = set(range(cores * gpus)) if cores else None  # children and Ray's processes inherit it
     started = time.monotonic()
     with log.open("w") as handle:
-        subprocess.run(command, env=env, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        subprocess.run(
+            command,
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            check=False,
+            preexec_fn=(lambda: os.sched_setaffinity(0, pinned)) if pinned else None,
+        )
     return time.monotonic() - started
+
+
+@dataclass
+class Run:
+    kind: str
+    gpus: int
+    seconds: float
+    rate: float | None  # gradings a second once every slot is busy (``steady_rate``)
+    grades: dict[str, str]
+    credits: dict[str, dict]
+    ratios: list[float]
+
+
+def compare(run: Run, first: Run) -> tuple[list[str], float | None]:
+    """The records whose correctness differs from the first run's (or that only one run has),
+    and the largest gap in performance credit (None: a part graded in one run only)."""
+    keys = set(run.grades) | set(first.grades)
+    return sorted(k for k in keys if run.grades.get(k) != first.grades.get(k)), credit_gap(first.credits, run.credits)
+
+
+def table(rows: list[Run]) -> list[str]:
+    first = rows[0]
+    lines = [
+        "| run | GPUs | wall (s) | wall vs the first run | throughput once busy (gradings/min) | vs the first run "
+        "| records | same correctness | largest credit gap | complete files' speed vs the reference "
+        "(median, range, files) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        differing, gap = compare(r, first)
+        same = "yes" if not differing else f"NO: {len(differing)} differ ({', '.join(differing[:3])})"
+        spread = "none timed"
+        if r.ratios:
+            spread = f"{statistics.median(r.ratios):.3f} ({min(r.ratios):.3f}-{max(r.ratios):.3f}, {len(r.ratios)})"
+        rate = f"{60 * r.rate:.1f}" if r.rate else "?"
+        rate_ratio = f"{r.rate / first.rate:.2f}" if r.rate and first.rate else "?"
+        runner = "local pool" if r.kind == "local" else "Ray"
+        gap_text = "a part graded in one run only" if gap is None else f"{gap:.3f}"
+        cells = [runner, r.gpus, f"{r.seconds:.0f}", f"{first.seconds / r.seconds:.2f}", rate, rate_ratio]
+        cells += [len(r.grades), same, gap_text, spread]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,79 +248,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modules", nargs="+", required=True)
     parser.add_argument("--runs", nargs="+", default=["local:1", "ray:2", "ray:4"], help="KIND:GPUS, KIND local or ray")
     parser.add_argument("--per-gpu", type=int, default=8, help="gradings at a time on each GPU")
+    parser.add_argument("--cores-per-gpu", type=int, default=0, help="pin each run to this many CPU cores per GPU")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "build" / "bench-scaling")
     args = parser.parse_args(argv)
     runs = [(kind, int(gpus)) for kind, gpus in (run.split(":") for run in args.runs)]
     modules = [find_module(name) for name in args.modules]
     source, students = build_class(args.work, args.students, modules)
     (args.work / "class.json").write_text(json.dumps({s.name: s.kind for s in students}, indent=1) + "\n")
-    files = sum(len(s.kind) for s in students)
-    print(f"{len(students)} students x {len(modules)} modules = {files} gradings", flush=True)
+    print(
+        f"{len(students)} students x {len(modules)} modules = {sum(len(s.kind) for s in students)} gradings", flush=True
+    )
 
     secret, rows = None, []
     for kind, gpus in runs:
-        results = args.work / f"results-{kind}-{gpus}"
+        results, log = args.work / f"results-{kind}-{gpus}", args.work / f"log-{kind}-{gpus}.txt"
         shutil.rmtree(results, ignore_errors=True)
         results.mkdir(parents=True)
         if secret is not None:  # every run meets the first run's hidden inputs
             target = results / store.SECRET_FILE
             target.write_text(secret)
             target.chmod(0o600)
-        seconds = run_one(source, results, kind, gpus, args.per_gpu, args.work / f"log-{kind}-{gpus}.txt")
+        seconds = run_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log)
         if secret is None:
             secret = (results / store.SECRET_FILE).read_text()
-        found = grades(results)
-        baseline = rows[0] if rows else None
-        differing = (
-            []
-            if baseline is None
-            else sorted(k for k in set(found) | set(baseline.grades) if found.get(k) != baseline.grades.get(k))
-        )
-        rows.append(Run(kind, gpus, seconds, found, differing, reference_ratios(results)))
-        print(f"{kind}:{gpus} done in {seconds:.0f} s, {len(found)} records", flush=True)
+        rate = steady_rate(log.read_text(errors="replace"))
+        rows.append(Run(kind, gpus, seconds, rate, grades(results), credits(results), reference_ratios(results)))
+        print(f"{kind}:{gpus} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     print("\n" + "\n".join(table(rows)))
-    summary = [
-        {
-            "run": f"{r.kind}:{r.gpus}",
-            "seconds": r.seconds,
-            "speedup": rows[0].seconds / r.seconds,
-            "records": len(r.grades),
-            "differing": r.differing,
-            "ratios": r.ratios,
-        }
-        for r in rows
-    ]
-    (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return 1 if any(r.differing for r in rows) else 0
-
-
-@dataclass
-class Run:
-    kind: str
-    gpus: int
-    seconds: float
-    grades: dict[str, str]
-    differing: list[str]  # records whose grades differ from the first run's
-    ratios: list[float]
-
-
-def table(rows: list[Run]) -> list[str]:
-    lines = [
-        "| run | GPUs | wall (s) | throughput vs the first run | records (starting kernels too) | same grades "
-        "| complete files' speed vs the reference: median (range, files) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    summary = []
     for r in rows:
-        spread = "none timed"
-        if r.ratios:
-            spread = f"{statistics.median(r.ratios):.3f} ({min(r.ratios):.3f}-{max(r.ratios):.3f}, {len(r.ratios)})"
-        same = "yes" if not r.differing else f"NO: {len(r.differing)} differ ({', '.join(r.differing[:3])})"
-        runner = "local pool" if r.kind == "local" else "Ray"
-        lines.append(
-            f"| {runner} | {r.gpus} | {r.seconds:.0f} | {rows[0].seconds / r.seconds:.2f} | {len(r.grades)} "
-            f"| {same} | {spread} |"
-        )
-    return lines
+        differing, gap = compare(r, rows[0])
+        # What differs, side by side, so that a difference can be read without the records.
+        shown = {k: {"first": rows[0].grades.get(k), "this": r.grades.get(k)} for k in differing}
+        summary.append(
+            {"run": f"{r.kind}:{r.gpus}", "seconds": r.seconds, "rate": r.rate, "records": len(r.grades),
+             "differing": shown, "credit_gap": gap, "ratios": r.ratios}
+        )  # fmt: skip
+    (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return 1 if any(item["differing"] for item in summary) else 0
 
 
 if __name__ == "__main__":

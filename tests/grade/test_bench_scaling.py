@@ -36,25 +36,39 @@ def _record(tmp_path, name, **changes):
     }
     record.update(changes)
     folder = tmp_path / name
-    folder.mkdir()
-    (folder / "record.json").write_text(json.dumps(record))
+    (folder / "records" / "missing-elements" / "01-vector-add").mkdir(parents=True)
+    (folder / "records" / "missing-elements" / "01-vector-add" / "ab-cd.json").write_text(json.dumps(record))
+    (folder / "index.json").write_text(json.dumps({"totals": {}}))  # not a record
     return folder
 
 
-def test_grades_leave_out_times_and_dates_but_not_verdicts_or_credit(tmp_path):
-    first = bench_scaling.grades(_record(tmp_path, "a"))
+def test_correctness_must_match_exactly_and_credit_is_compared_as_a_measurement(tmp_path):
+    first = _record(tmp_path, "a")
     timed_again = _record(
         tmp_path,
         "b",
         graded_at="2026-11-28T11:00:00",
         cpu_seconds={"total": 9.0},
-        performance={"graded": True, "credit": 1.0, "ratio": 1.02, "reason": ""},
+        performance={"graded": True, "credit": 0.96, "ratio": 1.02, "reason": "1.02 x the reference's speed"},
     )
-    assert bench_scaling.grades(timed_again) == first
+    assert bench_scaling.grades(timed_again) == bench_scaling.grades(first)
+    assert len(bench_scaling.grades(first)) == 1
+    gap = bench_scaling.credit_gap(bench_scaling.credits(first), bench_scaling.credits(timed_again))
+    assert abs(gap - 0.04) < 1e-9
     other_verdict = _record(
         tmp_path, "c", cases=[{"name": "n=1", "visibility": "public", "passed": False, "kind": "x", "message": "m"}]
     )
-    assert bench_scaling.grades(other_verdict) != first
-    less_credit = _record(tmp_path, "d", performance={"graded": True, "credit": 0.5, "ratio": 0.7, "reason": ""})
-    assert bench_scaling.grades(less_credit) != first
+    assert bench_scaling.grades(other_verdict) != bench_scaling.grades(first)
+    untimed = _record(tmp_path, "d", performance={"graded": False, "reason": "not graded"})
+    assert bench_scaling.credit_gap(bench_scaling.credits(first), bench_scaling.credits(untimed)) is None
     assert bench_scaling.reference_ratios(timed_again) == []  # not every case passed
+
+
+def test_the_steady_rate_leaves_out_the_start_and_the_tail():
+    lines = ["run phase: 0/10 gradings (0%)"]
+    done = [(1, "50 s"), (2, "1:50"), (5, "2:20"), (9, "3:00")]
+    lines += [f"run phase: {n}/10 gradings ({10 * n}%), {t}, ETA 1:00" for n, t in done]
+    lines += ["run phase: 10/10 gradings, 400.0 s"]
+    # from 2 done at 110 s to 9 done at 180 s: 7 gradings in 70 s
+    assert bench_scaling.steady_rate("\n".join(lines)) == 0.1
+    assert bench_scaling.steady_rate("run phase: 10/10 gradings, 4.0 s") is None
