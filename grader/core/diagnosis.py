@@ -30,6 +30,13 @@ _BF16_ROUNDING = 2.0**-7
 _OVERFLOW_INPUT = 64.0
 # How many rows the search for a period of the wrong rows reads (a loop in Python).
 _PERIOD_SEARCH = 4096
+# Factors that are constants of a formula, with what finding one usually means.
+_NAMED_FACTORS = {
+    1 / math.log(2): "that is log2(e) = 1 / ln 2, the factor between a base-2 and a natural logarithm: "
+    "a value kept in base 2 (exp2, log2) is probably not converted back (multiply it by ln 2).",
+    math.log(2): "that is ln 2 = 1 / log2(e), the factor between a natural and a base-2 logarithm: a value "
+    "is probably converted to base 2 once too often, or a natural log or exp is used where base 2 is meant.",
+}
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -126,28 +133,45 @@ def _transposed(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float)
     return bool(close.all()) and not bool(torch.allclose(want, flipped, atol=atol, rtol=rtol))
 
 
-def _precision(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype) -> str | None:
-    """Every wrong element a little off: rounding somewhere, not a logic error."""
+def _precision(
+    got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, dtype: torch.dtype, scale: float | None = None
+) -> str | None:
+    """Every wrong element a little off: rounding somewhere, not a logic error. ``scale``: measure
+    the errors against it (the largest magnitude in play) rather than against each value, for a
+    result near 0 computed from much larger terms (a mean, a weighted sum)."""
     if not bool(torch.isfinite(got[bad]).all()) or not bool(torch.isfinite(want[bad]).all()):
         return None
     typical = float(want[torch.isfinite(want)].pow(2).mean().sqrt()) if bool(torch.isfinite(want).any()) else 1.0
-    relative = float(((got - want).abs()[bad] / want.abs()[bad].clamp_min(max(0.1 * typical, 1e-30))).max())
-    if relative > 3e-2:
-        return None
-    if dtype == torch.float32:
+    if scale is not None:
+        # Small next to the largest magnitude in play, and not large next to the result's own.
+        largest_error = float((got - want).abs()[bad].max())
+        peak = float(want[torch.isfinite(want)].abs().max()) if bool(torch.isfinite(want).any()) else 0.0
+        if not (0 < peak <= scale) or largest_error > _BF16_ROUNDING * scale or largest_error > 3e-2 * peak:
+            return None
+        relative = largest_error / peak  # (the lower bound below: more than float32 rounding)
+        said = (
+            f"every wrong element is off by at most {largest_error:.1g}, small next to the values in play "
+            f"(up to {scale:.3g}, among the result and the inputs)"
+        )
+    else:
+        relative = float(((got - want).abs()[bad] / want.abs()[bad].clamp_min(max(0.1 * typical, 1e-30))).max())
+        said = f"every wrong element is off by at most {relative:.1g} of its value"
+        if relative > 3e-2:
+            return None
+    if dtype in (torch.float32, torch.float64):
         # Beyond two bfloat16 units in the last place (2 ** -7, a truncating conversion's worst),
         # no 16-bit rounding explains it: a formula off by a little, reported as such.
-        if relative < 1e-4 or relative > _BF16_ROUNDING:
+        if relative < 1e-4 or (scale is None and relative > _BF16_ROUNDING):
             return None
         return (
-            f"every wrong element is off by at most {relative:.1g} of its value: the size of "
+            f"{said}: the size of "
             "16-bit rounding (float16 keeps 11 bits, about 5e-4; bfloat16 8 bits, about 4e-3). "
             "If a value is converted to a 16-bit type on the way (an operand of tl.dot, the "
             "accumulator, or the result before the store), keep float32 throughout; if none is, "
             "a term of the formula is slightly off (a constant, one coefficient for another)."
         )
     return (
-        f"every wrong element is off by at most {relative:.1g} of its value: a few roundings "
+        f"{said}: a few roundings "
         f"of {str(dtype).removeprefix('torch.')} adding up. Compute in float32 (x.to(tl.float32) "
         "after loading) and round once, when storing."
     )
@@ -195,10 +219,59 @@ def _factors_text(factors: tuple[float, float], n_bad_rows: int, n_rows: int) ->
     )
 
 
+def _matrices_pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
+    """The pattern of an output of three dimensions or more whose matrices (the last two dimensions)
+    go wrong as wholes: some wholly or mostly wrong and the others right, or the same last rows of
+    every one never written."""
+    if bad.dim() < 3 or bad.shape[-2] < 2:
+        return None
+    leading = tuple(bad.shape[:-2])
+    matrices = bad.reshape(-1, bad.shape[-2], bad.shape[-1])
+    count = matrices.shape[0]
+    if count < 2:
+        return None
+    share = matrices.flatten(1).float().mean(1)
+    wrong = share > 0
+    if not bool(wrong.all()):
+        if not bool((share[wrong] >= 0.5).all()):
+            return None
+        which = [_index(int(i), leading) for i in wrong.nonzero().flatten()]
+        shown = ", ".join(str(w) for w in which[:4]) + (", ..." if len(which) > 4 else "")
+        never = bool(unwritten.reshape(matrices.shape)[wrong].all())
+        return (
+            f"{len(which)} of the {count} matrices of the last two dimensions (at {shown}) "
+            f"{'is' if len(which) == 1 else 'are'} {'never written' if never else 'wrong in most elements'}, "
+            "the others right: the work within "
+            "a matrix is probably right, and the choice of matrix is not. Check how a program finds its matrix "
+            "(program_id split into batch and head or channel with // and %, and their strides) and, where heads "
+            "share an input (grouped-query attention: head h reads h // group size), which one it reads."
+        )
+    rows = matrices.any(2)
+    first = rows[0].nonzero().flatten()
+    if (
+        first.numel()
+        and bool((rows == rows[0]).all())
+        and int(first[-1]) == rows.shape[1] - 1
+        and _runs(first)
+        and int(first[0]) % _SMALLEST_BLOCK == 0
+        and int(first[0]) > 0
+        and bool(unwritten.reshape(matrices.shape)[:, first].all())
+    ):
+        return (
+            f"rows {int(first[0])}..{rows.shape[1] - 1} of every matrix (the same in each) were never written: "
+            "the last, partial block of rows is probably not launched (the grid must round up: "
+            "triton.cdiv(rows, BLOCK_M)), or its mask cuts it short."
+        )
+    return None
+
+
 def _rows_pattern(
     bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float
 ) -> str | None:
     """The pattern of the wrong rows (along the last dimension) of an output of two dimensions or more."""
+    by_matrix = _matrices_pattern(bad, unwritten)
+    if by_matrix:
+        return by_matrix
     rows = bad.reshape(-1, bad.shape[-1])
     n_rows, n_cols = rows.shape
     row_bad = rows.any(dim=1)
@@ -286,6 +359,12 @@ def _rows_pattern(
     return None
 
 
+def _magnitude(want: torch.Tensor, largest_input: float) -> float:
+    """The largest magnitude in play: of the expected result, or of the inputs it is computed from."""
+    finite = want[torch.isfinite(want)]
+    return max(float(finite.abs().max()) if finite.numel() else 0.0, largest_input)
+
+
 def _pattern(
     bad: torch.Tensor,
     unwritten: torch.Tensor,
@@ -294,6 +373,7 @@ def _pattern(
     dtype: torch.dtype,
     atol: float,
     rtol: float,
+    largest_input: float = 0.0,
 ) -> str | None:
     """Name the shape of the wrong region, with its usual cause (``unwritten``: still NaN)."""
     flat = bad.flatten()
@@ -314,21 +394,25 @@ def _pattern(
         )
     factor = _common_factor(got, want, bad)
     if factor is not None:
-        return (
-            f"every wrong element is the right value times {factor:.6g}: a scale factor is "
-            "off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
+        named = _NAMED_FACTORS.get(next((f for f in _NAMED_FACTORS if abs(factor / f - 1) < 1e-4), 0.0))
+        return f"every wrong element is the right value times {factor:.6g}: " + (
+            named
+            or "a scale factor is off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
             "normalisation)."
         )
     precision = _precision(got, want, bad, dtype)
     if precision:
         return precision
     if bad.dim() >= 2 and n_bad < total:
-        return _rows_pattern(bad, unwritten, got, want, atol, rtol)
+        # Failing that, errors small next to the values in play (a result near 0 from large terms).
+        return _rows_pattern(bad, unwritten, got, want, atol, rtol) or _precision(
+            got, want, bad, dtype, _magnitude(want, largest_input)
+        )
     if n_bad == total:
         factors = _row_factors(got, want, bad, atol, rtol) if bad.dim() >= 2 else None
         if factors is not None:
             return _factors_text(factors, n_bad // row_length, n_bad // row_length)
-        return (
+        return _precision(got, want, bad, dtype, _magnitude(want, largest_input)) or (
             "every element is wrong: the computation itself is off (check the loads, the "
             "formula and which tensor each pointer points to)."
         )
@@ -437,7 +521,15 @@ def diagnose(
             "(for ReLU, tl.where(x < 0, 0, x))."
         )
         return "\n".join(lines)
-    if n_nan == total:
+    # Outputs are filled with NaN whose sign bit is clear; 0 / 0, inf - inf and the like computed
+    # on a CPU give NaN with it set. Such NaN was stored by the call, never left unwritten.
+    computed_nan = bool(nan_out.any()) and bool(torch.signbit(got[nan_out]).all())
+    if n_nan == total and computed_nan:
+        pattern = (
+            "every element is NaN, with its sign bit set, which the NaN that outputs are filled with before "
+            f"the call never has: {_COMPUTED_NAN}"
+        )
+    elif n_nan == total:
         pattern = (
             "every element is NaN, which is what outputs hold before the call. Most often "
             "nothing was written: check that the kernel is launched with at least one "
@@ -449,8 +541,13 @@ def diagnose(
             "a reduction such as tl.max then takes in."
         )
     else:
-        pattern = _pattern(bad, nan_out, got, want, out.dtype, atol, rtol)
-    if n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
+        pattern = _pattern(bad, nan_out, got, want, out.dtype, atol, rtol, largest_input)
+    if n_nan and n_nan < total and computed_nan:
+        lines.append(
+            f"{n_nan} element(s) are NaN with the sign bit set, which the NaN that outputs are filled with "
+            f"before the call never has: {_COMPUTED_NAN}"
+        )
+    elif n_nan and n_nan < total and not (pattern and "never written" in pattern):  # (else the pattern says it)
         lines.append(
             f"{n_nan} element(s) are NaN. Outputs are filled with NaN before the call, so "
             "these were probably never written: check the mask and that the grid covers "
@@ -460,6 +557,13 @@ def diagnose(
     if pattern:
         lines.append("Pattern: " + pattern)
     return "\n".join(lines)
+
+
+_COMPUTED_NAN = (
+    "the call stored them, so they were computed, not left unwritten. Look for 0 / 0 (a sum or a "
+    "count that is 0), inf - inf or 0 * inf (a row whose every entry is masked to -inf), or the square "
+    "root or log of a negative number."
+)
 
 
 def gist(message: str) -> str:
@@ -601,11 +705,23 @@ def _features(outcome: Outcome) -> dict[str, str]:
     shape = case.params.get("shape")
     if outcome.row_wise and isinstance(shape, tuple) and shape and not _power_of_two(shape[-1]):
         found["the rows are not a power of two long"] = _PARTIAL_BLOCK
+    if outcome.row_wise and isinstance(shape, tuple) and shape and len(shape) != 2:
+        found["the input is not 2-D (1-D, or 3-D and more)"] = (
+            "A row-wise launcher must make rows of every leading dimension (x.reshape(-1, N)) and count them "
+            "as x.numel() // N, for the grid and the outputs alike: x.shape[0] counts the rows of a 2-D x only."
+        )
     short = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
     if case.dtype in short:
         found[f"the dtype is {short[case.dtype]}"] = (
             "Look at what depends on the dtype: the output's dtype, a conversion, or precision "
             "(compute in float32, round once when storing)."
+        )
+    if case.dtype in (torch.float32, torch.float64):
+        found["the dtype is float32 or float64"] = (
+            "Where the 16-bit cases pass and the wider ones fail, something is probably rounded to 16 bits "
+            "whatever the input (a hard-coded tl.float16 or tl.bfloat16 in a conversion, an operand of tl.dot or "
+            "an accumulator): convert to the input's own dtype. Where it is the reverse, compute in float32 and "
+            "round once, when storing."
         )
     for key, value in case.params.items():
         if key != "shape":
@@ -614,8 +730,17 @@ def _features(outcome: Outcome) -> dict[str, str]:
     return found
 
 
+def _refusal(outcome: Outcome) -> bool:
+    """A case whose call must refuse its inputs: it computes nothing, so it says nothing of how the
+    output cases split (and its dtype is only the default)."""
+    from grader.core.protocols import Raises
+
+    return isinstance(getattr(outcome.case.spec, "protocol", None), Raises)
+
+
 def across_cases(outcomes: list[Outcome]) -> str | None:
     """What splits the failing cases from the passing ones, when one condition does exactly."""
+    outcomes = [o for o in outcomes if not _refusal(o)]
     failing = [o for o in outcomes if not o.passed]
     passing = [o for o in outcomes if o.passed]
     if len(failing) < 2 or not passing:

@@ -330,3 +330,122 @@ def test_only_some_parts_of_each_small_row_wrong_point_at_their_formula():
     shifted = wide.clone()
     shifted[:, 10:20] += 1.0
     assert "exactly the ones at" not in diagnose(shifted, wide, 1e-5, 1e-4)
+
+
+# ---- what a learner planting typical mistakes was told ---------------------------------------
+
+
+def test_nan_with_the_sign_bit_set_was_computed_not_left_unwritten():
+    """Outputs are filled with NaN before the call, with the sign bit clear; 0 / 0 or inf - inf
+    computed on a CPU gives NaN with the sign bit set. A variance divided by N - 1 with N = 1, or
+    a causal row that sees no key, stores such NaN: the diagnosis must not send the learner after
+    a missing store."""
+    ref = torch.randn(5, 4, dtype=torch.float64)
+    computed = torch.zeros(5, 4) / torch.zeros(5, 4)
+    assert bool(torch.signbit(computed).all()), "0 / 0 on a CPU: NaN with the sign bit set"
+    text = diagnose(computed, ref, ATOL, RTOL)
+    assert "computed" in text and "0 / 0" in text and "nothing was written" not in text
+    partly = ref.float().clone()
+    partly[0] = computed[0]
+    text = diagnose(partly, ref, ATOL, RTOL)
+    assert "4 element(s) are NaN" in text and "computed" in text and "never written" not in text
+    unwritten = ref.float().clone()
+    unwritten[0] = float("nan")  # the fill's NaN: sign bit clear
+    assert "never written" in diagnose(unwritten, ref, ATOL, RTOL)
+    assert "nothing was written" in diagnose(torch.full((5, 4), float("nan")), ref, ATOL, RTOL)
+
+
+def test_whole_matrices_wrong_point_at_how_a_program_finds_its_head():
+    """Grouped-query attention reading key/value head h % group instead of h // group: the heads
+    that read the wrong input are wrong throughout, the others right. Not a row offset, not a
+    block boundary within a matrix."""
+    ref = torch.randn(1, 4, 37, 16, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    out = ref.clone()
+    out[0, 1:3] = torch.randn(2, 37, 16, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    text = diagnose(out, ref, 1e-5, 1e-4, "o")
+    assert "2 of the 4 matrices" in text and "(0, 1), (0, 2)" in text
+    assert "h // group size" in text and "block boundary" not in text and "row offset" not in text
+    one_head = torch.randn(1, 2, 64, 16, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    shifted = one_head.clone()
+    shifted[0, 1] += 1.0
+    assert "1 of the 2 matrices" in diagnose(shifted, one_head, 1e-5, 1e-4)
+
+
+def test_the_same_unwritten_last_rows_of_every_matrix_point_at_a_grid_rounded_down():
+    """A grid of seq // BLOCK_M query tiles: rows 32..49 of every head are never written."""
+    ref = torch.randn(1, 2, 50, 16, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    out = ref.clone()
+    out[:, :, 32:] = float("nan")
+    text = diagnose(out.float(), ref, 1e-5, 1e-4, "o")
+    assert "rows 32..49 of every matrix" in text and "triton.cdiv" in text
+    assert "how a program finds its row" not in text
+
+
+def test_small_errors_next_to_the_inputs_are_rounding_even_where_the_result_is_near_zero():
+    """A mean of float16 values summed in float16: every mean is off by about 5e-4, which is
+    float16 rounding of inputs near 4, although the means themselves are near 0."""
+    generator = torch.Generator().manual_seed(11)
+    ref = 0.02 * torch.randn(16, generator=generator, dtype=torch.float64)
+    out = ref + 5e-4 * torch.randn(16, generator=generator, dtype=torch.float64).sign()
+    text = diagnose(out.float(), ref, 1e-5, 1e-4, "mean", largest_input=4.0)
+    assert "16-bit rounding" in text and "computation itself is off" not in text
+    # A probability rounded to float16 before p @ v: attention's o a few 1e-4 off in most rows.
+    o = torch.randn(1, 2, 64, 16, generator=generator, dtype=torch.float64) * 0.3
+    rounded = o + 3e-4 * torch.randn(o.shape, generator=generator, dtype=torch.float64)
+    assert "16-bit rounding" in diagnose(rounded.float(), o, 1e-5, 1e-4, "o", largest_input=3.5)
+    # Errors as large as the inputs are no rounding.
+    assert "16-bit rounding" not in diagnose((ref + 0.5).float(), ref, 1e-5, 1e-4, "mean", largest_input=4.0)
+
+
+def test_failing_in_every_wide_dtype_and_passing_in_16_bits_names_a_hard_coded_16_bit_type():
+    """p.to(tl.float16) before p @ v: the float16 and bfloat16 cases pass, the float32 and float64
+    ones fail (except those of another function); no single dtype splits them. The refusals of
+    bad inputs pass too, float32 by default: they compute nothing and must not count."""
+    from types import SimpleNamespace
+
+    from grader.core.cases import Case
+    from grader.core.diagnosis import Outcome, across_cases
+    from grader.core.protocols import Raises
+
+    def outcome(dtype, passed, label, spec=None):
+        return Outcome(Case({"shape": (1, 2, 64, 16)}, dtype, label=label, spec=spec), passed)
+
+    refusal = SimpleNamespace(api="attention", protocol=Raises(("ValueError",)))
+    text = across_cases(
+        [
+            outcome(torch.float32, False, "several key tiles"),
+            outcome(torch.float32, False, "causal"),
+            outcome(torch.float64, False, "float64"),
+            outcome(torch.float16, True, "tail"),
+            outcome(torch.bfloat16, True, "bf16 layout"),
+            outcome(torch.float32, True, "naive"),
+        ]
+        + [outcome(torch.float32, True, f"refuses {n}", refusal) for n in range(8)]
+    )
+    assert (
+        "every case that fails is one where the dtype is float32 or float64 (" in text and "rounded to 16 bits" in text
+    )
+
+
+def test_failing_exactly_where_the_input_is_not_two_dimensional_names_the_row_count():
+    """grid = (x.shape[0],) in a row-wise launcher: right for 2-D x only."""
+    from grader.core.diagnosis import across_cases
+
+    text = across_cases(
+        _outcomes(
+            ({"shape": (8, 64)}, "", True),
+            ({"shape": (16, 100)}, "", True),
+            ({"shape": (300,)}, "1-D", False),
+            ({"shape": (4, 6, 80)}, "3-D", False),
+            ({"shape": (2, 3, 5, 48)}, "4-D", False),
+            row_wise=True,
+        )
+    )
+    assert "exactly the cases where the input is not 2-D" in text and "x.numel() // N" in text
+
+
+def test_a_factor_of_log2_e_names_the_base_of_the_logarithm():
+    """lse = m + log2(l) without the factor ln 2: every value is log2(e) times the right one."""
+    ref = torch.rand(2, 64, dtype=torch.float64) + 2.0
+    text = diagnose((ref * 1.4426950408889634).float(), ref, 1e-5, 1e-4, "lse")
+    assert "log2(e)" in text and "ln 2" in text
