@@ -143,10 +143,15 @@ def _precision(
         return None
     typical = float(want[torch.isfinite(want)].pow(2).mean().sqrt()) if bool(torch.isfinite(want).any()) else 1.0
     if scale is not None:
-        # Small next to the largest magnitude in play, and not large next to the result's own.
+        # A few 16-bit units in the last place of the result's largest value or of the largest
+        # input (2 ** -8, 2 ** -9), and not large next to the result's own values.
         largest_error = float((got - want).abs()[bad].max())
         peak = float(want[torch.isfinite(want)].abs().max()) if bool(torch.isfinite(want).any()) else 0.0
-        if not (0 < peak <= scale) or largest_error > _BF16_ROUNDING * scale or largest_error > 3e-2 * peak:
+        if (
+            not (0 < peak <= scale)
+            or largest_error > max(2.0**-8 * peak, 2.0**-9 * scale)
+            or largest_error > 3e-2 * peak
+        ):
             return None
         relative = largest_error / peak  # (the lower bound below: more than float32 rounding)
         said = (

@@ -395,6 +395,10 @@ def test_small_errors_next_to_the_inputs_are_rounding_even_where_the_result_is_n
     assert "16-bit rounding" in diagnose(rounded.float(), o, 1e-5, 1e-4, "o", largest_input=3.5)
     # Errors as large as the inputs are no rounding.
     assert "16-bit rounding" not in diagnose((ref + 0.5).float(), ref, 1e-5, 1e-4, "mean", largest_input=4.0)
+    # Nor is a normalised row 2% off (a variance divided by N - 1), however large the inputs.
+    y = torch.randn(16, 64, generator=generator, dtype=torch.float64)
+    off = y + 0.05 * torch.randn(y.shape, generator=generator, dtype=torch.float64).sign()
+    assert "rounding" not in diagnose(off.float(), y, 1e-5, 1e-4, "y", largest_input=7.5)
 
 
 def test_failing_in_every_wide_dtype_and_passing_in_16_bits_names_a_hard_coded_16_bit_type():
