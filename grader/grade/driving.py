@@ -101,12 +101,14 @@ class ChildRun:
             try:
                 event = child.next_event(time.monotonic() + 1.0)
             except ChildEnded as ended:
+                self._stopped(phase, started_at)
                 after_exit(grading, child, phase, current, ended, judged)
                 return
             if event is None:
                 if not budget.spent():
                     continue
                 child.kill()
+                self._stopped(phase, started_at)
                 after_timeout(grading, child, phase, current, budget, judged)
                 return
             kind = event.get("event")
@@ -198,6 +200,11 @@ class ChildRun:
             elif kind == "finished":
                 # An exit that takes longer is stopped, and counts as clean: no crash was seen.
                 phase, budget = "exiting", Budget(lambda: self._cpu(child), _EXIT_SECONDS, 1.0)
+
+    def _stopped(self, phase: str, started_at: float) -> None:
+        """A call that a crash or a time limit ended: its time is the file's own cost."""
+        if phase == "calling":
+            self.grading.profile.add("stopped calls", time.monotonic() - started_at)
 
     def _rejoin(self, child, budget: Budget) -> None:
         """Share the GPU again after a compile."""

@@ -28,6 +28,7 @@ STEPS = (
     ("cases", "the calls of the public and hidden cases (compiling included)"),
     ("compiling", "of which Triton compiling, where Triton reports it"),
     ("autotuning", "of which autotuning (its configs' compiling included), where reported"),
+    ("stopped calls", "calls that a crash or a time limit ended (the file's own: an endless loop waits out its limit)"),
     ("judging", "references and comparisons in the grader"),
     ("timing start", "starting the timed children and their first call (compiling), sharing the GPU"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),

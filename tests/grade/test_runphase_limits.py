@@ -115,6 +115,9 @@ def test_an_endless_loop_is_stopped_at_the_time_limit_until_the_budget_is_spent(
     assert rest[-1]["kind"] == "not_run" and hidden[0]["kind"] == "timeout", record["cases"]
     assert hidden[-1]["message"].startswith("Hidden case not run: the module's time budget")
     _within_budget(record)
+    # The profile says where the wall time went: into calls that their time limit ended.
+    outcome = next(o for o in budgeted.outcomes if o.submissions[0].student == "endless-loop")
+    assert outcome.profile.seconds.get("stopped calls", 0.0) >= 2 * ENDLESS_LIMITS.case_seconds
 
 
 def test_a_kernel_that_crashes_on_every_call_is_graded_within_the_budget(budgeted):
