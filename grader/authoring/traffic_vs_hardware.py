@@ -1,0 +1,1070 @@
+"""The memory-traffic report against a GPU's own counters: what ``grader.core.traffic`` predicts
+under the interpreter, set beside what Nsight Compute measures on an H100 or H200.
+
+The report (``make check`` on a CPU, the optimization modules' ``TRAFFIC`` bars) counts the bytes a
+call asks of global memory, the 32-byte sectors per warp-wide access and the warp-wide requests.
+A GPU's caches, vector loads and its TMA engine all stand between that and the DRAM, so this tool
+measures how far the prediction goes, on a list of variants: each module's reference, its slow
+starting kernel (where the stub runs: the missing-elements stubs do not), every typical mistake a
+GPU can run without faulting (``grader.authoring.mistakes.for_module``) and debugging/03's planted
+performance bugs, each on one input shape of tens of MB.
+
+    python -m grader.authoring.traffic_vs_hardware --list
+    python -m grader.authoring.traffic_vs_hardware --predict pred.jsonl [--jobs N]   (CPU, interpreter)
+    python -m grader.authoring.traffic_vs_hardware --measure meas.jsonl [--changed-only pred.jsonl]
+                                                                                 (GPU, ncu on PATH)
+    python -m grader.authoring.traffic_vs_hardware --compare pred.jsonl meas.jsonl
+    python -m grader.authoring.traffic_vs_hardware --run DIR      (on a GPU machine: all three)
+
+``--only TEXT`` (repeatable) keeps the variants whose names contain TEXT ("=NAME": exactly NAME).
+Most typical mistakes change values, not traffic: ``--predict`` marks those whose predicted
+traffic equals their reference's (``same_as_reference``), and ``--run`` (``--changed-only``)
+measures the others, the references and the starting kernels only (``--all-mistakes``: all).
+
+``--predict`` cannot run a shape of tens of MB under the interpreter (minutes a variant), so each
+variant is predicted at one or two small shapes of the same structure (the same tiles, the same
+row length) and scaled analytically; every output line says how (``scaling``):
+
+- element-wise and row-wise work (a transpose, softmax, a sum, bias_act): every count grows with
+  the number of elements, so it is multiplied by full elements / predicted elements;
+- matmuls: predicted at (m, n, k) and (m, n, 2k); each count is a + b k for the m x n problem (the
+  epilogue and the stores do not grow with K, the k-loop's loads do), extrapolated to the full K,
+  then multiplied by (M N) / (m n). Exact while m and n are whole tiles, as they are here.
+
+Sectors per request do not scale. What the scaling cannot know: an autotuner picks its first
+config under the interpreter and its fastest on a GPU, so a tuned kernel's tiles may differ there.
+
+``--measure`` runs two passes of one driver (this file, ``--drive``) on the GPU: one times each
+variant with ``triton.testing.do_bench``; one runs under a single ``ncu`` process, which profiles
+only what lies between ``cudaProfilerStart`` and ``cudaProfilerStop`` (``--profile-from-start
+off``): per variant, a marker kernel (``traffic_vs_hardware_marker``, its grid the variant's
+number) and then one call, after an unprofiled warm-up call that compiles and autotunes. The
+parser maps every row after a marker to that marker's variant, whatever other kernels (a fill of
+torch.zeros) the call launched; only the module's own Triton kernels count towards the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import functools
+import io
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = "traffic_vs_hardware_marker"
+METRICS = (
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "gpu__time_duration.sum",
+)
+# What a metric's value counts, by its name, in the measured JSON lines.
+METRIC_FIELDS = {
+    "dram__bytes_read.sum": "dram_read_bytes",
+    "dram__bytes_write.sum": "dram_write_bytes",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "load_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "store_sectors",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": "load_requests",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": "store_requests",
+    "gpu__time_duration.sum": "ncu_time_ns",
+}
+# Units Nsight Compute prints (``--print-units auto`` scales with decimal prefixes; we ask for
+# ``base``, but a CSV from another run may carry either), to bytes, nanoseconds or counts.
+UNIT_SCALE = {
+    "": 1.0,
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,
+    "kibyte": 1024.0,
+    "mibyte": 1024.0**2,
+    "gibyte": 1024.0**3,
+    "nsecond": 1.0,
+    "usecond": 1e3,
+    "msecond": 1e6,
+    "second": 1e9,
+    "ns": 1.0,
+    "us": 1e3,
+    "ms": 1e6,
+    "s": 1e9,
+    "sector": 1.0,
+    "request": 1.0,
+    "cycle": 1.0,
+}
+TOLERANCE = 0.10  # "within 10 %" of the measured DRAM bytes
+# Why a typical mistake is left out: a read or write past a tensor that only the interpreter's
+# memory checker survives. On a GPU it may fault, and a fault loses the CUDA context of the one
+# process that measures every variant.
+UNSAFE_ON_A_GPU = ("past the end", "past the row", "illegal address", "access past")
+
+
+# ----------------------------------------------------------------------------------------------
+# The variants
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One function of a module at one input shape: the shape a GPU measures, the smaller ones
+    the interpreter predicts at, and how the counts scale between them."""
+
+    module: str  # "optimization/01-tiling"
+    key: str  # "transpose": names the family inside its module
+    api: str
+    spec_name: str  # the Spec's name in the module's test_kernel.py ("SPEC", "MATMUL")
+    full: dict  # the case's params on a GPU
+    points: tuple[dict, ...]  # params the interpreter predicts at
+    dtype: str = "float32"
+    scaling: str = "elements"  # "elements" or "matmul" (see the module's docstring)
+    starting_points: tuple[dict, ...] = ()  # the starting kernel's own, where its tiles differ
+    tiny: tuple[dict, ...] = ()  # the fewest elements that still run every path (the tests)
+    # Which of the module's mistakes run on this family: "all", "planted" (debugging's planted bugs)
+    # or "none" (a second dtype or layout, there for the reference and the starting kernel).
+    mistakes: str = "all"
+
+    def points_for(self, impl: str, tiny: bool = False) -> tuple[dict, ...]:
+        if tiny and self.tiny:
+            chosen = self.tiny
+        elif impl == "starting" and self.starting_points:
+            chosen = self.starting_points
+        else:
+            chosen = self.points
+        return tuple({**self.extras, **point} for point in chosen)
+
+    @property
+    def extras(self) -> dict:
+        """The case's params besides its size (a layout, a strided bias): every point has them too."""
+        return {key: value for key, value in self.full.items() if key not in SIZE_KEYS}
+
+
+SIZE_KEYS = ("shape", "mnk", "n")
+
+
+def _mm(m: int, n: int, k: int) -> tuple[dict, dict]:
+    return {"mnk": (m, n, k)}, {"mnk": (m, n, 2 * k)}
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("optimization/01-tiling", "transpose", "transpose", "SPEC", {"shape": (4096, 4096)},
+           ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},)),
+    Family("optimization/01-tiling", "matmul", "matmul", "MATMUL", {"mnk": (2048, 2048, 1024)}, _mm(256, 256, 128),
+           "float16", "matmul", starting_points=_mm(16, 16, 64), tiny=_mm(4, 4, 64)),
+    Family("optimization/02-pipelining", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)}, _mm(256, 512, 128),
+           "float16", "matmul", tiny=_mm(64, 64, 64)),
+    Family("optimization/03-shared-memory", "softmax-rows", "softmax", "SPEC", {"shape": (4096, 4096)},
+           ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
+    Family("optimization/03-shared-memory", "softmax-long", "softmax", "SPEC", {"shape": (64, 262144)},
+           ({"shape": (2, 262144)},), tiny=({"shape": (1, 8200)},)),
+    Family("optimization/03-shared-memory", "vector_sum", "vector_sum", "VECTOR_SUM", {"n": 1 << 25},
+           ({"n": 1 << 16},), tiny=({"n": 8192},)),
+    Family("optimization/04-warp-specialization", "matmul_bias_gelu", "matmul_bias_gelu", "SPEC",
+           {"mnk": (8192, 8192, 512)}, _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
+    Family("optimization/05-advanced-optimizations", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)},
+           _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
+    Family("missing-elements/01-vector-add", "add", "add", "SPEC", {"shape": (1 << 24,)},
+           ({"shape": (1 << 14,)},), tiny=({"shape": (2048,)},)),
+    Family("missing-elements/02-matrix-mul", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)},
+           _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
+    Family("missing-elements/03-softmax", "softmax", "softmax", "SPEC", {"shape": (4096, 4096)},
+           ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
+    Family("debugging/03-performance-profiling", "bias_act", "bias_act", "SPEC", {"shape": (4096, 8192)},
+           ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},)),
+    # Other dtypes and layouts: the sectors per request change with the element's size and with
+    # which axis is contiguous, and the mistakes that take a stride for granted change the traffic.
+    Family("optimization/01-tiling", "transpose-fp16", "transpose", "SPEC", {"shape": (4096, 4096)},
+           ({"shape": (256, 1024)},), "float16", tiny=({"shape": (64, 64)},), mistakes="none"),
+    Family("optimization/01-tiling", "transpose-x-transposed", "transpose", "SPEC",
+           {"shape": (4096, 4096), "layout": "transposed"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},),
+           mistakes="none"),
+    Family("optimization/01-tiling", "transpose-x-sliced", "transpose", "SPEC",
+           {"shape": (4096, 4096), "layout": "sliced"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},)),
+    Family("optimization/01-tiling", "matmul-b-transposed", "matmul", "MATMUL",
+           {"mnk": (2048, 2048, 1024), "layouts": ("row-major", "transposed")}, _mm(256, 256, 128), "float16",
+           "matmul", starting_points=_mm(16, 16, 64), tiny=_mm(4, 4, 64)),
+    Family("optimization/02-pipelining", "matmul-b-transposed", "matmul", "SPEC",
+           {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
+           "matmul", tiny=_mm(64, 64, 64)),
+    Family("optimization/03-shared-memory", "softmax-x-transposed", "softmax", "SPEC",
+           {"shape": (4096, 4096), "layout": "transposed"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},),
+           mistakes="none"),
+    Family("optimization/03-shared-memory", "vector_sum-strided", "vector_sum", "VECTOR_SUM",
+           {"n": 1 << 25, "layout": "strided"}, ({"n": 1 << 16},), tiny=({"n": 8192},)),
+    Family("optimization/04-warp-specialization", "matmul_bias_gelu-strided-bias", "matmul_bias_gelu", "SPEC",
+           {"mnk": (8192, 8192, 512), "strided_bias": True}, _mm(256, 512, 128), "float16", "matmul",
+           tiny=_mm(64, 64, 64)),
+    Family("optimization/05-advanced-optimizations", "matmul-b-transposed", "matmul", "SPEC",
+           {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
+           "matmul", tiny=_mm(64, 64, 64)),
+    Family("missing-elements/01-vector-add", "add-fp16", "add", "SPEC", {"shape": (1 << 24,)},
+           ({"shape": (1 << 14,)},), "float16", tiny=({"shape": (2048,)},), mistakes="none"),
+    Family("missing-elements/01-vector-add", "add-strided", "add", "SPEC", {"shape": (1 << 24,), "layout": "strided"},
+           ({"shape": (1 << 14,)},), tiny=({"shape": (2048,)},)),
+    Family("missing-elements/02-matrix-mul", "matmul-b-transposed", "matmul", "SPEC",
+           {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
+           "matmul", tiny=_mm(64, 64, 64)),
+    Family("missing-elements/03-softmax", "softmax-fp16", "softmax", "SPEC", {"shape": (4096, 4096)},
+           ({"shape": (16, 4096)},), "float16", tiny=({"shape": (2, 512)},), mistakes="none"),
+    Family("missing-elements/03-softmax", "softmax-row-strided", "softmax", "SPEC",
+           {"shape": (4096, 4096), "layout": "row-strided"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
+    Family("missing-elements/03-softmax", "softmax-column-strided", "softmax", "SPEC",
+           {"shape": (4096, 4096), "layout": "column-strided"}, ({"shape": (16, 4096)},),
+           tiny=({"shape": (2, 512)},), mistakes="none"),
+    Family("debugging/03-performance-profiling", "bias_act-fp16", "bias_act", "SPEC", {"shape": (8192, 8192)},
+           ({"shape": (64, 512)},), "float16", tiny=({"shape": (32, 256)},), mistakes="planted"),
+    Family("debugging/03-performance-profiling", "bias_act-x-transposed", "bias_act", "SPEC",
+           {"shape": (4096, 8192), "layout": "transposed"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},),
+           mistakes="planted"),
+    Family("debugging/03-performance-profiling", "bias_act-strided-bias", "bias_act", "SPEC",
+           {"shape": (4096, 8192), "bias": "strided"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},)),
+)  # fmt: skip
+# Modules whose starting kernel (the learner's stub) runs: elsewhere its TODOs leave it incomplete.
+STARTING_RUNS = frozenset(
+    {
+        "optimization/01-tiling",
+        "optimization/02-pipelining",
+        "optimization/03-shared-memory",
+        "optimization/04-warp-specialization",
+        "optimization/05-advanced-optimizations",
+        "debugging/03-performance-profiling",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # "optimization/01-tiling/transpose/reference"
+    family: Family
+    impl: str  # "reference", "starting" or "mistake"
+    mistake: str = ""  # the mistake's name, for impl "mistake"
+    note: str = ""
+
+    @property
+    def module(self) -> str:
+        return self.family.module
+
+    @property
+    def group(self) -> str:
+        """The family's name: the variants compared with each other."""
+        return f"{self.family.module}/{self.family.key}"
+
+
+def _slug(text: str, limit: int = 60) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].rstrip("-")
+
+
+def _module(module_id: str):
+    from grader.core.catalog import find_module
+
+    return find_module(module_id)
+
+
+def safe_on_a_gpu(mistake) -> bool:
+    """Whether a GPU can run the mistake without faulting (planted bugs always can)."""
+    reason = mistake.interpreter_only.lower()
+    return not any(words in reason for words in UNSAFE_ON_A_GPU) or mistake.name.startswith("planted bug")
+
+
+def mistake_apis(source: str, before: str, apis: tuple[str, ...]) -> tuple[str, ...]:
+    """The module's functions (``apis``) whose code reaches the text ``before``: the top-level
+    function that holds it, and every function calling it, directly or through others."""
+    tree = ast.parse(source)
+    offset = source.find(before)
+    line = source.count("\n", 0, offset) + 1 if offset >= 0 else 0
+    functions = {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    holder = next(
+        (name for name, node in functions.items() if node.lineno <= line <= (node.end_lineno or node.lineno)), None
+    )
+    if holder is None:  # at module level (a constant, a decorator's configs): every function may use it
+        return apis
+    uses = {
+        name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in functions} - {name}
+        for name, node in functions.items()
+    }
+
+    @functools.cache
+    def reaches(name: str, seen: frozenset = frozenset()) -> bool:
+        if name == holder:
+            return True
+        return any(reaches(used, seen | {name}) for used in uses.get(name, ()) if used not in seen)
+
+    found = tuple(api for api in apis if api in functions and reaches(api))
+    return found or apis
+
+
+def variants() -> list[Variant]:
+    """Every variant to measure, in a stable order: per family the reference, the starting kernel,
+    then the module's mistakes that reach the family's function and a GPU can run."""
+    from grader.authoring import mistakes
+
+    listed: list[Variant] = []
+    by_module: dict[str, list] = {}
+    for family in FAMILIES:
+        module = _module(family.module)
+        base = f"{family.module}/{family.key}"
+        listed.append(Variant(f"{base}/reference", family, "reference"))
+        if family.module in STARTING_RUNS:
+            listed.append(Variant(f"{base}/starting", family, "starting"))
+        if family.module not in by_module:
+            by_module[family.module] = mistakes.for_module(module)
+        source = (module.solution_dir / "kernel.py").read_text()
+        apis = tuple(dict.fromkeys(f.api for f in FAMILIES if f.module == family.module))
+        seen: set[str] = set()
+        for mistake in by_module[family.module]:
+            planted_bug = mistake.name.startswith("planted bug")
+            if family.mistakes == "none" or (family.mistakes == "planted" and not planted_bug):
+                continue
+            if not safe_on_a_gpu(mistake):
+                continue
+            if len(apis) > 1 and family.api not in mistake_apis(source, mistake.before, apis):
+                continue
+            slug = _slug(mistake.name)
+            while slug in seen:
+                slug += "-2"
+            seen.add(slug)
+            listed.append(Variant(f"{base}/mistake:{slug}", family, "mistake", mistake.name))
+    return listed
+
+
+def select(names: list[str] | None, listed: list[Variant] | None = None) -> list[Variant]:
+    """The variants whose names contain any of ``names`` (all when none is given); a name that
+    starts with "=" must match whole."""
+    listed = variants() if listed is None else listed
+    if not names:
+        return listed
+    return [v for v in listed if any(v.name == part[1:] if part.startswith("=") else part in v.name for part in names)]
+
+
+def worth_measuring(predicted: list[dict]) -> list[str]:
+    """Exact names ("=name") of the predicted variants a GPU run should measure: every reference
+    and starting kernel, and the mistakes whose predicted traffic differs from their reference's."""
+    return [f"={row['variant']}" for row in predicted if "error" not in row and not row.get("same_as_reference")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading a variant's kernel and its inputs
+# ----------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _spec(module_id: str, spec_name: str):
+    from grader.core import cases
+
+    return cases.public_spec(module_id, spec_name)
+
+
+def case_of(family: Family, params: dict):
+    import torch
+
+    from grader.core.cases import Case
+
+    return Case(dict(params), getattr(torch, family.dtype), spec=_spec(family.module, family.spec_name))
+
+
+def load(variant: Variant, folder: Path):
+    """The variant's kernel, loaded (a planted mistake is written into ``folder`` first)."""
+    from grader.authoring import mistakes
+    from grader.core.loading import load_kernel
+
+    module = _module(variant.module)
+    if variant.impl == "reference":
+        return load_kernel(module, "solutions")
+    if variant.impl == "starting":
+        return load_kernel(module, "learner")
+    mistake = next(m for m in mistakes.for_module(module) if m.name == variant.mistake)
+    planted = Path(folder) / _slug(variant.name, 120) / "kernel.py"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(mistake.apply((module.solution_dir / "kernel.py").read_text()))
+    return load_kernel(module, planted)
+
+
+def _jit_names(kernel) -> list[str]:
+    """The names of the Triton kernels a loaded kernel.py defines (through any autotuner)."""
+    names = []
+    for value in vars(kernel.namespace).values():
+        inner = value
+        for _ in range(4):  # Autotuner -> Heuristics -> JITFunction
+            if type(inner).__name__ in ("JITFunction", "InterpretedFunction"):
+                break
+            inner = getattr(inner, "fn", None)
+        fn = getattr(inner, "fn", None) if inner is not None else None
+        if type(inner).__name__ in ("JITFunction", "InterpretedFunction") and fn is not None:
+            names.append(fn.__name__)
+    return sorted(set(names))
+
+
+# ----------------------------------------------------------------------------------------------
+# --predict: the traffic report under the interpreter, scaled to the full shape
+# ----------------------------------------------------------------------------------------------
+
+COUNTS = (
+    "read_bytes",
+    "write_bytes",
+    "load_sectors",
+    "store_sectors",
+    "load_requests",
+    "store_requests",
+    "load_ideal_sectors",
+    "store_ideal_sectors",
+    "atomic_requests",
+)
+
+
+def counts_of(traffic) -> dict[str, float]:
+    """The report's totals for one call, named as in the predicted JSON lines. Stores and atomics
+    are both writes; the sectors and requests of stores are plain stores only, as ncu's op_st."""
+    return {
+        "read_bytes": traffic.bytes_loaded,
+        "write_bytes": traffic.bytes_stored,
+        "load_sectors": traffic.total("load", "sectors"),
+        "store_sectors": traffic.total("store", "sectors"),
+        "load_requests": traffic.total("load", "warp_accesses"),
+        "store_requests": traffic.total("store", "warp_accesses"),
+        "load_ideal_sectors": traffic.total("load", "ideal_sectors"),
+        "store_ideal_sectors": traffic.total("store", "ideal_sectors"),
+        "atomic_requests": traffic.total("atomic", "warp_accesses"),
+    }
+
+
+def _elements(params: dict) -> int:
+    for key in ("shape", "mnk"):
+        if key in params:
+            return math.prod(params[key])
+    return int(params["n"])
+
+
+def scale_counts(family: Family, points: tuple[dict, ...], measured: list[dict]) -> tuple[dict, str]:
+    """The counts at ``family.full`` from those at ``points``, and how they were scaled."""
+    if family.scaling == "matmul":
+        (m, n, k1), (_, _, k2) = points[0]["mnk"], points[1]["mnk"]
+        M, N, K = family.full["mnk"]
+        factor = (M * N) / (m * n)
+        out = {
+            name: factor * (measured[0][name] + (measured[1][name] - measured[0][name]) * (K - k1) / (k2 - k1))
+            for name in COUNTS
+        }
+        how = f"predicted at m,n,k = {m},{n},{k1} and k = {k2}; linear in K to {K}, then x {factor:g} for M x N"
+        return out, how
+    factor = _elements(family.full) / _elements(points[0])
+    how = f"predicted at {points[0]}; every count x {factor:g} (the elements' ratio)"
+    return {name: measured[0][name] * factor for name in COUNTS}, how
+
+
+def per_request(sectors: float, requests: float) -> float:
+    return sectors / requests if requests else 0.0
+
+
+def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
+    """One JSON line for ``variant``: the report's counts at the full shape (see ``scale_counts``)."""
+    from grader.core import traffic
+
+    started = time.monotonic()
+    family = variant.family
+    row: dict = {
+        "variant": variant.name,
+        "group": variant.group,
+        "module": variant.module,
+        "impl": variant.impl,
+        "mistake": variant.mistake,
+        "api": family.api,
+        "dtype": family.dtype,
+        "shape": family.full,
+    }
+    points = family.points_for(variant.impl, tiny)
+    try:
+        kernel = load(variant, folder)
+        spec = _spec(family.module, family.spec_name)
+        measured, kernels, programs = [], set(), 0
+        for params in points:
+            result = traffic.traffic_of(kernel, spec, case_of(family, params))
+            measured.append(counts_of(result))
+            kernels |= {name for name, _ in result.programs}
+            programs = max(programs, result.busiest_launch)
+        full, how = scale_counts(family, points, measured)
+    except Exception as error:  # a mistake the interpreter refuses still gets its line
+        row.update(error=f"{type(error).__name__}: {error}"[:500], seconds=round(time.monotonic() - started, 2))
+        return row
+    minimum = spec.bytes_moved(case_of(family, family.full)) if spec.bytes_moved else None
+    row.update(
+        kernels=sorted(kernels),
+        predicted_at=list(points),
+        scaling=how + (" (tiny shapes: a test of the tool, not a prediction)" if tiny else ""),
+        **{name: round(value) for name, value in full.items()},
+        minimum_bytes=minimum,
+        load_sectors_per_request=round(per_request(full["load_sectors"], full["load_requests"]), 4),
+        store_sectors_per_request=round(per_request(full["store_sectors"], full["store_requests"]), 4),
+        load_ideal_per_request=round(per_request(full["load_ideal_sectors"], full["load_requests"]), 4),
+        store_ideal_per_request=round(per_request(full["store_ideal_sectors"], full["store_requests"]), 4),
+        programs_at_prediction=programs,
+        seconds=round(time.monotonic() - started, 2),
+    )
+    return row
+
+
+def mark_same_as_reference(rows: list[dict]) -> None:
+    """Set ``same_as_reference`` on each mistake's row: whether its traffic equals its family's
+    reference (within 0.5 %), so that a summary can leave out mistakes that change nothing."""
+    references = {row["group"]: row for row in rows if row.get("impl") == "reference" and "error" not in row}
+    for row in rows:
+        reference = references.get(row.get("group"))
+        if row.get("impl") != "mistake" or reference is None or "error" in row:
+            continue
+        row["same_as_reference"] = all(
+            abs(row[name] - reference[name]) <= 0.005 * max(abs(reference[name]), 1)
+            for name in ("read_bytes", "write_bytes", "load_sectors", "store_sectors")
+        )
+
+
+def _predict_named(name: str, tiny: bool) -> dict:
+    """``predict`` for the variant called ``name``, in a worker process of ``run_predict``."""
+    from grader.core import device
+
+    device.select()
+    with tempfile.TemporaryDirectory(prefix="traffic-vs-hardware-") as folder:
+        return predict(select([f"={name}"], _listed())[0], Path(folder), tiny)
+
+
+@functools.cache
+def _listed() -> list[Variant]:
+    return variants()
+
+
+def run_predict(out: Path, names: list[str] | None = None, tiny: bool = False, jobs: int = 1, echo=print) -> list[dict]:
+    """Predict every chosen variant (``jobs`` processes side by side) and write the JSON lines."""
+    from grader.core import device
+
+    if device.is_cuda():
+        raise SystemExit("--predict runs the kernels under the interpreter: set GRADER_DEVICE=cpu")
+    chosen = select(names)
+    rows = []
+
+    def report(number: int, row: dict) -> None:
+        status = row.get("error") or f"{_mb(row['read_bytes'] + row['write_bytes'])} predicted"
+        echo(f"[{number}/{len(chosen)}] {row['variant']}: {status} ({row['seconds']} s)")
+
+    if jobs > 1 and len(chosen) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = [pool.submit(_predict_named, variant.name, tiny) for variant in chosen]
+            for number, future in enumerate(futures, start=1):
+                rows.append(future.result())
+                report(number, rows[-1])
+    else:
+        with tempfile.TemporaryDirectory(prefix="traffic-vs-hardware-") as folder:
+            for number, variant in enumerate(chosen, start=1):
+                rows.append(predict(variant, Path(folder), tiny))
+                report(number, rows[-1])
+    mark_same_as_reference(rows)
+    _write_lines(out, rows)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# --measure: one timing pass and one ncu pass of the driver, on a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+def _marker_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def traffic_vs_hardware_marker(ptr):
+        tl.store(ptr + tl.program_id(0), 1)
+
+    return traffic_vs_hardware_marker
+
+
+def drive(mode: str, names: list[str] | None, out: Path, echo=print) -> None:
+    """Run each variant natively on the GPU. ``mode`` "time": a warm-up call, then
+    ``triton.testing.do_bench`` (the median, in ms); "profile" (under ncu): a warm-up call, then
+    between cudaProfilerStart and Stop the marker kernel with grid (number + 1,) and one call.
+    Writes a JSON line per variant (its Triton kernels' names, the time or the marker's number)."""
+    import torch
+
+    from grader.core import device
+    from grader.core.checks import build_inputs
+    from grader.core.protocols import timed
+
+    device.select()
+    if not device.is_cuda():
+        raise SystemExit("--measure needs a CUDA GPU (GRADER_DEVICE must not be cpu)")
+    marker = _marker_kernel()
+    flag = torch.zeros(len(select(names)) + 1, dtype=torch.int32, device="cuda")
+    marker[(1,)](flag)  # compiled before the first profiled range
+    torch.cuda.synchronize()
+    lines = open(out, "w")  # a line per variant as soon as it is done: a crash keeps what ran before it
+    with lines, tempfile.TemporaryDirectory(prefix="traffic-vs-hardware-") as folder:
+        for number, variant in enumerate(select(names)):
+            family = variant.family
+            row = {"variant": variant.name, "number": number}
+            try:
+                kernel = load(variant, Path(folder))
+                spec = _spec(family.module, family.spec_name)
+                case = case_of(family, family.full)
+                args, kwargs = build_inputs(spec, case, on=torch.device("cuda"))
+                fn = timed(spec.protocol, kernel.api(spec.api), spec.api)
+                row["triton_kernels"] = _jit_names(kernel)
+                fn(*args, **kwargs)  # compiles, and autotunes where the kernel does
+                torch.cuda.synchronize()
+                if mode == "time":
+                    row["time_ms"] = _bench(fn, args, kwargs)
+                else:
+                    torch.cuda.nvtx.range_push(variant.name)
+                    torch.cuda.profiler.start()
+                    try:
+                        marker[(number + 1,)](flag)
+                        fn(*args, **kwargs)
+                        torch.cuda.synchronize()
+                    finally:
+                        torch.cuda.profiler.stop()
+                        torch.cuda.nvtx.range_pop()
+                args = kwargs = None  # the next variant's inputs take their place
+            except Exception as error:  # a mistake the compiler refuses: the others still run
+                row["error"] = f"{type(error).__name__}: {error}"[:500]
+                traceback.print_exc(limit=2)
+            lines.write(json.dumps(row, default=str) + "\n")
+            lines.flush()
+            echo(f"[{mode} {number + 1}] {variant.name}: {row.get('error') or row.get('time_ms', 'profiled')}")
+            torch.cuda.empty_cache()
+
+
+def _bench(fn, args, kwargs) -> float:
+    import triton
+
+    return triton.testing.do_bench(lambda: fn(*args, **kwargs), return_mode="median")
+
+
+def run_all(folder: Path, all_mistakes: bool = False, jobs: int | None = None, ncu: str = "ncu") -> None:
+    """The one command of a GPU machine: predict under the interpreter (in a process of its own,
+    GRADER_DEVICE=cpu, on every core), measure natively, compare; every file lands in ``folder``.
+    Mistakes whose predicted traffic equals their reference's are measured only with
+    ``all_mistakes`` (they double the run and show only the measurement's noise)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    pred, meas = folder / "pred.jsonl", folder / "meas.jsonl"
+    here = [sys.executable, "-m", "grader.authoring.traffic_vs_hardware"]
+    jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
+    subprocess.run(
+        [*here, "--predict", str(pred), "--jobs", str(jobs)], check=True, env={**os.environ, "GRADER_DEVICE": "cpu"}
+    )
+    names = None if all_mistakes else worth_measuring(_read_lines(pred))
+    run_measure(meas, names, ncu, keep=folder / "ncu")
+    result = compare(_read_lines(pred), _read_lines(meas))
+    text = result.table() + "\n\n" + "\n".join(result.summary()) + "\n"
+    (folder / "compare.txt").write_text(text)
+    print(text)
+
+
+def ncu_command(manifest: Path, csv_path: Path, names: list[str] | None, ncu: str = "ncu") -> list[str]:
+    """The one ncu process over the driver: only the profiler's start/stop ranges are profiled,
+    caches flushed before each kernel's replay (``--cache-control all``) and clocks at base, its
+    CSV in base units (bytes, ns) written to ``csv_path``."""
+    only = [arg for name in names or () for arg in ("--only", name)]
+    return [
+        ncu, "--csv", "--print-units", "base", "--profile-from-start", "off",
+        "--cache-control", "all", "--clock-control", "base",
+        "--metrics", ",".join(METRICS), "--log-file", str(csv_path),
+        sys.executable, "-m", "grader.authoring.traffic_vs_hardware",
+        "--drive", "profile", str(manifest), *only,
+    ]  # fmt: skip
+
+
+def run_measure(out: Path, names: list[str] | None = None, ncu: str = "ncu", keep: Path | None = None) -> None:
+    """Both passes, then the measured JSON lines: ncu's counters per variant and do_bench's time."""
+    if shutil.which(ncu) is None:
+        raise SystemExit(f"{ncu} is not on PATH: install Nsight Compute or pass --ncu /path/to/ncu")
+    work = Path(keep or tempfile.mkdtemp(prefix="traffic-vs-hardware-"))
+    work.mkdir(parents=True, exist_ok=True)
+    timing, manifest, csv_path = work / "timing.jsonl", work / "manifest.jsonl", work / "ncu.csv"
+    only = [arg for name in names or () for arg in ("--only", name)]
+    here = [sys.executable, "-m", "grader.authoring.traffic_vs_hardware"]
+    # Neither pass stops the run when it fails: a driver that lost its CUDA context has written
+    # the variants before, and ncu's CSV holds what it profiled.
+    timed_run = subprocess.run([*here, "--drive", "time", str(timing), *only], check=False)
+    with open(work / "ncu.stdout", "w") as stdout:  # where the CSV lands if --log-file keeps only ncu's messages
+        profiled = subprocess.run(ncu_command(manifest, csv_path, names, ncu), check=False, stdout=stdout)
+    for what, run in (("the timing pass", timed_run), ("ncu's pass", profiled)):
+        if run.returncode:
+            print(f"warning: {what} ended with exit status {run.returncode}; see {work}", file=sys.stderr)
+    if not manifest.is_file() or not timing.is_file():
+        raise SystemExit(f"the driver wrote nothing: see {work / 'ncu.stdout'} and the output above")
+    kernels = parse_ncu_csv(csv_path.read_text() if csv_path.is_file() else "")
+    kernels = kernels or parse_ncu_csv((work / "ncu.stdout").read_text())
+    rows = measured_rows(_read_lines(manifest), kernels, _read_lines(timing))
+    _write_lines(out, rows)
+    print(f"{len(rows)} variants measured; ncu's CSV and the driver's lines are in {work}")
+
+
+def _number(text: str) -> float | None:
+    text = (text or "").strip().replace(",", "").replace("\u202f", "").replace(" ", "")
+    if not text or text.lower() in ("n/a", "nan", "-"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """ncu's ``--csv`` details page (a row per kernel and metric) as a list of kernels in launch
+    order: {"id", "kernel", "grid", "metrics": {metric name: value in base units}}. Lines before
+    the header (ncu's own ``==PROF==`` messages, the program's output) are skipped."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    body = [line for line in lines[start:] if line.startswith('"')]
+    kernels: dict[int, dict] = {}
+    for record in csv.DictReader(io.StringIO("\n".join(body))):
+        ident = _number(record.get("ID", ""))
+        if ident is None:
+            continue
+        entry = kernels.setdefault(
+            int(ident),
+            {
+                "id": int(ident),
+                "kernel": record.get("Kernel Name", ""),
+                "grid": record.get("Grid Size", ""),
+                "metrics": {},
+            },
+        )
+        value = _number(record.get("Metric Value", ""))
+        if value is None or not record.get("Metric Name"):
+            continue
+        unit = (record.get("Metric Unit") or "").strip().lower()
+        scale = UNIT_SCALE.get(unit)
+        if scale is None:
+            scale = UNIT_SCALE.get(unit.rstrip("s"), 1.0)  # "bytes", "sectors"
+        entry["metrics"][record["Metric Name"]] = value * scale
+    return [kernels[key] for key in sorted(kernels)]
+
+
+def _base_name(kernel: str) -> str:
+    """A kernel's function name, whatever ncu shows around it ("void f<...>(...)" or "f")."""
+    name = kernel.split("(")[0].strip()
+    name = name.split("<")[0].strip()
+    return name.split()[-1] if name else ""
+
+
+def _owned(name: str, own: set[str]) -> bool:
+    """Whether ncu's kernel ``name`` is one of the Triton kernels ``own`` (older Tritons added a
+    suffix of the specialisation to the name: "matmul_kernel_0d1d2d")."""
+    return name in own or any(name.startswith(f"{kernel}_") for kernel in own)
+
+
+def measured_rows(manifest: list[dict], kernels: list[dict], timing: list[dict]) -> list[dict]:
+    """One measured line per variant of the manifest: the rows after its marker summed over the
+    module's own Triton kernels (other kernels the call launched are listed apart), and the time."""
+    times = {row["variant"]: row for row in timing}
+    groups: dict[int, list[dict]] = {}
+    current = None
+    for kernel in kernels:
+        if MARKER in kernel["kernel"]:
+            found = re.search(r"\d+", kernel.get("grid") or "")  # "(3, 1, 1)": variant number 2
+            current = int(found.group()) - 1 if found else len(groups)
+            groups[current] = []
+        elif current is not None:
+            groups[current].append(kernel)
+    rows = []
+    for row in manifest:
+        group = groups.get(row.get("number"))
+        if group is None:
+            continue
+        own = set(row.get("triton_kernels", ()))
+        counted = [k for k in group if _owned(_base_name(k["kernel"]), own)] if own else group
+        out = {"variant": row["variant"], "kernels": [_base_name(k["kernel"]) for k in counted]}
+        out["other_kernels"] = [k["kernel"] for k in group if k not in counted]
+        for metric, name in METRIC_FIELDS.items():
+            values = [k["metrics"][metric] for k in counted if metric in k["metrics"]]
+            out[name] = sum(values) if values else None
+        out["load_sectors_per_request"] = _ratio(out["load_sectors"], out["load_requests"])
+        out["store_sectors_per_request"] = _ratio(out["store_sectors"], out["store_requests"])
+        timed_row = times.get(row["variant"], {})
+        out["time_ms"] = timed_row.get("time_ms")
+        if "error" in timed_row:
+            out["time_error"] = timed_row["error"]
+        if "error" in row:  # it failed after its marker: its counters are partial
+            out["error"] = row["error"]
+        rows.append(out)
+    for row in manifest:
+        if row.get("number") not in groups:
+            rows.append({"variant": row["variant"], "error": row.get("error", "no marker in ncu's CSV")})
+    return rows
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+# ----------------------------------------------------------------------------------------------
+# --compare
+# ----------------------------------------------------------------------------------------------
+
+
+def ranks(values: list[float]) -> list[float]:
+    """Ranks from 1, ties sharing the mean of their ranks."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    result = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            result[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return result
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rank correlation: Pearson's correlation of the ranks (ties averaged)."""
+    if len(x) != len(y) or len(x) < 2:
+        return None
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / math.sqrt(vx * vy) if vx and vy else None
+
+
+def within(predicted: float, measured: float, tolerance: float = TOLERANCE) -> bool:
+    return bool(measured) and abs(predicted - measured) <= tolerance * abs(measured)
+
+
+def share(flags: list[bool]) -> str:
+    return f"{sum(flags)} of {len(flags)} ({sum(flags) / len(flags):.0%})" if flags else "none to compare"
+
+
+def _mb(count) -> str:
+    return "-" if count is None else f"{count / 1e6:.1f} MB"
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@dataclass
+class Pair:
+    predicted: dict
+    measured: dict
+
+    @property
+    def name(self) -> str:
+        return self.predicted["variant"]
+
+    def predicted_bytes(self) -> float:
+        return self.predicted["read_bytes"] + self.predicted["write_bytes"]
+
+    def predicted_sector_bytes(self) -> float:
+        return 32.0 * (self.predicted["load_sectors"] + self.predicted["store_sectors"])
+
+    def measured_bytes(self) -> float | None:
+        read, write = self.measured.get("dram_read_bytes"), self.measured.get("dram_write_bytes")
+        return None if read is None or write is None else read + write
+
+
+@dataclass
+class Comparison:
+    pairs: list[Pair] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        header = (
+            f"{'variant':<78} {'pred DRAM':>10} {'meas DRAM':>10} {'ratio':>6} "
+            f"{'ld s/r pred':>11} {'meas':>5} {'st s/r pred':>11} {'meas':>5} {'time ms':>8}"
+        )
+        lines = [header, "-" * len(header)]
+        for pair in self.pairs:
+            p, m = pair.predicted, pair.measured
+            measured = pair.measured_bytes()
+            ratio = pair.predicted_bytes() / measured if measured else None
+            lines.append(
+                f"{pair.name[:78]:<78} {_mb(pair.predicted_bytes()):>10} {_mb(measured):>10} {_fmt(ratio, 2):>6} "
+                f"{_fmt(p['load_sectors_per_request']):>11} {_fmt(m.get('load_sectors_per_request')):>5} "
+                f"{_fmt(p['store_sectors_per_request']):>11} {_fmt(m.get('store_sectors_per_request')):>5} "
+                f"{_fmt(m.get('time_ms'), 3):>8}"
+            )
+        return "\n".join(lines)
+
+    def summary(self) -> list[str]:
+        pairs = [pair for pair in self.pairs if pair.measured_bytes() is not None]
+        lines = [f"variants compared: {len(pairs)} (left out, no match or an error: {len(self.unmatched)})"]
+        lines.append(
+            "DRAM bytes within ±10 %: report's bytes "
+            + share([within(p.predicted_bytes(), p.measured_bytes()) for p in pairs])
+            + "; sector bytes (32 x sectors) "
+            + share([within(p.predicted_sector_bytes(), p.measured_bytes()) for p in pairs])
+            + "; the problem's minimum "
+            + share([within(p.predicted.get("minimum_bytes") or 0, p.measured_bytes()) for p in pairs])
+        )
+        changed = [p for p in pairs if not p.predicted.get("same_as_reference")]
+        lines.append(
+            "  only variants whose traffic differs from their reference's: "
+            + share([within(p.predicted_bytes(), p.measured_bytes()) for p in changed])
+        )
+        for kind in ("load", "store"):
+            coalesced = [
+                p
+                for p in pairs
+                if p.predicted[f"{kind}_requests"]
+                and p.predicted[f"{kind}_sectors"] <= 1.001 * p.predicted[f"{kind}_ideal_sectors"]
+                and p.measured.get(f"{kind}_sectors_per_request") is not None
+            ]
+            exact = [
+                _close(p.predicted[f"{kind}_sectors_per_request"], p.measured[f"{kind}_sectors_per_request"], 0.01)
+                for p in coalesced
+            ]
+            totals = [within(p.predicted[f"{kind}_sectors"], p.measured.get(f"{kind}_sectors") or 0) for p in coalesced]
+            lines.append(
+                f"coalesced {kind}s (predicted excess 1.0): sectors/request exact {share(exact)}, total sectors "
+                f"within ±10 % {share(totals)} (a vector access of 16 bytes a lane puts 4 x the sectors in one request)"
+            )
+        timed = [p for p in pairs if p.measured.get("time_ms")]
+        times = [p.measured["time_ms"] for p in timed]
+        for label, values in (
+            ("report's bytes", [p.predicted_bytes() for p in timed]),
+            ("sector bytes", [p.predicted_sector_bytes() for p in timed]),
+            ("measured DRAM bytes (for scale)", [p.measured_bytes() for p in timed]),
+        ):
+            rho = spearman(values, times)
+            lines.append(f"Spearman rank correlation with measured time, {label}: {_fmt(rho, 3)} over {len(timed)}")
+        lines += self.rankings(timed)
+        return lines
+
+    def rankings(self, timed: list[Pair]) -> list[str]:
+        """Per family: does the prediction put the starting kernel and each mistake that changes
+        the traffic on the same side of the reference as the measured time does? A variant whose
+        predicted sector bytes are within 2 % of the reference's is a predicted tie: it is shown
+        with its measured time ratio and left out of the verdicts."""
+        lines = ["slow-vs-fast ranking per family (predicted sector bytes against measured time):"]
+        groups: dict[str, list[Pair]] = {}
+        for pair in timed:
+            groups.setdefault(pair.predicted["group"], []).append(pair)
+        for group, members in groups.items():
+            reference = next((p for p in members if p.predicted["impl"] == "reference"), None)
+            if reference is None:
+                continue
+            base = reference.predicted_sector_bytes()
+            verdicts, words = [], []
+            for pair in members:
+                if pair is reference or pair.predicted.get("same_as_reference"):
+                    continue
+                ratio = pair.measured["time_ms"] / reference.measured["time_ms"]
+                if abs(pair.predicted_sector_bytes() - base) <= 0.02 * base:
+                    if pair.predicted["impl"] == "starting":
+                        words.append(f"starting kernel predicted a tie (measured {ratio:.2f} x the time)")
+                    continue
+                right = (pair.predicted_sector_bytes() > base) == (ratio > 1)
+                verdicts.append((pair.predicted["impl"], right))
+                if pair.predicted["impl"] == "starting":
+                    words.append(f"starting kernel {'right' if right else 'WRONG'} (measured {ratio:.2f} x the time)")
+            others = [right for impl, right in verdicts if impl != "starting"]
+            if others:
+                words.append(f"mistakes that change traffic ranked right: {share(others)}")
+            lines.append(f"  {group}: {'; '.join(words) or 'nothing to rank'}")
+        return lines
+
+
+def _close(a, b, tolerance: float) -> bool:
+    return b is not None and abs(a - b) <= tolerance * max(abs(b), 1e-9)
+
+
+def compare(predicted: list[dict], measured: list[dict]) -> Comparison:
+    by_name = {row["variant"]: row for row in measured}
+    result = Comparison()
+    for row in predicted:
+        other = by_name.get(row["variant"])
+        if "error" in row or other is None or "error" in other:
+            result.unmatched.append(row["variant"])
+            continue
+        result.pairs.append(Pair(row, other))
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Files and the command line
+# ----------------------------------------------------------------------------------------------
+
+
+def _write_lines(path: Path, rows: list[dict]) -> None:
+    Path(path).write_text("".join(json.dumps(row, default=str) + "\n" for row in rows))
+
+
+def _read_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m grader.authoring.traffic_vs_hardware", description=__doc__.split("\n\n")[0]
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="print the variants, a line each")
+    action.add_argument("--predict", metavar="OUT", help="predict under the interpreter (CPU), JSON lines")
+    action.add_argument("--measure", metavar="OUT", help="time and profile with ncu (GPU), JSON lines")
+    action.add_argument("--compare", nargs=2, metavar=("PRED", "MEAS"), help="print the comparison")
+    action.add_argument("--drive", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", action="append", help="variants whose names contain this (repeatable)")
+    action.add_argument("--run", metavar="DIR", help="GPU: --predict, --measure and --compare, files in DIR")
+    parser.add_argument("--tiny", action="store_true", help="--predict at the tiny shapes (a test of the tool)")
+    parser.add_argument("--jobs", type=int, default=1, help="--predict: processes side by side")
+    parser.add_argument("--changed-only", metavar="PRED", help="--measure: the variants of PRED worth measuring")
+    parser.add_argument(
+        "--all-mistakes", action="store_true", help="--run: measure the mistakes that change nothing too"
+    )
+    parser.add_argument("--ncu", default="ncu", help="the ncu executable (default: ncu on PATH)")
+    parser.add_argument("--keep", metavar="DIR", help="--measure: keep ncu's CSV and the driver's lines here")
+    args = parser.parse_args(argv)
+    if args.list:
+        chosen = select(args.only)
+        counts: dict[str, int] = {}
+        for variant in chosen:
+            print(variant.name)
+            counts[variant.module] = counts.get(variant.module, 0) + 1
+        for module, count in counts.items():
+            print(f"# {module}: {count}")
+        print(f"# {len(chosen)} variants")
+    elif args.predict:
+        run_predict(Path(args.predict), args.only, args.tiny, args.jobs)
+    elif args.measure:
+        names = args.only
+        if args.changed_only:
+            worth = worth_measuring(_read_lines(Path(args.changed_only)))
+            names = [v.name for v in select(args.only) if f"={v.name}" in worth] if args.only else worth
+            names = [name if name.startswith("=") else f"={name}" for name in names]
+        run_measure(Path(args.measure), names, args.ncu, Path(args.keep) if args.keep else None)
+    elif args.run:
+        run_all(Path(args.run), args.all_mistakes, None, args.ncu)
+    elif args.drive:
+        mode, out = args.drive
+        drive(mode, args.only, Path(out))
+    else:
+        result = compare(_read_lines(Path(args.compare[0])), _read_lines(Path(args.compare[1])))
+        print(result.table())
+        print()
+        print("\n".join(result.summary()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

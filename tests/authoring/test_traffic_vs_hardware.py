@@ -1,0 +1,272 @@
+"""The memory-traffic report against a GPU's counters (grader.authoring.traffic_vs_hardware): the
+variant list, predictions under the interpreter at tiny shapes, the scaling to the full shape,
+ncu's CSV and the comparison's arithmetic. Nothing here needs a GPU or ncu; the predictions run
+under the interpreter only (on a GPU machine run this file with GRADER_DEVICE=cpu)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from grader.authoring import traffic_vs_hardware as tvh
+from grader.core import device, traffic
+
+interpreter_only = pytest.mark.skipif(
+    device.is_cuda(), reason="the predictions run under the interpreter: use GRADER_DEVICE=cpu"
+)
+
+
+@pytest.fixture(scope="module")
+def listed():
+    return tvh.variants()
+
+
+def test_the_list_covers_the_modules_with_fifty_variants_or_more(listed):
+    names = [v.name for v in listed]
+    assert len(listed) >= 50 and len(set(names)) == len(names)
+    modules = {v.module for v in listed}
+    assert modules >= {
+        "optimization/01-tiling", "optimization/02-pipelining", "optimization/03-shared-memory",
+        "optimization/04-warp-specialization", "optimization/05-advanced-optimizations",
+        "missing-elements/01-vector-add", "missing-elements/02-matrix-mul", "missing-elements/03-softmax",
+        "debugging/03-performance-profiling",
+    }  # fmt: skip
+    for family in tvh.FAMILIES:
+        impls = {v.impl for v in listed if v.family == family}
+        assert "reference" in impls and ("mistake" in impls) == (family.mistakes != "none"), family.key
+        assert ("starting" in impls) == (family.module in tvh.STARTING_RUNS), family.key
+    planted = [v for v in listed if v.mistake.startswith("planted bug")]
+    assert len({v.mistake for v in planted}) == 3, "debugging/03's three planted performance bugs"
+    assert {v.group for v in planted} == {f"{f.module}/{f.key}" for f in tvh.FAMILIES if f.key.startswith("bias_act")}
+    # No mistake that reads or writes past a tensor: on a GPU it may fault and end the whole run.
+    assert not any("past the end" in v.mistake or "mask compares with K" in v.mistake for v in listed)
+
+
+def test_a_mistake_goes_to_the_functions_whose_code_reaches_it(listed):
+    assert {v.family.api for v in listed if "x's column stride" in v.mistake} == {"transpose"}
+    assert {v.family.api for v in listed if "b's column stride" in v.mistake and "tiling" in v.module} == {"matmul"}
+    assert {v.family.api for v in listed if v.mistake == "vector sum ignores x's stride"} == {"vector_sum"}
+    source = "def k():\n    x = 1\n\ndef launcher():\n    k()\n\ndef api():\n    launcher()\n\ndef other():\n    pass\n"
+    assert tvh.mistake_apis(source, "x = 1", ("api", "other")) == ("api",)
+
+
+def test_scaling_multiplies_by_elements_and_extrapolates_a_matmul_in_k():
+    counts = dict.fromkeys(tvh.COUNTS, 0)
+    elementwise = tvh.Family("m", "k", "f", "SPEC", {"shape": (1024, 64)}, ({"shape": (16, 64)},))
+    scaled, how = tvh.scale_counts(elementwise, elementwise.points, [{**counts, "read_bytes": 100}])
+    assert scaled["read_bytes"] == 6400 and "x 64" in how
+    matmul = tvh.Family("m", "k", "f", "SPEC", {"mnk": (64, 64, 1024)}, tvh._mm(32, 32, 64), scaling="matmul")
+    # 10 bytes that do not grow with K (the stores) and 1 byte per unit of K (the k-loop's loads)
+    at = [{**counts, "read_bytes": 64, "write_bytes": 10}, {**counts, "read_bytes": 128, "write_bytes": 10}]
+    scaled, _ = tvh.scale_counts(matmul, matmul.points, at)
+    assert scaled["read_bytes"] == 4 * 1024 and scaled["write_bytes"] == 4 * 10
+
+
+@interpreter_only
+def test_the_scaled_prediction_equals_the_report_at_the_full_shape(tmp_path):
+    """Exact for whole tiles: a transpose scaled by its elements, a matmul extrapolated in K and
+    scaled in M, against the report counted at the full shape itself."""
+    by_key = {(f.module, f.key): f for f in tvh.FAMILIES}
+    transpose = replace(by_key["optimization/01-tiling", "transpose"], full={"shape": (128, 256)},
+                        points=({"shape": (64, 128)},))  # fmt: skip
+    matmul = replace(by_key["optimization/01-tiling", "matmul"], full={"mnk": (256, 128, 256)},
+                     points=tvh._mm(128, 128, 64))  # fmt: skip
+    for family in (transpose, matmul):
+        variant = tvh.Variant("check", family, "reference")
+        row = tvh.predict(variant, tmp_path)
+        kernel = tvh.load(variant, tmp_path)
+        spec = tvh._spec(family.module, family.spec_name)
+        direct = tvh.counts_of(traffic.traffic_of(kernel, spec, tvh.case_of(family, family.full)))
+        assert {name: row[name] for name in tvh.COUNTS} == direct, family.key
+
+
+@interpreter_only
+def test_every_family_and_a_sample_of_the_rest_predict_at_tiny_shapes(tmp_path, listed):
+    sample = [v for v in listed if v.impl == "reference"]
+    sample += [v for v in listed if v.impl == "starting" and v.family.key in ("matmul_bias_gelu", "bias_act")]
+    sample += [v for v in listed if "planted-bug-line-375" in v.name or "stage-2-reads-one-chunk" in v.name]
+    assert len({v.group for v in sample}) == len(tvh.FAMILIES)
+    for variant in sample:
+        row = tvh.predict(variant, tmp_path, tiny=True)
+        assert "error" not in row, (variant.name, row.get("error"))
+        assert row["kernels"] and row["read_bytes"] > 0 and row["write_bytes"] > 0, variant.name
+        assert row["load_sectors_per_request"] >= row["load_ideal_per_request"] > 0, variant.name
+    two_launches = tvh.predict(next(v for v in sample if "line-375" in v.name), tmp_path, tiny=True)
+    reference = tvh.predict(next(v for v in sample if v.name.endswith("bias_act/reference")), tmp_path, tiny=True)
+    assert two_launches["read_bytes"] > 1.5 * reference["read_bytes"], "y is read back: about twice the loads"
+
+
+@interpreter_only
+def test_predict_writes_a_json_line_per_variant(tmp_path, capsys):
+    out = tmp_path / "pred.jsonl"
+    chosen = ["01-tiling/transpose/starting", "01-vector-add/add/reference"]
+    assert tvh.main(["--predict", str(out), "--tiny", *(arg for name in chosen for arg in ("--only", name))]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["variant"] for row in rows] == [
+        "optimization/01-tiling/transpose/starting",
+        "missing-elements/01-vector-add/add/reference",
+    ]
+    for row in rows:
+        assert set(tvh.COUNTS) <= set(row) and "error" not in row
+        assert row["kernels"] and "tiny shapes" in row["scaling"] and row["shape"]
+        for name in tvh.COUNTS:
+            assert isinstance(row[name], int) and row[name] >= 0
+    transpose, add = rows
+    assert transpose["load_sectors_per_request"] == 32.0, "the starting transpose reads a row apart per lane"
+    assert transpose["store_sectors_per_request"] == add["load_sectors_per_request"] == 4.0
+    assert "[2/2]" in capsys.readouterr().out
+
+
+NCU_CSV = """==PROF== Connected to process 4242 (/usr/bin/python3.12)
+[profile 1] optimization/01-tiling/transpose/reference: profiled
+==PROF== Profiling "traffic_vs_hardware_marker" - 0: 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3.12","127.0.0.1","traffic_vs_hardware_marker","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","0"
+"0","4242","python3.12","127.0.0.1","traffic_vs_hardware_marker","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2,144"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Mbyte","67.11"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","67,108,864"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum","sector","2,097,152"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum","sector","2,097,152"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum","","131,072"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","l1tex__t_requests_pipe_lsu_mem_global_op_st.sum","","131,072"
+"1","4242","python3.12","127.0.0.1","transpose_kernel","1","7","(128, 1, 1)","(64, 64, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","61.25"
+"2","4242","python3.12","127.0.0.1","traffic_vs_hardware_marker","1","7","(128, 1, 1)","(3, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","2,080"
+"3","4242","python3.12","127.0.0.1","void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char *, 1>>(int, at::native::FillFunctor<float>, std::array<char *, 1>)","1","7","(128, 1, 1)","(2, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","Kbyte","1.02"
+"4","4242","python3.12","127.0.0.1","partial_sums_kernel","1","7","(256, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Gbyte","0.134"
+"4","4242","python3.12","127.0.0.1","partial_sums_kernel","1","7","(256, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","32,768"
+"4","4242","python3.12","127.0.0.1","partial_sums_kernel","1","7","(256, 1, 1)","(8192, 1, 1)","0","9.0","Command line profiler metrics","l1tex__t_requests_pipe_lsu_mem_global_op_st.sum","","n/a"
+"5","4242","python3.12","127.0.0.1","total_kernel","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Kbyte","32.77"
+"5","4242","python3.12","127.0.0.1","total_kernel","1","7","(128, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","byte","32"
+==PROF== Disconnected from process 4242
+"""  # noqa: E501
+
+
+def test_ncu_csv_rows_become_kernels_in_base_units():
+    kernels = tvh.parse_ncu_csv(NCU_CSV)
+    assert [k["id"] for k in kernels] == [0, 1, 2, 3, 4, 5]
+    transpose = kernels[1]
+    assert transpose["kernel"] == "transpose_kernel" and transpose["grid"] == "(64, 64, 1)"
+    metrics = transpose["metrics"]
+    assert metrics["dram__bytes_read.sum"] == pytest.approx(67.11e6)
+    assert metrics["dram__bytes_write.sum"] == 67_108_864
+    assert metrics["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"] == 131_072
+    assert metrics["gpu__time_duration.sum"] == pytest.approx(61_250)
+    assert kernels[3]["metrics"]["dram__bytes_write.sum"] == pytest.approx(1020)
+    assert kernels[4]["metrics"]["dram__bytes_read.sum"] == pytest.approx(134e6)
+    assert "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum" not in kernels[4]["metrics"], "n/a is no value"
+    assert tvh.parse_ncu_csv("==PROF== no kernels were profiled\n") == []
+
+
+def test_rows_after_a_marker_belong_to_its_variant_and_only_its_own_kernels_count():
+    manifest = [
+        {"variant": "a/transpose/reference", "number": 0, "triton_kernels": ["transpose_kernel"]},
+        {"variant": "a/transpose/mistake:refused", "number": 1, "error": "CompilationError: no"},
+        {"variant": "b/vector_sum/reference", "number": 2, "triton_kernels": ["partial_sums_kernel", "total_kernel"]},
+    ]
+    timing = [
+        {"variant": "a/transpose/reference", "time_ms": 0.061},
+        {"variant": "b/vector_sum/reference", "time_ms": 0.05},
+    ]
+    rows = {row["variant"]: row for row in tvh.measured_rows(manifest, tvh.parse_ncu_csv(NCU_CSV), timing)}
+    first = rows["a/transpose/reference"]
+    assert first["kernels"] == ["transpose_kernel"] and first["other_kernels"] == []
+    assert first["dram_write_bytes"] == 67_108_864 and first["load_sectors_per_request"] == 16.0
+    assert first["time_ms"] == 0.061 and first["ncu_time_ns"] == pytest.approx(61_250)
+    summed = rows["b/vector_sum/reference"]  # the marker's grid (3, 1, 1) names variant number 2
+    assert summed["kernels"] == ["partial_sums_kernel", "total_kernel"]
+    assert summed["dram_read_bytes"] == pytest.approx(134e6 + 32.77e3)
+    assert len(summed["other_kernels"]) == 1 and "FillFunctor" in summed["other_kernels"][0]
+    assert summed["store_requests"] is None and summed["store_sectors_per_request"] is None
+    assert rows["a/transpose/mistake:refused"]["error"].startswith("CompilationError")
+
+
+def test_the_ncu_command_profiles_only_the_driver_ranges_with_the_metrics(tmp_path):
+    command = tvh.ncu_command(tmp_path / "m.jsonl", tmp_path / "n.csv", ["01-tiling"])
+    text = " ".join(command)
+    assert command[0] == "ncu" and "--csv" in command and "--profile-from-start off" in text
+    assert ",".join(tvh.METRICS) in command and "--print-units base" in text
+    assert command[-4:] == ["profile", str(tmp_path / "m.jsonl"), "--only", "01-tiling"]
+
+
+def test_spearman_ranks_with_ties_and_the_ten_percent_share():
+    assert tvh.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert tvh.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert tvh.ranks([10, 20, 20, 30]) == [1.0, 2.5, 2.5, 4.0]
+    # scipy.stats.spearmanr([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) is 0.8
+    assert tvh.spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(0.8)
+    # with ties: scipy.stats.spearmanr([1, 2, 2, 3], [1, 3, 2, 4]) is 0.9486832980505138
+    assert tvh.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(0.9486832980505138)
+    assert tvh.spearman([1, 1, 1], [1, 2, 3]) is None
+    assert tvh.within(109, 100) and tvh.within(91, 100) and not tvh.within(111, 100) and not tvh.within(5, 0)
+    assert tvh.share([True, False, True, True]) == "3 of 4 (75%)"
+
+
+def _predicted(name, impl, read, write, load_sectors, load_requests, same=None):
+    row = dict.fromkeys(tvh.COUNTS, 0)
+    row.update(variant=name, group="m/f", impl=impl, read_bytes=read, write_bytes=write)
+    row.update(minimum_bytes=read + write, load_sectors=load_sectors, load_requests=load_requests)
+    row.update(load_ideal_sectors=4 * load_requests, store_sectors=4 * load_requests, store_requests=load_requests)
+    row["store_ideal_sectors"] = 4 * load_requests
+    row["load_sectors_per_request"] = load_sectors / load_requests
+    row["store_sectors_per_request"] = 4.0
+    if same is not None:
+        row["same_as_reference"] = same
+    return row
+
+
+def _measured(name, read, write, load_sectors, load_requests, ms):
+    return {"variant": name, "dram_read_bytes": read, "dram_write_bytes": write, "load_sectors": load_sectors,
+            "load_requests": load_requests, "load_sectors_per_request": load_sectors / load_requests,
+            "store_sectors": 4 * load_requests, "store_requests": load_requests / 4,
+            "store_sectors_per_request": 16.0, "time_ms": ms}  # fmt: skip
+
+
+def test_the_comparison_table_and_its_summary():
+    predicted = [
+        _predicted("m/f/reference", "reference", 100e6, 100e6, 4e6, 1e6),
+        _predicted("m/f/starting", "starting", 100e6, 100e6, 32e6, 1e6),
+        _predicted("m/f/mistake:same", "mistake", 100e6, 100e6, 4e6, 1e6, same=True),
+        _predicted("m/f/mistake:missing", "mistake", 1e6, 1e6, 4e4, 1e4),
+    ]
+    measured = [
+        _measured("m/f/reference", 102e6, 101e6, 4e6, 1e6 / 4, 0.07),
+        _measured("m/f/starting", 150e6, 100e6, 32e6, 1e6, 0.40),
+        _measured("m/f/mistake:same", 100e6, 99e6, 4e6, 1e6 / 4, 0.071),
+    ]
+    result = tvh.compare(predicted, measured)
+    assert [p.name for p in result.pairs] == ["m/f/reference", "m/f/starting", "m/f/mistake:same"]
+    assert result.unmatched == ["m/f/mistake:missing"]
+    table = result.table()
+    assert "m/f/starting" in table and "0.80" in table.splitlines()[3]  # 200 MB predicted for 250 MB measured
+    summary = "\n".join(result.summary())
+    assert "variants compared: 3" in summary
+    assert "report's bytes 2 of 3 (67%)" in summary
+    assert "only variants whose traffic differs from their reference's: 1 of 2 (50%)" in summary
+    assert (
+        "coalesced loads (predicted excess 1.0): sectors/request exact 0 of 2 (0%), total sectors within ±10 % 2 of 2"
+        in summary
+    )
+    assert "Spearman rank correlation with measured time, sector bytes: 0.866 over 3" in summary
+    assert "  m/f: starting kernel right (measured 5.71 x the time)" in summary
+
+
+def test_the_driver_names_the_triton_kernels_of_a_loaded_file(tmp_path, listed):
+    """Only these count towards a variant's measured totals (a fill of torch.zeros does not)."""
+    variant = next(v for v in listed if v.name.endswith("vector_sum/reference"))
+    names = tvh._jit_names(tvh.load(variant, tmp_path))
+    assert {"partial_sums_kernel", "total_kernel"} <= set(names)
+    assert tvh._owned("total_kernel", set(names)) and tvh._owned("total_kernel_0d1d2", set(names))
+    assert not tvh._owned("vectorized_elementwise_kernel", set(names))
+
+
+def test_a_gpu_run_measures_references_starting_kernels_and_mistakes_that_change_traffic(listed):
+    predicted = [
+        {"variant": "m/f/reference", "impl": "reference"},
+        {"variant": "m/f/mistake:values-only", "impl": "mistake", "same_as_reference": True},
+        {"variant": "m/f/mistake:strides", "impl": "mistake", "same_as_reference": False},
+        {"variant": "m/f/mistake:refused", "impl": "mistake", "error": "CompilationError"},
+    ]
+    assert tvh.worth_measuring(predicted) == ["=m/f/reference", "=m/f/mistake:strides"]
+    exact = tvh.select(["=optimization/01-tiling/transpose/reference"], listed)
+    assert [v.name for v in exact] == ["optimization/01-tiling/transpose/reference"]
+    assert len(tvh.select(["01-tiling/transpose/"], listed)) > 1
