@@ -13,7 +13,7 @@ performance bugs, each on one input shape of tens of MB.
     python -m grader.authoring.traffic_vs_hardware --predict pred.jsonl [--jobs N]   (CPU, interpreter)
     python -m grader.authoring.traffic_vs_hardware --measure meas.jsonl [--changed-only pred.jsonl]
                                                                                  (GPU, ncu on PATH)
-    python -m grader.authoring.traffic_vs_hardware --compare pred.jsonl meas.jsonl
+    python -m grader.authoring.traffic_vs_hardware --compare pred.jsonl meas.jsonl [meas2.jsonl ...]
     python -m grader.authoring.traffic_vs_hardware --run DIR      (on a GPU machine: all three)
 
 ``--only TEXT`` (repeatable) keeps the variants whose names contain TEXT ("=NAME": exactly NAME).
@@ -1022,7 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--list", action="store_true", help="print the variants, a line each")
     action.add_argument("--predict", metavar="OUT", help="predict under the interpreter (CPU), JSON lines")
     action.add_argument("--measure", metavar="OUT", help="time and profile with ncu (GPU), JSON lines")
-    action.add_argument("--compare", nargs=2, metavar=("PRED", "MEAS"), help="print the comparison")
+    action.add_argument(
+        "--compare", nargs="+", metavar="FILE", help="PRED MEAS [MEAS ...]: print the comparison (measured in parts)"
+    )
     action.add_argument("--drive", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--only", action="append", help="variants whose names contain this (repeatable)")
     action.add_argument("--run", metavar="DIR", help="GPU: --predict, --measure and --compare, files in DIR")
@@ -1059,7 +1061,10 @@ def main(argv: list[str] | None = None) -> int:
         mode, out = args.drive
         drive(mode, args.only, Path(out))
     else:
-        result = compare(_read_lines(Path(args.compare[0])), _read_lines(Path(args.compare[1])))
+        if len(args.compare) < 2:
+            parser.error("--compare takes the predicted file, then one or more measured files")
+        measured = [row for path in args.compare[1:] for row in _read_lines(Path(path))]
+        result = compare(_read_lines(Path(args.compare[0])), measured)
         print(result.table())
         print()
         print("\n".join(result.summary()))

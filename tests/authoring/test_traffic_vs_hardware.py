@@ -270,3 +270,18 @@ def test_a_gpu_run_measures_references_starting_kernels_and_mistakes_that_change
     exact = tvh.select(["=optimization/01-tiling/transpose/reference"], listed)
     assert [v.name for v in exact] == ["optimization/01-tiling/transpose/reference"]
     assert len(tvh.select(["01-tiling/transpose/"], listed)) > 1
+
+
+def test_compare_reads_the_measurements_of_several_runs(tmp_path, capsys):
+    predicted = [
+        _predicted("m/f/reference", "reference", 100e6, 100e6, 4e6, 1e6),
+        _predicted("m/f/starting", "starting", 100e6, 100e6, 32e6, 1e6),
+    ]
+    pred, first, second = tmp_path / "pred.jsonl", tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    pred.write_text("".join(json.dumps(row) + "\n" for row in predicted))
+    first.write_text(json.dumps(_measured("m/f/reference", 102e6, 101e6, 4e6, 1e6 / 4, 0.07)) + "\n")
+    second.write_text(json.dumps(_measured("m/f/starting", 150e6, 100e6, 32e6, 1e6, 0.40)) + "\n")
+    assert tvh.main(["--compare", str(pred), str(first), str(second)]) == 0
+    printed = capsys.readouterr().out
+    assert "variants compared: 2 (left out, no match or an error: 0)" in printed
+    assert "m/f: starting kernel right (measured 5.71 x the time)" in printed
