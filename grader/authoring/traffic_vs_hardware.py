@@ -34,6 +34,16 @@ row length) and scaled analytically; every output line says how (``scaling``):
 Sectors per request do not scale. What the scaling cannot know: an autotuner picks its first
 config under the interpreter and its fastest on a GPU, so a tuned kernel's tiles may differ there.
 
+What a GPU's counters see that the report does not, and the other way round: ncu's
+``l1tex__t_*_op_ld`` counts loads through the LSU only, so a tile that Hopper's TMA engine
+loads (optimization/05's descriptor path, 04's Hopper kernel) or that a pipelined ``tl.dot``
+copies with ``cp.async`` shows few or no load sectors there (``--extra-metrics`` can add the
+``..._op_ldgsts`` counters where the installed ncu has them); a lane that loads 16 bytes at once
+puts 4 times the report's sectors into one request (so the summary also compares total sectors,
+which vector width does not change); L2 hits leave DRAM bytes below the report's bytes (a matmul
+re-reads its tiles from L2); and the report cannot see that one program walking a whole vector
+(03's starting vector_sum) leaves all but one multiprocessor idle: same bytes, far slower.
+
 ``--measure`` runs two passes of one driver (this file, ``--drive``) on the GPU: one times each
 variant with ``triton.testing.do_bench``; one runs under a single ``ncu`` process, which profiles
 only what lies between ``cudaProfilerStart`` and ``cudaProfilerStop`` (``--profile-from-start
@@ -674,21 +684,26 @@ def run_all(folder: Path, all_mistakes: bool = False, jobs: int | None = None, n
     print(text)
 
 
-def ncu_command(manifest: Path, csv_path: Path, names: list[str] | None, ncu: str = "ncu") -> list[str]:
+def ncu_command(
+    manifest: Path, csv_path: Path, names: list[str] | None, ncu: str = "ncu", extra: tuple[str, ...] = ()
+) -> list[str]:
     """The one ncu process over the driver: only the profiler's start/stop ranges are profiled,
     caches flushed before each kernel's replay (``--cache-control all``) and clocks at base, its
-    CSV in base units (bytes, ns) written to ``csv_path``."""
+    CSV in base units (bytes, ns) written to ``csv_path``. ``extra`` metrics are collected too
+    (say the sectors of cp.async, ``..._op_ldgsts``, where this ncu knows them)."""
     only = [arg for name in names or () for arg in ("--only", name)]
     return [
         ncu, "--csv", "--print-units", "base", "--profile-from-start", "off",
         "--cache-control", "all", "--clock-control", "base",
-        "--metrics", ",".join(METRICS), "--log-file", str(csv_path),
+        "--metrics", ",".join((*METRICS, *extra)), "--log-file", str(csv_path),
         sys.executable, "-m", "grader.authoring.traffic_vs_hardware",
         "--drive", "profile", str(manifest), *only,
     ]  # fmt: skip
 
 
-def run_measure(out: Path, names: list[str] | None = None, ncu: str = "ncu", keep: Path | None = None) -> None:
+def run_measure(
+    out: Path, names: list[str] | None = None, ncu: str = "ncu", keep: Path | None = None, extra: tuple[str, ...] = ()
+) -> None:
     """Both passes, then the measured JSON lines: ncu's counters per variant and do_bench's time."""
     if shutil.which(ncu) is None:
         raise SystemExit(f"{ncu} is not on PATH: install Nsight Compute or pass --ncu /path/to/ncu")
@@ -701,7 +716,7 @@ def run_measure(out: Path, names: list[str] | None = None, ncu: str = "ncu", kee
     # the variants before, and ncu's CSV holds what it profiled.
     timed_run = subprocess.run([*here, "--drive", "time", str(timing), *only], check=False)
     with open(work / "ncu.stdout", "w") as stdout:  # where the CSV lands if --log-file keeps only ncu's messages
-        profiled = subprocess.run(ncu_command(manifest, csv_path, names, ncu), check=False, stdout=stdout)
+        profiled = subprocess.run(ncu_command(manifest, csv_path, names, ncu, extra), check=False, stdout=stdout)
     for what, run in (("the timing pass", timed_run), ("ncu's pass", profiled)):
         if run.returncode:
             print(f"warning: {what} ended with exit status {run.returncode}; see {work}", file=sys.stderr)
@@ -796,6 +811,9 @@ def measured_rows(manifest: list[dict], kernels: list[dict], timing: list[dict])
         for metric, name in METRIC_FIELDS.items():
             values = [k["metrics"][metric] for k in counted if metric in k["metrics"]]
             out[name] = sum(values) if values else None
+        extra = sorted({metric for k in counted for metric in k["metrics"]} - set(METRIC_FIELDS))
+        if extra:  # metrics asked for with --extra-metrics, summed over the same kernels
+            out["extra_metrics"] = {m: sum(k["metrics"].get(m, 0.0) for k in counted) for m in extra}
         out["load_sectors_per_request"] = _ratio(out["load_sectors"], out["load_requests"])
         out["store_sectors_per_request"] = _ratio(out["store_sectors"], out["store_requests"])
         timed_row = times.get(row["variant"], {})
@@ -1036,6 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ncu", default="ncu", help="the ncu executable (default: ncu on PATH)")
     parser.add_argument("--keep", metavar="DIR", help="--measure: keep ncu's CSV and the driver's lines here")
+    parser.add_argument("--extra-metrics", metavar="M1,M2", help="--measure: more ncu metrics, summed per variant")
     args = parser.parse_args(argv)
     if args.list:
         chosen = select(args.only)
@@ -1054,7 +1073,8 @@ def main(argv: list[str] | None = None) -> int:
             worth = worth_measuring(_read_lines(Path(args.changed_only)))
             names = [v.name for v in select(args.only) if f"={v.name}" in worth] if args.only else worth
             names = [name if name.startswith("=") else f"={name}" for name in names]
-        run_measure(Path(args.measure), names, args.ncu, Path(args.keep) if args.keep else None)
+        extra = tuple(m for m in (args.extra_metrics or "").split(",") if m)
+        run_measure(Path(args.measure), names, args.ncu, Path(args.keep) if args.keep else None, extra)
     elif args.run:
         run_all(Path(args.run), args.all_mistakes, None, args.ncu)
     elif args.drive:

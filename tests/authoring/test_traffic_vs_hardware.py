@@ -186,6 +186,8 @@ def test_the_ncu_command_profiles_only_the_driver_ranges_with_the_metrics(tmp_pa
     assert command[0] == "ncu" and "--csv" in command and "--profile-from-start off" in text
     assert ",".join(tvh.METRICS) in command and "--print-units base" in text
     assert command[-4:] == ["profile", str(tmp_path / "m.jsonl"), "--only", "01-tiling"]
+    extra = tvh.ncu_command(tmp_path / "m.jsonl", tmp_path / "n.csv", None, extra=("x__y.sum",))
+    assert ",".join((*tvh.METRICS, "x__y.sum")) in extra and extra[-2:] == ["profile", str(tmp_path / "m.jsonl")]
 
 
 def test_spearman_ranks_with_ties_and_the_ten_percent_share():
