@@ -2,6 +2,13 @@
 
 from grader.authoring.mistakes import Mistake
 
+_KEY_LOOP = (
+    "    offs_n = tl.arange(0, BLOCK_N)\n    for start_n in range(lo, hi, BLOCK_N):\n"
+    "        start_n = tl.multiple_of(start_n, BLOCK_N)\n        cols = start_n + offs_n\n"
+    "        k_ptrs = k_ptr + cols[:, None] * stride_kn + offs_d[None, :] * stride_kd\n"
+    "        v_ptrs = v_ptr + cols[:, None] * "
+)
+
 MISTAKES = [
     # Both show on the rows where a later key tile raised the running maximum: the diagnosis must
     # say that the rows' values decide (not their position) and name the carried value.
@@ -44,4 +51,9 @@ MISTAKES = [
             "pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)",
             "pT = tl.where(offs_m[None, :] > offs_n[:, None], pT, 0.0)",
             cause=r"only grad_k and grad_v depend on.*P recomputed"),
+    # The forward's key loop (its docstring's last words make the text unique; dQ's loop is alike).
+    Mistake("v read with k's strides",
+            "m' = m * log2(e).\"\"\"\n" + _KEY_LOOP + "stride_vn + offs_d[None, :] * stride_vd",
+            "m' = m * log2(e).\"\"\"\n" + _KEY_LOOP + "stride_kn + offs_d[None, :] * stride_kd",
+            cause=r"its own strides"),
 ]

@@ -50,12 +50,12 @@ ALLOWED_HOOKS = frozenset({"prune_configs_by"})
 # Inputs
 # ------------------------------------------------------------------------------------------------
 
-def _head_tensor(rand, case, heads: int, seq: int, scale: float) -> torch.Tensor:
-    """A (B, heads, seq, D) tensor stored as params["layout"] says: "contiguous"; "bshd", the
-    (B, S, H, D) layout most models keep, viewed as (B, H, S, D) (heads and positions swap
-    strides); "sliced", every other head of a tensor with twice as many."""
+def _head_tensor(rand, case, heads: int, seq: int, scale: float, layout: str | None = None) -> torch.Tensor:
+    """A (B, heads, seq, D) tensor stored as ``layout`` (default params["layout"]) says:
+    "contiguous"; "bshd", the (B, S, H, D) layout most models keep, viewed as (B, H, S, D) (heads
+    and positions swap strides); "sliced", every other head of a tensor with twice as many."""
     batch, _, _, head_dim = case.params["shape"]
-    layout = case.params.get("layout", "contiguous")
+    layout = layout or case.params.get("layout", "contiguous")
     if layout == "bshd":
         return rand.randn(batch, seq, heads, head_dim, dtype=case.dtype, scale=scale).transpose(1, 2)
     if layout == "sliced":
@@ -65,7 +65,8 @@ def _head_tensor(rand, case, heads: int, seq: int, scale: float) -> torch.Tensor
 
 def attention_inputs(case, rand):
     """(q, k, v) and the keywords causal and sm_scale. params: "shape" (B, Hq, Sq, D), optional
-    "kv_heads" (default Hq), "seq_k" (default Sq), "causal", "sm_scale", "layout", "scale", the
+    "kv_heads" (default Hq), "seq_k" (default Sq), "causal", "sm_scale", "layout", "v_layout" (v's
+    own, where it differs from k's: a kernel must read each with its own strides), "scale", the
     spread of q (large values make a peaked softmax: scores of +-100 overflow exp unless the row
     maximum is subtracted), and "shift": a value c in the first feature of every query and -c in
     that of every key, which lowers every score by c * c (before sm_scale) and leaves the softmax as
@@ -75,7 +76,7 @@ def attention_inputs(case, rand):
     kv_heads, seq_k = params.get("kv_heads", q_heads), params.get("seq_k", seq_q)
     q = _head_tensor(rand, case, q_heads, seq_q, params.get("scale", 1.0))
     k = _head_tensor(rand, case, kv_heads, seq_k, 1.0)
-    v = _head_tensor(rand, case, kv_heads, seq_k, 1.0)
+    v = _head_tensor(rand, case, kv_heads, seq_k, 1.0, params.get("v_layout"))  # k's own layout, or not
     if "shift" in params:
         q[..., 0], k[..., 0] = params["shift"], -params["shift"]
     kwargs = {"causal": params.get("causal", False)}
@@ -272,6 +273,8 @@ TAIL = ("the sequences are not multiples of the tiles: the last key tile holds p
         "seq_k, whose scores must be -inf before the maximum and the sum, and the padding query rows "
         "past seq_q must not be stored.")
 GQA = "grouped-query attention: query head h reads key/value head h // (Hq // Hkv)."
+STRIDES = ("v is stored unlike k (another layout, other strides): read each tensor with its own strides "
+           "(stride_vn and stride_vd for v, not k's).")
 NEGATIVE_SCORES = ("every score of every row is -250 or lower (after sm_scale): the running maximum must start at "
                    "-inf. One that starts at 0 stays 0, so exp2(qk_scale * s - m) underflows to 0 for every key, "
                    "the sum l is 0 and o = acc / l is 0 / 0.")
@@ -442,6 +445,12 @@ CASES = [
          label="backward through a sum: dO of stride 0", hint=BROADCAST_DO),
     *(Case({"shape": (1, 2, 18, 16), "kv_heads": 1, "seq_k": 20, "causal": causal}, torch.float64, spec=BACKWARD,
            label=f"backward, float64{', causal' if causal else ''}", hint=FLOAT64) for causal in (False, True)),
+    # Last, so that the cases a learner reads first stay the ones that show the usual mistakes.
+    Case({"shape": (1, 2, 33, 16), "causal": True, "v_layout": "bshd"}, torch.float16, spec=FORWARD_LSE,
+         label="lse, causal, v stored unlike k", hint=STRIDES),
+    Case({"shape": (1, 2, 24, 16), "v_layout": "bshd"}, spec=BACKWARD, label="backward, v stored unlike k",
+         hint=STRIDES),
+    Case({"shape": (1, 2, 40, 16), "v_layout": "bshd"}, label="v stored unlike k", hint=STRIDES),
 ]
 
 # ------------------------------------------------------------------------------------------------
