@@ -13,7 +13,12 @@ tensors each launch was given, and says what went wrong in one sentence:
   (a GPU faults on it); also refused;
 - **race**: two programs of one launch storing different values to one address without an
   atomic (on a GPU one write is lost, which one depends on timing). Two programs storing the
-  same value are harmless and not reported;
+  same value are harmless and not reported. Also a program loading what another program of the
+  same launch stored with ``tl.store`` (on a GPU the load may come first), and a program storing a
+  different value over what another program of the launch loaded (the load may come after it),
+  unless the program that loads, or stores, made an atomic (a counter or a lock may order them);
+  these are reported only where no store of the launch raced (a read-modify-write without an
+  atomic is named at its store);
 - **uninitialised read**: a kernel loading bytes of a tensor that was allocated with
   ``torch.empty*`` inside the checked block and that no kernel or PyTorch op has written yet;
 - **unwritten output** (``MemoryChecker.unwritten``): elements of a returned tensor allocated
@@ -35,6 +40,7 @@ returned tensor was written by the submission's kernels and not moved there by P
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import os
 import threading
@@ -93,6 +99,9 @@ class _Buffer:
     numel: int
     writers: np.ndarray | None = None  # per byte: the program that stored there (-1: none yet)
     values: np.ndarray | None = None  # per byte: the byte that program stored
+    readers: np.ndarray | None = None  # per byte: the first program that loaded it in this launch (-1: none)
+    shared: np.ndarray | None = None  # per byte: loaded by more than one program of this launch
+    memory: np.ndarray | None = field(default=None, repr=False)  # the view's bytes, read in place
 
     @classmethod
     def of(cls, name: str, tensor: torch.Tensor) -> _Buffer:
@@ -120,6 +129,11 @@ class _Launch:
     buffers: list[_Buffer]
     grid: tuple[int, int, int] | None = None  # known at the launch's first access
     reported_races: set = field(default_factory=set)  # source lines already reported
+    # Loads of what another program of the launch stored, stores over what another program loaded:
+    # reported when the launch ends, only if no store of it raced (a read-modify-write without an
+    # atomic is named at its store).
+    pending_reads: list = field(default_factory=list)
+    atomic_programs: set = field(default_factory=set)  # programs that made an atomic (they may wait)
 
 
 @dataclass
@@ -222,7 +236,9 @@ class MemoryChecker:
 
     def _end_launch(self) -> None:
         if self._launches:
-            self._launches.pop()
+            launch = self._launches.pop()
+            if not launch.reported_races:
+                self.findings.extend(launch.pending_reads)
 
     # -- accesses ---------------------------------------------------------------------------------
     def _on_access(self, access: Access) -> None:
@@ -238,6 +254,11 @@ class MemoryChecker:
         self._check_bounds(launch, access, lanes, addresses)
         if access.kind in ("load", "atomic"):
             self._check_initialised(launch, access, lanes, addresses)
+        if access.kind == "load":
+            self._check_read_after_write(launch, access, lanes, addresses)
+            self._note_reads(launch, access, addresses)
+        elif access.kind == "atomic":
+            launch.atomic_programs.add(_linear(access.program, launch.grid))
         if access.kind in ("store", "atomic"):
             self._mark_written(addresses, access.itemsize)
         if access.kind == "store":
@@ -311,6 +332,8 @@ class MemoryChecker:
                 if values is not None
                 else np.zeros(spans.shape, np.uint8)
             )
+            if buffer.readers is not None:
+                self._check_write_after_read(launch, access, lanes, addresses, inside, spans, new_bytes, buffer)
             clash = ((before >= 0) & (before != program) & (buffer.values[spans] != new_bytes)).any(axis=1)
             buffer.writers[spans] = program
             buffer.values[spans] = new_bytes
@@ -337,6 +360,110 @@ class MemoryChecker:
                         buffer.name,
                     )
                 )
+
+    def _note_reads(self, launch: _Launch, access: Access, addresses) -> None:
+        """Which program first loaded each byte of the launch's tensors (the first byte of each
+        load), and which bytes more than one program loaded: what a later store checks."""
+        program = _linear(access.program, launch.grid)
+        for buffer in launch.buffers:
+            inside = (addresses >= buffer.start) & (addresses < buffer.end)
+            if not inside.any():
+                continue
+            if buffer.readers is None:
+                buffer.readers = np.full(buffer.end - buffer.start, -1, dtype=np.int32)
+                buffer.shared = np.zeros(buffer.end - buffer.start, dtype=bool)
+            relative = addresses[inside] - buffer.start
+            first = buffer.readers[relative]
+            buffer.shared[relative] |= (first >= 0) & (first != program)
+            buffer.readers[relative] = np.where(first >= 0, first, program)
+
+    def _check_write_after_read(self, launch, access, lanes, addresses, inside, spans, new_bytes, buffer) -> None:
+        """A store that changes bytes another program of this launch loaded: on a GPU that load
+        may come after the store and see the new value. Its bytes then start afresh."""
+        program = _linear(access.program, launch.grid)
+        relative = spans[:, 0]
+        first = buffer.readers[relative]
+        suspect = (first >= 0) & ((first != program) | buffer.shared[relative])
+        buffer.readers[relative], buffer.shared[relative] = -1, False
+        if not suspect.any() or program in launch.atomic_programs:
+            return
+        if any(f.line == access.line for f in launch.pending_reads):
+            return
+        if buffer.memory is None:  # the bytes still there: the store is made after its listeners
+            buffer.memory = np.ctypeslib.as_array(
+                (ctypes.c_uint8 * (buffer.end - buffer.start)).from_address(buffer.start)
+            )
+        changed = suspect & (buffer.memory[spans] != new_bytes).any(axis=1)
+        if not changed.any():
+            return
+        k = int(np.flatnonzero(changed)[0])
+        reader = (
+            f"program {_unlinear(int(first[k]), launch.grid, len(_axes(launch)))}"
+            if first[k] != program
+            else "another program"
+        )
+        element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
+        lane = lanes[np.flatnonzero(inside)[k]]
+        head = self._where(launch, access, lane)
+        launch.pending_reads.append(
+            Finding(
+                "race",
+                f"{head} overwrites element {element} of `{buffer.name}`, which {reader} loaded earlier "
+                "in this same launch. On a GPU programs run at the same time in no set order, so that "
+                "load may see the new value instead of the old one (the interpreter runs programs one "
+                "after another, which hides it). Write the results to another tensor, or have each "
+                "program load only elements that no other program stores to.",
+                launch.kernel,
+                access.file,
+                access.line,
+                access.program[: len(_axes(launch))],
+                tuple(int(i) for i in lane),
+                buffer.name,
+            )
+        )
+
+    def _check_read_after_write(self, launch: _Launch, access: Access, lanes, addresses) -> None:
+        """A load of bytes that another program of this launch stored with tl.store: on a GPU it
+        may run before or after that store. Programs that made an atomic are left alone (a lock
+        or a counter may order them)."""
+        program = _linear(access.program, launch.grid)
+        if program in launch.atomic_programs or any(f.line == access.line for f in launch.pending_reads):
+            return
+        for buffer in launch.buffers:
+            if buffer.writers is None:
+                continue
+            inside = (addresses >= buffer.start) & (addresses < buffer.end)
+            if not inside.any():
+                continue
+            spans = (addresses[inside] - buffer.start)[:, None] + np.arange(access.itemsize)
+            before = buffer.writers[np.minimum(spans, len(buffer.writers) - 1)]
+            other = ((before >= 0) & (before != program)).any(axis=1)
+            if not other.any():
+                continue
+            k = int(np.flatnonzero(other)[0])
+            writer = _unlinear(
+                int(before[k][(before[k] >= 0) & (before[k] != program)][0]), launch.grid, len(_axes(launch))
+            )
+            element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
+            lane = lanes[np.flatnonzero(inside)[k]]
+            head = self._where(launch, access, lane)
+            launch.pending_reads.append(
+                Finding(
+                    "race",
+                    f"{head} reads element {element} of `{buffer.name}`, which program {writer} stored "
+                    "in this same launch. On a GPU programs run at the same time in no set order, so the "
+                    "load may see the value from before or after that store (the interpreter runs "
+                    "programs one after another, which hides it). Read it in a later launch, or have "
+                    "each program compute what it needs itself.",
+                    launch.kernel,
+                    access.file,
+                    access.line,
+                    access.program[: len(_axes(launch))],
+                    tuple(int(i) for i in lane),
+                    buffer.name,
+                )
+            )
+            return
 
     def _check_initialised(self, launch: _Launch, access: Access, lanes, addresses) -> None:
         for allocation in self._allocations:

@@ -195,3 +195,67 @@ def test_tests_outside_a_case_run_under_the_checker_too(monkeypatch):
     monkeypatch.setenv(memcheck.ENV_SWITCH, "0")
     with checks.explained(kernel, "gradcheck of copy()"):
         copy_kernel[(1,)](x, out[:10], 10, BLOCK=16, EXTRA=1)
+
+
+@triton.jit
+def neighbour_partial_kernel(x_ptr, partial_ptr, out_ptr, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    pid = tl.program_id(0)
+    total = tl.sum(tl.load(x_ptr + pid * BLOCK + tl.arange(0, BLOCK)), axis=0)
+    if MODE == 2:
+        tl.atomic_add(out_ptr + pid, 0.0)  # a program that made an atomic may be ordered by it
+    tl.store(partial_ptr + pid, total)
+    if MODE == 1:
+        before = tl.load(partial_ptr + pid)  # its own partial: no race
+    else:
+        before = tl.load(partial_ptr + pid - 1, mask=pid > 0, other=0.0)  # the previous program's
+    tl.store(out_ptr + pid, before + total)
+
+
+def test_a_load_of_what_another_program_of_the_launch_stored_is_a_race():
+    x = torch.randn(64)
+    with MemoryChecker() as checker:
+        neighbour_partial_kernel[(4,)](x, torch.zeros(4), torch.zeros(4), BLOCK=16, MODE=0)
+    (race,) = checker.findings
+    assert (
+        race.kind == "race"
+        and race.program == (1,)
+        and race.line == neighbour_partial_kernel.fn.__code__.co_firstlineno + 10
+    )
+    assert "reads element 0 of `partial_ptr`, which program (0,) stored in this same launch" in str(race)
+    for mode in (1, 2):
+        with MemoryChecker() as checker:
+            neighbour_partial_kernel[(4,)](x, torch.zeros(4), torch.zeros(4), BLOCK=16, MODE=mode)
+        assert checker.findings == []
+
+
+@triton.jit
+def read_modify_write_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    total = tl.load(out_ptr)
+    tl.store(out_ptr, total + tl.sum(tl.load(x_ptr + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)), axis=0))
+
+
+def test_a_read_modify_write_without_an_atomic_is_named_at_its_store_only():
+    with MemoryChecker() as checker:
+        read_modify_write_kernel[(4,)](torch.randn(64), torch.zeros(1), BLOCK=16)
+    (race,) = checker.findings
+    assert race.kind == "race" and "already stored a different value" in str(race)
+
+
+@triton.jit
+def shift_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    following = tl.load(x_ptr + offs + 1, mask=offs + 1 < n, other=0.0)
+    tl.store(out_ptr + offs, following, mask=offs < n)
+
+
+def test_a_store_over_what_another_program_of_the_launch_loaded_is_a_race():
+    x = torch.randn(64)
+    with MemoryChecker() as checker:
+        shift_kernel[(4,)](x, x, 64, BLOCK=16)  # in place: program 1 overwrites what program 0 read
+    (race,) = checker.findings
+    assert race.kind == "race" and race.program == (1,) and race.line == shift_kernel.fn.__code__.co_firstlineno + 4
+    assert "overwrites element 16 of `x_ptr`, which program (0,) loaded earlier in this same launch" in str(race)
+    with MemoryChecker() as checker:
+        shift_kernel[(4,)](x, torch.zeros(64), 64, BLOCK=16)  # into another tensor
+        shift_kernel[(4,)](torch.zeros(64), torch.zeros(64), 64, BLOCK=16)  # in place, but nothing changes
+    assert checker.findings == []
