@@ -769,6 +769,8 @@ def across_cases(outcomes: list[Outcome]) -> str | None:
     for key in order:
         have = [key in found for found in features]
         for verdict, group in (("fail", failing), ("pass", passing)):
+            if len(group) < 2:  # a condition that singles out one case only names that case
+                continue
             if all(h == (o in group) for h, o in zip(have, outcomes)):
                 return f"Across the cases: exactly the cases where {key} {verdict}{labels(group)}. {advice(key)}"
     # Weaker: every failure has it, and most cases that have it fail; the condition whose cases
