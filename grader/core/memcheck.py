@@ -77,6 +77,20 @@ class Finding:
     def __str__(self) -> str:
         return self.message
 
+    @classmethod
+    def at(cls, kind: str, message: str, launch: _Launch, access: Access, lane, tensor: str | None) -> Finding:
+        """A finding about one lane of one access of ``launch``."""
+        return cls(
+            kind,
+            message,
+            launch.kernel,
+            access.file,
+            access.line,
+            access.program[: len(_axes(launch))],
+            tuple(int(i) for i in lane),
+            tensor,
+        )
+
 
 class MemoryFault(Exception):
     """An access the checker refused (out of bounds or misaligned); ``finding`` says which."""
@@ -291,14 +305,12 @@ class MemoryChecker:
             kind = "out-of-bounds"
             buffer = _nearest(launch.buffers, address)
             what = _outside(buffer, address, size) if buffer else "no tensor given to the kernel is there"
-        finding = Finding(
+        finding = Finding.at(
             kind,
             f"{head}: {what}.",
-            launch.kernel,
-            access.file,
-            access.line,
-            access.program[: len(_axes(launch))],
-            tuple(int(i) for i in lanes[first]),
+            launch,
+            access,
+            lanes[first],
             buffer.name if buffer else None,
         )
         self.findings.append(finding)
@@ -345,18 +357,16 @@ class MemoryChecker:
                 lane = lanes[np.flatnonzero(inside)[k]]
                 head = self._where(launch, access, lane)
                 self.findings.append(
-                    Finding(
+                    Finding.at(
                         "race",
                         f"{head}: program {other} already stored a different value to element {element} "
                         f"of `{buffer.name}` in this launch, without an atomic. On a GPU programs run at "
                         "the same time and one of the two writes is lost, so the result can change from "
                         "run to run (the interpreter runs programs one after another, which hides it). "
                         "Give each program its own elements, or combine with tl.atomic_add/atomic_max.",
-                        launch.kernel,
-                        access.file,
-                        access.line,
-                        access.program[: len(_axes(launch))],
-                        tuple(int(i) for i in lane),
+                        launch,
+                        access,
+                        lane,
                         buffer.name,
                     )
                 )
@@ -406,18 +416,16 @@ class MemoryChecker:
         lane = lanes[np.flatnonzero(inside)[k]]
         head = self._where(launch, access, lane)
         launch.pending_reads.append(
-            Finding(
+            Finding.at(
                 "race",
                 f"{head} overwrites element {element} of `{buffer.name}`, which {reader} loaded earlier "
                 "in this same launch. On a GPU programs run at the same time in no set order, so that "
                 "load may see the new value instead of the old one (the interpreter runs programs one "
                 "after another, which hides it). Write the results to another tensor, or have each "
                 "program load only elements that no other program stores to.",
-                launch.kernel,
-                access.file,
-                access.line,
-                access.program[: len(_axes(launch))],
-                tuple(int(i) for i in lane),
+                launch,
+                access,
+                lane,
                 buffer.name,
             )
         )
@@ -448,18 +456,16 @@ class MemoryChecker:
             lane = lanes[np.flatnonzero(inside)[k]]
             head = self._where(launch, access, lane)
             launch.pending_reads.append(
-                Finding(
+                Finding.at(
                     "race",
                     f"{head} reads element {element} of `{buffer.name}`, which program {writer} stored "
                     "in this same launch. On a GPU programs run at the same time in no set order, so the "
                     "load may see the value from before or after that store (the interpreter runs "
                     "programs one after another, which hides it). Read it in a later launch, or have "
                     "each program compute what it needs itself.",
-                    launch.kernel,
-                    access.file,
-                    access.line,
-                    access.program[: len(_axes(launch))],
-                    tuple(int(i) for i in lane),
+                    launch,
+                    access,
+                    lane,
                     buffer.name,
                 )
             )
@@ -483,16 +489,14 @@ class MemoryChecker:
             lane = lanes[np.flatnonzero(inside)[k]]
             head = self._where(launch, access, lane)
             self.findings.append(
-                Finding(
+                Finding.at(
                     "uninitialised-read",
                     f"{head} reads {element}{name}, which was allocated with torch.empty and which "
                     "nothing has written yet: its value is whatever the memory held before. Fill it first "
                     "(torch.zeros, or a store) or do not read it.",
-                    launch.kernel,
-                    access.file,
-                    access.line,
-                    access.program[: len(_axes(launch))],
-                    tuple(int(i) for i in lane),
+                    launch,
+                    access,
+                    lane,
                     buffer.name if buffer else None,
                 )
             )
