@@ -304,7 +304,11 @@ class MemoryChecker:
         else:
             kind = "out-of-bounds"
             buffer = _nearest(launch.buffers, address)
-            what = _outside(buffer, address, size) if buffer else "no tensor given to the kernel is there"
+            if buffer is None:
+                what = "no tensor given to the kernel is there"
+            else:  # no lane of the access lands in the tensor it is nearest to: not a tail
+                own = (addresses >= buffer.start) & (addresses + size <= buffer.end)
+                what = _outside(buffer, address, size, every_lane=not own.any())
         finding = Finding.at(
             kind,
             f"{head}: {what}.",
@@ -845,7 +849,9 @@ def _nearest(buffers: list[_Buffer], address: int) -> _Buffer | None:
     return min(buffers, key=distance, default=None)
 
 
-def _outside(buffer: _Buffer, address: int, size: int) -> str:
+def _outside(buffer: _Buffer, address: int, size: int, every_lane: bool = False) -> str:
+    """Where ``address`` lies against ``buffer``, and what to check. ``every_lane``: no lane of
+    the access landed in a tensor, which a missing mask alone rarely explains."""
     if buffer.numel == 0:
         return f"{buffer.describe()} is empty, so no lane may touch it"
     if address >= buffer.end:
@@ -859,6 +865,12 @@ def _outside(buffer: _Buffer, address: int, size: int) -> str:
         where += (
             " (still inside the memory it is a view of, which is someone else's data: a GPU "
             "would not stop, it would read or overwrite it)"
+        )
+    if every_lane:
+        return (
+            where + "; every lane of this program's access is outside, which usually means the program "
+            "starts in the wrong place (how its offset is computed from program_id, a row or head mapping) "
+            "or should not run at all (a grid larger than the data), more than a missing mask"
         )
     return where + "; check the mask of this access"
 

@@ -73,6 +73,21 @@ def test_a_store_past_the_end_is_refused_with_line_program_lane_and_tensor():
     assert f"store at line {finding.line} of test_memcheck.py" in str(finding)
 
 
+@triton.jit
+def unmasked_copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+def test_a_program_wholly_outside_points_at_its_start_or_the_grid_not_at_the_mask():
+    x, out = torch.randn(256), torch.zeros(256)
+    finding = _fault(lambda: unmasked_copy_kernel[(3,)](x, out, BLOCK=128))  # one program too many
+    assert finding.program == (2,) and "every lane of this program's access is outside" in str(finding)
+    assert "a grid larger than the data" in str(finding) and "check the mask" not in str(finding)
+    tail = _fault(lambda: copy_kernel[(8,)](torch.randn(1000), torch.zeros(1000), 1000, BLOCK=128, EXTRA=1))
+    assert "check the mask of this access" in str(tail)  # some lanes inside: the mask
+
+
 def test_a_load_before_the_start_is_refused():
     x, out = torch.randn(64), torch.zeros(64)
     finding = _fault(lambda: shifted_load_kernel[(1,)](x, out, 64, SHIFT=3, BLOCK=64))
