@@ -64,7 +64,8 @@ class RunSummary:
     outcomes: list[FileOutcome]
     results_dir: Path
     protections: dict
-    gpu_usage: dict = field(default_factory=dict)  # GPU index -> leases.Usage during this run
+    # GPU index (None: no GPU) -> leases.Usage during this run, GPUs in order
+    gpu_usage: dict = field(default_factory=dict)
 
     @property
     def children_started(self) -> int:
@@ -78,7 +79,7 @@ class RunSummary:
         table = profile.table([(o.submissions[0].module.id, o.profile) for o in self.outcomes if o.profile])
         return "\n".join(
             [table]
-            + [profile.lease_line(gpu, usage) for gpu, usage in sorted(self.gpu_usage.items()) if usage.timings]
+            + [profile.lease_line(gpu, usage) for gpu, usage in self.gpu_usage.items() if usage.timings]
             + [profile.memory_line()]
         )
 
@@ -183,6 +184,7 @@ def _run(
     finally:
         update_index(results_dir, [o for o in outcomes if o.record is not None or o.error])
     used = {gpu: usage.since(used_before.get(gpu, leases.Usage())) for gpu, usage in leases.usage().items()}
+    used = dict(sorted(used.items(), key=lambda item: (item[0] is None, item[0] or 0)))  # None beside 0 does not sort
     return RunSummary(outcomes, results_dir, protections, used)
 
 

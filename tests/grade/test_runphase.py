@@ -709,3 +709,17 @@ def test_the_modules_that_took_longest_before_are_graded_first(tmp_path):
     first, last = runphase.available_modules()[0].id, runphase.available_modules()[-1].id
     jobs = [(first, "1"), (last, "2")]
     assert sorted(jobs, key=runphase._longest_first(tmp_path / "nowhere"))[0][0] == last
+
+
+def test_the_profile_lists_a_run_that_met_both_a_gpu_lease_and_the_no_gpu_lease(tmp_path):
+    from grader.grade import leases
+
+    # A process that has taken GPU 0's lease (a worker checking its device) and graded on the
+    # CPU too holds leases under 0 and None, which do not sort against each other.
+    leases.for_gpu(0)
+    leases.for_gpu(None)
+    (tmp_path / "none").mkdir()
+    summary = runphase.run(tmp_path / "none", tmp_path / "results", [], progress=False)
+    assert list(summary.gpu_usage) == [0, None]
+    summary.gpu_usage = {None: leases.Usage(timings=1), 0: leases.Usage(timings=2)}
+    assert "GPU 0" in summary.profile_table()
