@@ -357,9 +357,7 @@ class MemoryChecker:
                 launch.reported_races.add(access.line)
                 k = int(np.flatnonzero(clash)[0])
                 other = _unlinear(int(before[k][before[k] >= 0][0]), launch.grid, len(_axes(launch)))
-                element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
-                lane = lanes[np.flatnonzero(inside)[k]]
-                head = self._where(launch, access, lane)
+                element, lane, head = self._kth(launch, access, lanes, addresses, inside, k, buffer)
                 self.findings.append(
                     Finding.at(
                         "race",
@@ -374,6 +372,13 @@ class MemoryChecker:
                         buffer.name,
                     )
                 )
+
+    def _kth(self, launch: _Launch, access: Access, lanes, addresses, inside, k: int, buffer: _Buffer):
+        """The ``k``-th of the access's lanes that fall in ``buffer``: its element, its lane, and
+        where it is, in words (a finding's head)."""
+        element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
+        lane = lanes[np.flatnonzero(inside)[k]]
+        return element, lane, self._where(launch, access, lane)
 
     def _note_reads(self, launch: _Launch, access: Access, addresses) -> None:
         """Which program first loaded each byte of the launch's tensors (the first byte of each
@@ -416,9 +421,7 @@ class MemoryChecker:
             if first[k] != program
             else "another program"
         )
-        element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
-        lane = lanes[np.flatnonzero(inside)[k]]
-        head = self._where(launch, access, lane)
+        element, lane, head = self._kth(launch, access, lanes, addresses, inside, k, buffer)
         launch.pending_reads.append(
             Finding.at(
                 "race",
@@ -456,9 +459,7 @@ class MemoryChecker:
             writer = _unlinear(
                 int(before[k][(before[k] >= 0) & (before[k] != program)][0]), launch.grid, len(_axes(launch))
             )
-            element = (int(addresses[inside][k]) - buffer.start) // buffer.itemsize
-            lane = lanes[np.flatnonzero(inside)[k]]
-            head = self._where(launch, access, lane)
+            element, lane, head = self._kth(launch, access, lanes, addresses, inside, k, buffer)
             launch.pending_reads.append(
                 Finding.at(
                     "race",
