@@ -14,13 +14,23 @@ why; ``tests/authoring/test_memory_corpus.py`` holds the checker to exactly thos
     python -m grader.authoring.memory_corpus --tool plain    # the kernels alone
     python -m grader.authoring.memory_corpus --list          # the entries and the GPU tools for each
     python -m grader.authoring.memory_corpus --only NAME     # one entry (names may be comma-separated)
+    python -m grader.authoring.memory_corpus --json          # the checker's verdicts, a JSON line each
 
 On a GPU the same launchers run natively (``--tool plain``; the checker watches the interpreter
-only), one entry per process since a fault leaves the CUDA context unusable::
+only), one entry per process since a fault leaves the CUDA context unusable. One command runs
+every entry (or ``--only``) under compute-sanitizer's memcheck, racecheck and initcheck and under
+GSan (where Triton has it), ``--jobs`` processes at a time, and under the checker on the same
+machine, then prints the tools and the checker side by side (``grader.authoring.sanitizers``)::
 
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
+    python -m grader.authoring.memory_corpus --sanitizers OUT_DIR [--jobs 8] [--timeout 120] [--only ...]
+
+Each of its runs is one of these (GSan wants the caching allocator, hence ``=0`` there)::
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \\
         python -m grader.authoring.memory_corpus --tool plain --only load-tail-no-mask
-    python -m triton.tools.gsan grader/authoring/memory_corpus.py --tool plain --only sum-with-plain-store
+    PYTORCH_NO_CUDA_MEMORY_CACHING=0 python -m triton.tools.gsan grader/authoring/memory_corpus.py \\
+        --tool plain --only sum-with-plain-store
+    GRADER_DEVICE=cpu python -m grader.authoring.memory_corpus --json --only load-tail-no-mask
 
 PyTorch's caching allocator hands out pieces of larger blocks and recycles memory that other
 kernels wrote, which hides small overruns from memcheck and fresh memory from initcheck:
@@ -45,16 +55,19 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
+from grader.authoring import sanitizers
 from grader.core import device
 from grader.core.memcheck import Finding, MemoryChecker, MemoryFault
 
@@ -893,25 +906,41 @@ def _line_named(result: Result) -> str:
     return str(finding.line)
 
 
+def verdict(r: Result) -> str:
+    """The checker's verdict on one entry, in a few words."""
+    if r.error:
+        return f"ERROR {r.error}"
+    if r.bug.clean:
+        return "clean" if not r.findings else f"FALSE ALARM ({r.findings[0].kind})"
+    if r.caught:
+        return f"yes ({r.bug.kind})"
+    if r.findings:
+        return f"wrong kind ({r.findings[0].kind})"
+    return "missed (documented)" if r.bug.missed_by_checker else "MISSED"
+
+
+def verdict_record(r: Result) -> dict[str, object]:
+    """One entry's verdict as ``--json`` prints it (read back by ``sanitizers.parse_verdict``)."""
+    finding = r.finding
+    return {
+        "name": r.bug.name,
+        "verdict": verdict(r),
+        "caught": r.caught,
+        "false_alarm": r.false_alarm,
+        "kind": finding.kind if finding else "",
+        "line": (finding.line or 0) if finding else 0,
+    }
+
+
 def table(results: list[Result]) -> str:
     rows = [("name", "class", "caught?", "line named", "planted", "checker s", "plain s")]
     for r in results:
-        if r.error:
-            verdict = f"ERROR {r.error}"
-        elif r.bug.clean:
-            verdict = "clean" if not r.findings else f"FALSE ALARM ({r.findings[0].kind})"
-        elif r.caught:
-            verdict = f"yes ({r.bug.kind})"
-        elif r.findings:
-            verdict = f"wrong kind ({r.findings[0].kind})"
-        else:
-            verdict = "missed (documented)" if r.bug.missed_by_checker else "MISSED"
         plain_s = "-" if r.plain_seconds is None else f"{r.plain_seconds:.3f}"
         rows.append(
             (
                 r.bug.name,
                 r.bug.kind or "clean",
-                verdict,
+                verdict(r),
                 _line_named(r),
                 str(r.bug.line or "-"),
                 f"{r.seconds:.3f}",
@@ -972,6 +1001,31 @@ def listing() -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def sanitize(bugs: list[Bug], out_dir: Path, jobs: int, timeout: float) -> int:
+    """``--sanitizers``: the entries under the GPU's tools and the checker, side by side (see
+    ``grader.authoring.sanitizers``)."""
+    problem = sanitizers.unavailable(device.is_cuda())
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries = [sanitizers.Entry(b.name, b.kind, b.line, b.gpu_tools) for b in bugs]
+    gsan_note = sanitizers.run(entries, out_dir, jobs=jobs, timeout=timeout)
+    about = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "gsan": gsan_note or "ran",
+        "timeout_s": str(timeout),
+    }
+    sanitizers.write_json(entries, out_dir / "sanitizers.json", about)
+    print(sanitizers.table(entries))
+    print()
+    print("\n".join(sanitizers.totals(entries, gsan_note)))
+    print(f"\nraw output of every run under {out_dir}/<entry>/; the results in {out_dir / 'sanitizers.json'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m grader.authoring.memory_corpus",
@@ -981,12 +1035,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="entry names, comma-separated")
     parser.add_argument("--list", action="store_true", help="list the entries and the GPU tools for each")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each entry (the fastest counts)")
+    parser.add_argument("--json", action="store_true", help="print the checker's verdict on each entry as JSON")
+    parser.add_argument("--sanitizers", metavar="OUT_DIR", type=Path, help="on a GPU: compare with the GPU's tools")
+    parser.add_argument("--jobs", type=int, default=8, help="processes at a time for --sanitizers")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per process for --sanitizers")
     args = parser.parse_args(argv)
     repeat = max(args.repeat, 1)
     if args.list:
         print(listing())
         return 0
     bugs = [named(n.strip()) for n in args.only.split(",")] if args.only else BUGS
+    if args.sanitizers:
+        return sanitize(bugs, args.sanitizers, args.jobs, args.timeout)
     if args.tool == "plain":
         failed = 0
         for bug in bugs:
@@ -997,6 +1057,10 @@ def main(argv: list[str] | None = None) -> int:
     if device.is_cuda():
         print("the memory checker watches the interpreter: on a GPU run --tool plain under compute-sanitizer")
         return 2
+    if args.json:  # one untimed run each, for --sanitizers
+        for bug in bugs:
+            print(json.dumps(verdict_record(checked(bug))), flush=True)
+        return 0
     checked(bugs[0])  # once untimed: the checker's first use imports torch._dynamo (a few seconds)
     results = []
     for bug in bugs:
