@@ -267,7 +267,76 @@ def _matrices_pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
             "the last, partial block of rows is probably not launched (the grid must round up: "
             "triton.cdiv(rows, BLOCK_M)), or its mask cuts it short."
         )
+    later = rows[:, 1:]
+    if (
+        rows.shape[1] >= 3
+        and not bool(rows[:, 0].any())
+        and 4 * int(later.sum()) >= 3 * later.numel()
+        and float(matrices[:, 1:][later].float().mean()) >= 0.5
+        and not bool(unwritten.reshape(matrices.shape)[matrices].all())
+    ):
+        others = (
+            "every other row is wrong"
+            if bool(later.all())
+            else f"most other rows are wrong ({int(later.sum())} of {later.numel()})"
+        )
+        return f"row 0 of every matrix (the last two dimensions) is right and {others}. " + _FIRST_ROW_RIGHT
     return None
+
+
+# Row 0 of every matrix right, (nearly) every other row wrong: the two usual ways to get there.
+_FIRST_ROW_RIGHT = (
+    "Either the rows after the first are read from the wrong place (an input's row stride: row 0 starts at "
+    "offset 0 whatever the stride), or the result of row 0 does not depend on what is wrong: in causal "
+    "attention query 0 sees key 0 alone, so its output is v[0] whatever its score, and then the scores "
+    "S = sm_scale * Q K^T or their softmax are wrong while V is read right. For the scores, K^T is read "
+    "through k's strides with the last two swapped: element (d, j) of K^T is k[.., j, d], so K^T's row "
+    "stride is k.stride(3) and its column stride k.stride(2). k's strides in their own order read the "
+    "head's memory as a (D, Sk) matrix that is not K^T."
+)
+
+
+def _every_other(bad_rows: torch.Tensor, n_rows: int) -> bool:
+    """True when the wrong rows are every other row from the first wrong one on."""
+    return (
+        bad_rows.numel() > 1
+        and bool((bad_rows % 2 == bad_rows[0] % 2).all())
+        and bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2
+    )
+
+
+def _rows_of_leading_indices(
+    bad: torch.Tensor, unwritten: torch.Tensor, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float
+) -> str | None:
+    """The pattern of a 3-D output (a statistic per batch, head and query, for instance) whose rows
+    along the last dimension go wrong as wholes: some wrong in most elements, the others right, where
+    neither the rows' values (rows scattered in no order), a stride (every other row) nor a factor
+    (what a row is divided by) explains it better."""
+    if bad.dim() != 3 or bad.shape[-1] < 4 or _matrices_pattern(bad, unwritten):
+        return None
+    rows = bad.reshape(-1, bad.shape[-1])
+    share = rows.float().mean(1)
+    wrong = share > 0
+    bad_rows = wrong.nonzero().flatten()
+    if (
+        bool(wrong.all())
+        or not bool((share[wrong] >= 0.5).all())
+        or bool(unwritten.reshape(rows.shape)[wrong].all())
+        or _every_other(bad_rows, rows.shape[0])
+        or _scattered(wrong, bad.shape[-2])
+        or _row_factors(got, want, bad, atol, rtol) is not None
+    ):
+        return None
+    which = [_index(int(i), tuple(bad.shape[:-1])) for i in bad_rows]
+    shown = ", ".join(str(w) for w in which[:4]) + (", ..." if len(which) > 4 else "")
+    return (
+        f"{len(which)} of the {rows.shape[0]} rows along the last dimension (at {shown}) "
+        f"{'is' if len(which) == 1 else 'are'} computed wrong in most elements, the others right: the work along "
+        "a row is probably right, and the choice of the data a row is computed from is not. A row of a 3-D output "
+        "is one index of each of the first two dimensions (batch and head, or batch and position): check how a "
+        "program finds them (program_id split with // and %, each index times its own stride) and, where heads "
+        "share an input (grouped-query attention: head h reads h // group size), which one it reads."
+    )
 
 
 def _rows_pattern(
@@ -282,11 +351,7 @@ def _rows_pattern(
     row_bad = rows.any(dim=1)
     bad_rows = row_bad.nonzero().flatten()
     bad_cols = rows.any(dim=0).nonzero().flatten()
-    if (
-        bad_rows.numel() > 1
-        and bool((bad_rows % 2 == bad_rows[0] % 2).all())
-        and bad_rows.numel() >= (n_rows - int(bad_rows[0])) // 2
-    ):
+    if _every_other(bad_rows, n_rows):
         return (
             "every other row is wrong: the row stride is probably wrong (use the tensor's "
             "stride, e.g. x.stride(0), not the row length)."
@@ -405,6 +470,10 @@ def _pattern(
             or "a scale factor is off (a division by the wrong count, N - 1 instead of N, or a missing or extra "
             "normalisation)."
         )
+    # Before rounding: rounding spoils rows alike, not some rows wholly and the others not at all.
+    by_row = _rows_of_leading_indices(bad, unwritten, got, want, atol, rtol)
+    if by_row:
+        return by_row
     precision = _precision(got, want, bad, dtype)
     if precision:
         return precision

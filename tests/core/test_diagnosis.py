@@ -453,3 +453,51 @@ def test_a_factor_of_log2_e_names_the_base_of_the_logarithm():
     ref = torch.rand(2, 64, dtype=torch.float64) + 2.0
     text = diagnose((ref * 1.4426950408889634).float(), ref, 1e-5, 1e-4, "lse")
     assert "log2(e)" in text and "ln 2" in text
+
+
+def test_the_first_row_of_every_matrix_right_names_the_scores_and_the_order_of_k_strides():
+    """Causal attention whose K^T is read with k's strides in their own order: query 0 sees key 0
+    alone, so row 0 of every head is v[0] and right whatever the scores; every other row is wrong."""
+    generator = torch.Generator().manual_seed(12)
+    ref = torch.randn(1, 2, 33, 16, generator=generator, dtype=torch.float64)
+    out = ref.clone()
+    out[:, :, 1:] += torch.randn(1, 2, 32, 16, generator=generator, dtype=torch.float64)
+    text = diagnose(out.half(), ref, 2e-3, 2e-3, "o")
+    assert "row 0 of every matrix (the last two dimensions) is right and every other row is wrong" in text
+    assert "query 0 sees key 0 alone" in text and "row stride" in text
+    assert "K^T's row stride is k.stride(3) and its column stride k.stride(2)" in text
+    assert "computation itself is off" not in text and "value carried" not in text
+    peaked = out.clone()
+    peaked[0, 0, 5] = ref[0, 0, 5]  # a very peaked softmax can leave a few rows right by chance
+    assert "most other rows are wrong (63 of 64)" in diagnose(peaked.half(), ref, 2e-3, 2e-3, "o")
+    some_rows = ref.clone()
+    some_rows[:, :, 20:] += 1.0  # row 0 right, but most rows too: not this pattern
+    assert "row 0 of every matrix" not in diagnose(some_rows, ref, 1e-5, 1e-4, "o")
+
+
+def test_wrong_heads_of_a_statistic_per_head_point_at_the_head_mapping_not_the_row_offset():
+    """Grouped-query attention reading key/value head h % group instead of h // group: the
+    log-sum-exp (B, Hq, Sq) of the heads that read the wrong input is wrong throughout, the other
+    heads right. A whole row of this 3-D output is a head: not a row offset, and not rounding
+    either, where the values are so large that the error is a small fraction of them."""
+    generator = torch.Generator().manual_seed(13)
+    ref = torch.randn(1, 2, 64, generator=generator, dtype=torch.float64) + 4.0
+    out = ref.clone()
+    out[0, 1] += 0.1 + 0.5 * torch.rand(64, generator=generator, dtype=torch.float64)
+    text = diagnose(out.float(), ref, 1e-5, 1e-4, "lse")
+    assert "1 of the 2 rows along the last dimension (at (0, 1))" in text and "h // group size" in text
+    assert "row offset" not in text
+    four = torch.randn(1, 4, 24, generator=generator, dtype=torch.float64)
+    two_wrong = four.clone()
+    two_wrong[0, 1:3] += 1.0
+    text = diagnose(two_wrong.float(), four, 1e-5, 1e-4, "lse")
+    assert "2 of the 4 rows along the last dimension (at (0, 1), (0, 2))" in text and "row offset" not in text
+    far_below = ref - 256.0
+    shifted = far_below.clone()
+    shifted[0, 1] += 0.1 + 0.5 * torch.rand(64, generator=generator, dtype=torch.float64)
+    text = diagnose(shifted.float(), far_below, 1e-5, 1e-4, "lse")
+    assert "h // group size" in text and "16-bit rounding" not in text
+    every_other = torch.randn(1, 8, 16, generator=generator, dtype=torch.float64)
+    strided = every_other.clone()
+    strided[0, 1::2] += 1.0
+    assert "every other row" in diagnose(strided, every_other, 1e-5, 1e-4)
