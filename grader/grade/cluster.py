@@ -310,8 +310,9 @@ class Pool:
         return active < len(self.workers) * self.slots
 
     def stop(self) -> None:
-        for reference in self.running:
-            self.ray.cancel(reference, force=True)
+        """End every worker, and with it the gradings it runs and has queued (its sandboxed
+        children die with it). Ray refuses a forced cancel of an actor's task, and a plain one
+        does not stop a running grading: killing the worker does both."""
         for worker in self.workers + self.retired:
             self.ray.kill(worker, no_restart=True)
 

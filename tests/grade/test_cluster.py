@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from unittest import mock
 
@@ -219,6 +220,32 @@ def test_a_dead_workers_task_is_tried_once_more_then_is_a_grader_error(address, 
     assert complete.record_path.is_file()
     assert stub.record is None and "died 2 times" in stub.error and "no grade" in stub.error
     assert len(list((results / "records").rglob("*.json"))) == 1  # nothing written for the stub
+
+
+def test_stopping_the_pool_ends_a_grading_that_is_running(address, tmp_path):
+    """What Ctrl-C does once gradings are running: every worker ends, and the task it was
+    running answers that its worker died (Ray refuses a forced cancel of an actor's task)."""
+    ray = cluster._ray()
+    started = tmp_path / "started"
+
+    class Endless(cluster.GradingWorker):
+        def grade(self, module_id, source):
+            started.touch()
+            threading.Event().wait()
+
+    options = Options(limits=LIMITS, ray=address)
+    pool = cluster.Pool(ray, cluster._worker_class(ray, Endless, 1), options, 1234, 1, tmp_path)
+    pool.start(1)
+    pool.submit(cluster.Task(("key",), VECTOR_ADD.id, b""))
+    [running] = list(pool.running)
+    for _ in range(600):  # until the grading has begun
+        if started.exists():
+            break
+        ray.wait([running], timeout=0.5)
+    assert started.exists()
+    pool.stop()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running, timeout=300)
 
 
 def test_the_driver_refuses_a_record_that_is_not_for_the_file_it_sent(address, examples, tmp_path):
