@@ -325,7 +325,10 @@ def _grade_pending(
         except BaseException:
             stop.set()  # workers stop their children within a second and write nothing
             pool.shutdown(wait=False, cancel_futures=True)
-            wait(futures, timeout=STOP_SECONDS)  # a worker still busy then: exit_if_workers_linger
+            # Only the started ones: a future cancelled while queued never counts as done for
+            # wait(), which would then sit out the whole timeout.
+            started = [future for future in futures if not future.cancelled()]
+            wait(started, timeout=STOP_SECONDS)  # a worker still busy then: exit_if_workers_linger
             raise
         pool.shutdown()
         return protections
