@@ -280,11 +280,17 @@ def _matrices_pattern(bad: torch.Tensor, unwritten: torch.Tensor) -> str | None:
             if bool(later.all())
             else f"most other rows are wrong ({int(later.sum())} of {later.numel()})"
         )
-        return f"row 0 of every matrix (the last two dimensions) is right and {others}. " + _FIRST_ROW_RIGHT
+        # The scores' half of the explanation is for attention's (batch, head, query, dim) outputs.
+        cause = _FIRST_ROW_RIGHT if bad.dim() == 4 else _FIRST_ROW_RIGHT_READ
+        return f"row 0 of every matrix (the last two dimensions) is right and {others}. " + cause
     return None
 
 
 # Row 0 of every matrix right, (nearly) every other row wrong: the two usual ways to get there.
+_FIRST_ROW_RIGHT_READ = (
+    "The rows after the first are probably read or written in the wrong place: row 0 starts at offset 0 "
+    "whatever the row stride, so a wrong row stride (or a row index scaled by the wrong length) spares it."
+)
 _FIRST_ROW_RIGHT = (
     "Either the rows after the first are read from the wrong place (an input's row stride: row 0 starts at "
     "offset 0 whatever the stride), or the result of row 0 does not depend on what is wrong: in causal "

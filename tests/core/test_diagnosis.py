@@ -473,6 +473,9 @@ def test_the_first_row_of_every_matrix_right_names_the_scores_and_the_order_of_k
     some_rows = ref.clone()
     some_rows[:, :, 20:] += 1.0  # row 0 right, but most rows too: not this pattern
     assert "row 0 of every matrix" not in diagnose(some_rows, ref, 1e-5, 1e-4, "o")
+    # A batch of matrices (3-D, not attention's 4-D): the row stride alone, no word of scores.
+    batched = diagnose(out[0].half(), ref[0], 2e-3, 2e-3, "c")
+    assert "row 0 of every matrix" in batched and "row stride" in batched and "K^T" not in batched
 
 
 def test_wrong_heads_of_a_statistic_per_head_point_at_the_head_mapping_not_the_row_offset():
