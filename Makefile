@@ -112,8 +112,8 @@ lint: $(DEV_ENV)
 # On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
 # then the tests that time the GPU, one at a time with the GPU to themselves.
 verify-gpu: $(DEV_ENV)
-	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed"
-	$(PYTHON) -m pytest --impl=solutions -m timed
+	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed" --failures-at-once
+	$(PYTHON) -m pytest --impl=solutions -m timed --failures-at-once
 	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/core/test_traffic.py tests/core/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
 

@@ -25,6 +25,12 @@ from grader.core.loading import LoadError, load_kernel
 
 def pytest_addoption(parser):
     parser.addoption(
+        "--failures-at-once",
+        action="store_true",
+        help="name each failing test as it fails, not only in the closing summary: a run stopped "
+        "at a time limit still says which tests failed (make verify-gpu)",
+    )
+    parser.addoption(
         "--impl", default="learner", help="kernel.py to test: learner (default), solutions, or a folder of submissions"
     )
     parser.addoption(
@@ -35,7 +41,22 @@ def pytest_addoption(parser):
     )
 
 
+class _FailuresAtOnce:
+    """--failures-at-once: each failure named as its report arrives (in a parallel run, the
+    controller's reports: every worker's)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            said = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
+            self.config.pluginmanager.get_plugin("terminalreporter").write_line(f"{said} {report.nodeid}")
+
+
 def pytest_configure(config):
+    if config.getoption("--failures-at-once"):
+        config.pluginmanager.register(_FailuresAtOnce(config), "failures-at-once")
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped under the interpreter)")
     config.addinivalue_line("markers", "interpreter: watches Triton's interpreter (skipped on a GPU)")
     config.addinivalue_line(

@@ -1,0 +1,31 @@
+"""The course's pytest plugin (grader/pytest_plugin.py), where a suite's own run can show it: a
+failure named as it happens with --failures-at-once, so that a run stopped at a time limit (the
+GPU's correctness pass) still says which tests failed."""
+
+from __future__ import annotations
+
+import pytest
+
+TESTS = """
+def test_breaks():
+    assert 1 == 2
+
+def test_holds():
+    pass
+"""
+
+
+def _run(folder, capsys, *extra: str) -> str:
+    """pytest in this process on ``folder``'s tests, with the course's plugin: what it printed."""
+    code = pytest.main(["-p", "grader.pytest_plugin", "-p", "no:cacheprovider", "-q", *extra, str(folder)])
+    assert code == pytest.ExitCode.TESTS_FAILED
+    return capsys.readouterr().out
+
+
+def test_failures_at_once_names_each_failure_before_the_summary(tmp_path, capsys):
+    (tmp_path / "test_sample.py").write_text(TESTS)
+    said = _run(tmp_path, capsys, "--failures-at-once")
+    before_summary = said.split("= FAILURES =")[0]
+    assert "FAILED test_sample.py::test_breaks" in before_summary, said
+    assert "test_holds" not in before_summary
+    assert "FAILED test_sample.py::test_breaks" not in _run(tmp_path, capsys).split("= FAILURES =")[0]
