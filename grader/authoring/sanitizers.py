@@ -30,13 +30,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.core.catalog import REPO_ROOT
+from grader.core.sanitizer_report import parse_report, reported_errors, reported_warnings
+
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 TOOLS = (*SANITIZER_TOOLS, "gsan")
 HEADINGS = {"memcheck": "memcheck", "racecheck": "racecheck", "initcheck": "initcheck", "gsan": "GSan"}
 CORPUS_MODULE = "grader.authoring.memory_corpus"
 CORPUS_FILE = "memory_corpus.py"  # the file a tool names when it finds the planted line
 ERROR_EXIT = 99  # compute-sanitizer's exit status when it reported an error (--error-exitcode)
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the `grader` package
 
 
 @dataclass
@@ -93,62 +95,19 @@ class Entry:
 
 # -- reading the tools' output ---------------------------------------------------------------------
 
-_PREFIX = re.compile(r"^=+ ?")  # compute-sanitizer's "========= " before each of its lines
-_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: ([\d,]+) errors?")
-_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: [\d,]+ hazards? displayed \(([\d,]+) errors?, ([\d,]+) warnings?\)")
-# "in /path/file.py:123" (newer releases: "at kernel+0x1d0 in file.py:123"; older ones add
-# ":kernel_name" after the line). A kernel built without line information names no file.
-_SOURCE = re.compile(r" in (?P<file>[^\s:]+\.\w+):(?P<line>\d+)\b")
 _GSAN_ASSERT = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+): .*Assertion `(?P<message>[^`]*)` failed")
-_NOT_AN_ERROR = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application")
-
-
-def _count(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
-def classify(description: str, details: str = "") -> str:
-    """The corpus's name for the class of a tool's error (``KINDS`` of memory_corpus where one fits)."""
-    if description.startswith("Invalid __"):
-        return "misaligned" if "is misaligned" in details else "out-of-bounds"
-    if description.startswith("Uninitialized __"):
-        return "uninitialised-read"
-    if "race" in description.lower():
-        return "race"
-    if description.startswith("Program hit"):
-        return "api-error"
-    return "other"
 
 
 def parse_sanitizer(output: str) -> Report:
-    """compute-sanitizer's report (any of its tools): the error count from its summary line and the
-    first error's description, class and source line. ``errors`` stays None when there is no summary
-    (the tool or the program did not get that far)."""
-    report = Report()
-    lines = [_PREFIX.sub("", line, count=1) for line in output.splitlines() if _PREFIX.match(line)]
-    for line in lines:
-        if report.errors is None and (match := _ERROR_SUMMARY.search(line)):
-            report.errors = _count(match[1])
-        if match := _RACE_SUMMARY.search(line):
-            report.warnings = _count(match[2])
-            if report.errors is None:
-                report.errors = _count(match[1])
-    for start, line in enumerate(lines):
-        text = line.strip()
-        if not text or line.startswith(" ") or text.startswith(_NOT_AN_ERROR):
-            continue
-        block = [line]
-        for detail in lines[start + 1 :]:
-            if detail.strip() and not detail.startswith(" "):
-                break
-            if "host backtrace" in detail or "Host Frame" in detail:
-                break
-            block.append(detail)
-        report.description = text
-        report.kind = classify(text, "\n".join(block))
-        if source := next((m for m in map(_SOURCE.search, block) if m), None):
-            report.file, report.line = Path(source["file"]).name, int(source["line"])
-        break
+    """compute-sanitizer's report (any of its tools), read by ``grader.core.sanitizer_report``: the
+    error count from its summary line and the first error's description, class and source line.
+    ``errors`` stays None when there is no summary (the tool or the program did not get that far)."""
+    report = Report(errors=reported_errors(output), warnings=reported_warnings(output))
+    findings = parse_report(output)
+    if findings:
+        first = findings[0]
+        report.kind, report.description, report.line = first.kind, first.reported, first.line
+        report.file = Path(first.file).name if first.file else ""
     return report
 
 
@@ -163,7 +122,7 @@ def parse_gsan(output: str, returncode: int | None) -> Report:
     message = first["message"]
     return Report(
         errors=len(asserts),
-        kind=classify(message),
+        kind="race" if "race" in message.lower() else "other",
         description=message,
         file=Path(first["file"]).name,
         line=int(first["line"]),

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from grader.core import device
+from grader.core import device, sanitizer_report
 from grader.core.catalog import find_module
 from grader.core.markers import planted_bugs
 from grader.learn import sanitizer
@@ -113,7 +113,7 @@ CLEAN = """\
 
 
 def test_an_out_of_bounds_store_reported_by_many_threads_is_one_finding():
-    findings = sanitizer.parse_report(MEMCHECK_OUT_OF_BOUNDS)
+    findings = sanitizer_report.parse_report(MEMCHECK_OUT_OF_BOUNDS)
     store, api = findings
     assert (store.kind, store.access, store.space, store.size) == ("out-of-bounds", "write", "global", 16)
     assert (store.kernel, store.line, store.block, store.thread) == ("add_bias_kernel", 112, (2, 0, 0), (96, 0, 0))
@@ -133,11 +133,11 @@ def test_an_out_of_bounds_store_reported_by_many_threads_is_one_finding():
         assert needed in sentence, f"{needed!r} is missing from: {sentence}"
     assert api.kind == "api-error" and "cudaErrorLaunchFailure (error 719" in str(api)
     assert "echo of an earlier fault" in str(api)
-    assert sanitizer.reported_errors(MEMCHECK_OUT_OF_BOUNDS) == 4
+    assert sanitizer_report.reported_errors(MEMCHECK_OUT_OF_BOUNDS) == 4
 
 
 def test_the_older_layout_names_the_kernel_and_line_too():
-    (load,) = sanitizer.parse_report(MEMCHECK_OLD_LAYOUT)
+    (load,) = sanitizer_report.parse_report(MEMCHECK_OLD_LAYOUT)
     assert (load.kind, load.access, load.size, load.kernel, load.file, load.line) == (
         "out-of-bounds",
         "read",
@@ -147,11 +147,11 @@ def test_the_older_layout_names_the_kernel_and_line_too():
         21,
     )
     assert load.relation == "" and "out of bounds of every allocation (address 0x7f0012fffffc)" in str(load)
-    assert sanitizer.reported_errors(MEMCHECK_OLD_LAYOUT) == 1
+    assert sanitizer_report.reported_errors(MEMCHECK_OLD_LAYOUT) == 1
 
 
 def test_a_misaligned_load_and_the_hardware_exception_it_causes():
-    load, exception = sanitizer.parse_report(MEMCHECK_MISALIGNED)
+    load, exception = sanitizer_report.parse_report(MEMCHECK_MISALIGNED)
     assert (load.kind, load.address, load.line) == ("misaligned", 0x7F3A1E000002, 202)
     assert "misaligned" in str(load) and "pointer's dtype" in str(load)
     assert (exception.kind, exception.detail, exception.block) == (
@@ -163,7 +163,7 @@ def test_a_misaligned_load_and_the_hardware_exception_it_causes():
 
 
 def test_initcheck_reads_of_memory_nothing_wrote():
-    atomic, copy = sanitizer.parse_report(INITCHECK_ACCUMULATOR, tool="initcheck")
+    atomic, copy = sanitizer_report.parse_report(INITCHECK_ACCUMULATOR, tool="initcheck")
     assert (atomic.tool, atomic.kind, atomic.kernel, atomic.line, atomic.address) == (
         "initcheck",
         "uninitialised-read",
@@ -177,7 +177,7 @@ def test_initcheck_reads_of_memory_nothing_wrote():
 
 
 def test_racecheck_reports_shared_memory_races_in_both_layouts():
-    modern, older = sanitizer.parse_report(RACECHECK_SHARED, tool="racecheck")
+    modern, older = sanitizer_report.parse_report(RACECHECK_SHARED, tool="racecheck")
     assert (modern.kind, modern.access, modern.space, modern.line, modern.hazards) == (
         "race",
         "write",
@@ -198,13 +198,13 @@ def test_racecheck_reports_shared_memory_races_in_both_layouts():
         (3, 0, 0),
     )
     assert older.other == "write at line 30 of reduce.py"
-    assert sanitizer.reported_errors(RACECHECK_SHARED) == 2
+    assert sanitizer_report.reported_errors(RACECHECK_SHARED) == 2
 
 
 def test_a_clean_report_has_no_findings():
-    assert sanitizer.parse_report(CLEAN) == []
-    assert sanitizer.reported_errors(CLEAN) == 0
-    assert sanitizer.parse_report("ordinary output of the program\n=== not a report line") == []
+    assert sanitizer_report.parse_report(CLEAN) == []
+    assert sanitizer_report.reported_errors(CLEAN) == 0
+    assert sanitizer_report.parse_report("ordinary output of the program\n=== not a report line") == []
 
 
 def test_the_command_line_and_the_childs_environment(monkeypatch):
