@@ -101,6 +101,17 @@ Inputs = tuple[tuple, dict]
 
 
 @dataclass(frozen=True)
+class Suspect:
+    """A typical wrong computation of a module's function. Where every wrong output of a failing
+    case matches it (within the case's tolerance), the diagnosis names it: evidence from the
+    numbers, not a guess from the pattern of the errors."""
+
+    what: str  # the mistake, as a learner would say it: "K^T read with k's strides in their own order"
+    compute: Callable[..., Any]  # like Spec.reference (float64 copies of the inputs), with the mistake made
+    advice: str  # what to change
+
+
+@dataclass(frozen=True)
 class Spec:
     """Everything the harness needs to test and time one module's API function."""
 
@@ -162,6 +173,8 @@ class Spec:
     # Output name -> the dtype it must have, or a function of the case giving it, where that is not
     # the rule of ``grader.core.checks.expected_dtypes`` (a float32 statistic of 16-bit inputs).
     output_dtypes: dict[str, Any] = field(default_factory=dict)
+    # Typical wrong computations, tried only when a case fails (``Suspect``).
+    suspects: tuple[Suspect, ...] = ()
 
     @property
     def floor(self) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -358,6 +358,9 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
             wrong_values.append(name)
         else:
             right.append(name)
+    named = suspected(spec, case, dict(zip(names, outputs)), wrong_values, inputs)
+    if named:
+        problems.insert(0, named)
     if wrong_values and right:  # wrong values beside right ones (not a dtype or a shape): what differs
         only = "; ".join(spec.output_notes[n] for n in wrong_values if n in spec.output_notes)
         problems.append(
@@ -375,6 +378,31 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
     if problems and case.hint:
         problems.append(f"What this case checks: {case.hint}")
     return problems
+
+
+def suspected(spec: Spec, case: Case, outputs: dict, wrong: list[str], inputs) -> str | None:
+    """A line naming the first of ``spec.suspects`` whose outputs every wrong one matches, where
+    the inputs are known; None otherwise."""
+    if not spec.suspects or not wrong or inputs is None:
+        return None
+    args, kwargs = inputs
+    for suspect in spec.suspects:
+        try:
+            theirs = dict(zip(outputs, reference_outputs(replace(spec, reference=suspect.compute), args, kwargs)))
+        except (RuntimeError, ValueError, IndexError):  # not computable for these inputs: no evidence
+            continue
+        if all(_close(spec, case, name, outputs[name], theirs.get(name)) for name in wrong):
+            verb = "matches" if len(wrong) == 1 else "match"
+            return f"{' and '.join(wrong)} {verb} what {suspect.what} gives: {suspect.advice}"
+    return None
+
+
+def _close(spec: Spec, case: Case, name: str, out, expected) -> bool:
+    if not isinstance(out, torch.Tensor) or not isinstance(expected, torch.Tensor) or out.shape != expected.shape:
+        return False
+    atol, rtol = spec.tolerance(out.dtype, case, name)
+    got = out.detach().to(device=expected.device, dtype=torch.float64)
+    return bool(torch.allclose(got, expected.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True))
 
 
 def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResult:

@@ -282,3 +282,33 @@ def test_a_compile_error_shows_its_cause_first_not_the_kernels_source():
         "Loop-carried variable acc has initial type fp16 but is re-assigned to fp32 in loop!"
     )
     assert "That usually means a value updated in a loop must keep one dtype" in short_error(carried)
+
+
+def test_a_failing_output_equal_to_a_suspected_mistake_is_named_first():
+    """A module's suspect (a typical wrong computation) is named where every wrong output matches
+    it, and only there; one that cannot be computed for the inputs says nothing."""
+    from grader.core.cases import Suspect
+    from grader.core.checks import compare, reference_outputs
+
+    def impossible(x):
+        raise RuntimeError("needs another shape")
+
+    spec = Spec(
+        api="double",
+        make_inputs=None,
+        reference=lambda x: x * 2,
+        suspects=(
+            Suspect("a suspect that cannot run", impossible, "never said"),
+            Suspect("x + x + x", lambda x: x * 3, "double, do not triple."),
+        ),
+    )
+    x = torch.randn(64, dtype=torch.float32)
+    case = Case({}, torch.float32)
+    references = reference_outputs(spec, (x,), {})
+    tripled = compare(spec, case, (x * 3,), references, ((x,), {}))
+    assert tripled[0] == "output matches what x + x + x gives: double, do not triple.", tripled
+    assert not any("never said" in p for p in tripled)
+    quadrupled = compare(spec, case, (x * 4,), references, ((x,), {}))
+    assert quadrupled and not any("x + x + x" in p for p in quadrupled)
+    assert compare(spec, case, (x * 2,), references, ((x,), {})) == []
+    assert not any("x + x + x" in p for p in compare(spec, case, (x * 3,), references, None))

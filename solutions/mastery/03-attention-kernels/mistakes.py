@@ -56,11 +56,11 @@ MISTAKES = [
             "m' = m * log2(e).\"\"\"\n" + _KEY_LOOP + "stride_vn + offs_d[None, :] * stride_vd",
             "m' = m * log2(e).\"\"\"\n" + _KEY_LOOP + "stride_kn + offs_d[None, :] * stride_kd",
             cause=r"its own strides"),
-    # Row 0 of every head of the causal case is right (query 0 sees key 0 alone): the diagnosis
-    # names the scores and the order of k's strides in the load of K^T.
+    # The module's suspect recomputes attention with K^T read that way and finds the output equal
+    # to it, in every case (the causal ones also show row 0 of every head right).
     Mistake("naive pass 1 reads K^T with k's strides in their own order",
             "(k.stride(0), k.stride(1), k.stride(3), k.stride(2))", "k.stride()",
-            cause=r"row 0 of every matrix.*K\^T's row stride is k\.stride\(3\)"),
+            cause=r"o matches what pass 1 with k's strides in their own order.*row stride is k\.stride\(3\)"),
     # o of the heads that read the wrong key/value head is wrong, and so is their lse: both
     # diagnoses name the head mapping (the lse's rows are heads), neither a row offset.
     Mistake("grouped-query head mapping h % group instead of h // group (forward)",

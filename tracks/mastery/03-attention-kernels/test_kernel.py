@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from grader import device
-from grader.cases import Backward, Case, Spec, refusal
+from grader.cases import Backward, Case, Spec, Suspect, refusal
 from grader.checks import autograd_reference, check_case
 from grader.traffic import TrafficBar, check_bar
 
@@ -334,10 +334,36 @@ FORWARD_LSE = Spec(
     allowed_hooks=ALLOWED_HOOKS,
 )
 
+def _k_transposed_read_unswapped(k):
+    """What pass 1 reads as K^T when it is given k's strides in their own order: element (d, j) at
+    d * k.stride(2) + j * k.stride(3) of each head, as a (B, Hkv, Sk, D) tensor whose transpose it
+    is. Reads that would run past k's memory (Sk < D) meet zeros here."""
+    batch, heads, seq_k, dim = k.shape
+    spare = torch.zeros(k.numel() + dim * dim, dtype=k.dtype, device=k.device)
+    spare[: k.numel()] = k.contiguous().flatten()
+    contiguous = (heads * seq_k * dim, seq_k * dim, dim, 1)
+    read = torch.as_strided(spare, (batch, heads, dim, seq_k), contiguous)
+    return read.transpose(-1, -2)
+
+
+def _attention_k_unswapped(q, k, v, causal=False, sm_scale=None):
+    return attention_reference(q, _k_transposed_read_unswapped(k), v, causal, sm_scale)
+
+
+NAIVE_SUSPECTS = (
+    Suspect(
+        "pass 1 with k's strides in their own order (K^T read as k's memory laid out (D, Sk))",
+        _attention_k_unswapped,
+        "K^T needs k's last two strides swapped: element (d, j) of K^T is k[.., j, d], so its row "
+        "stride is k.stride(3) and its column stride k.stride(2).",
+    ),
+)
+
 NAIVE = Spec(
     api="naive_attention",
     make_inputs=attention_inputs,
     reference=attention_reference,
+    suspects=NAIVE_SUSPECTS,
     output_names=("o",),
     flops=attention_flops,
     bytes_moved=attention_bytes,
