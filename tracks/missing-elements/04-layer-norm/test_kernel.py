@@ -9,7 +9,7 @@ formula falls apart), and constant rows of large magnitude (where an unshifted m
 import torch
 
 from grader import device
-from grader.cases import Case, Spec, refusal
+from grader.cases import Case, Spec, Suspect, refusal
 from grader.checks import check_case
 
 PYTEST_ONLY = {
@@ -62,12 +62,51 @@ def reference(x, weight, bias, eps=1e-5):
     # the biased variance, x.var(dim=-1, unbiased=False), written out (torch warns on 0 rows)
     var = ((x - mean[..., None]) ** 2).mean(dim=-1)
     rstd = 1.0 / torch.sqrt(var + eps)
-    y = (x - mean[..., None]) * rstd[..., None]
+    return _affine((x - mean[..., None]) * rstd[..., None], weight, bias), mean, rstd
+
+
+def _affine(y, weight, bias):
     if weight is not None:
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y, mean, rstd
+    return y
+
+
+# Typical wrong computations, which the diagnosis names when a kernel's outputs equal one of them.
+
+def _unbiased_variance(x, weight, bias, eps=1e-5):
+    """The variance divided by N - 1 (torch.var's default): 0 / 0, NaN, where N = 1."""
+    mean = x.mean(dim=-1)
+    var = ((x - mean[..., None]) ** 2).sum(dim=-1) / (x.shape[-1] - 1)
+    rstd = 1.0 / torch.sqrt(var + eps)
+    return _affine((x - mean[..., None]) * rstd[..., None], weight, bias), mean, rstd
+
+
+def _eps_outside_the_root(x, weight, bias, eps=1e-5):
+    """rstd = 1 / (sqrt(var) + eps): 1 / eps = 1e5 on a constant row, instead of about 316."""
+    mean = x.mean(dim=-1)
+    var = ((x - mean[..., None]) ** 2).mean(dim=-1)
+    rstd = 1.0 / (torch.sqrt(var) + eps)
+    return _affine((x - mean[..., None]) * rstd[..., None], weight, bias), mean, rstd
+
+
+def _centred_not_scaled(x, weight, bias, eps=1e-5):
+    """y from x - mean without the factor rstd: the statistics right, the row never normalised."""
+    _, mean, rstd = reference(x, weight, bias, eps)
+    return _affine(x - mean[..., None], weight, bias), mean, rstd
+
+
+SUSPECTS = (
+    Suspect("the variance divided by N - 1", _unbiased_variance,
+            "layer norm uses the biased variance, sum((x - mean)^2) / N, as torch.nn.functional.layer_norm "
+            "does (a row of one value has variance 0, not 0 / 0)."),
+    Suspect("eps added outside the square root (1 / (sqrt(var) + eps))", _eps_outside_the_root,
+            "eps belongs inside the square root: rstd = 1 / sqrt(var + eps)."),
+    Suspect("x - mean left without the factor rstd", _centred_not_scaled,
+            "normalise the centred row before the affine transform: x_hat = (x - mean) * rstd, then "
+            "y = x_hat * weight + bias."),
+)
 
 
 def torch_layer_norm(x, weight, bias, eps=1e-5):
@@ -99,6 +138,7 @@ SPEC = Spec(
     make_inputs=make_inputs,
     row_wise=True,
     reference=reference,
+    suspects=SUSPECTS,
     output_names=("y", "mean", "rstd"),
     output_dtypes={"mean": torch.float32, "rstd": torch.float32},  # whatever x's dtype
     output_notes={"y": "normalising with the statistics, then the weight and the bias",
