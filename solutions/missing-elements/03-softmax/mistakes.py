@@ -39,7 +39,8 @@ MISTAKES = [
     Mistake("block size equal to the row length, not a power of two",
             "block_size = triton.next_power_of_2(n_cols)", "block_size = n_cols", cause=r"power of two"),
     Mistake("exp2 used without the log2(e) factor",
-            "numerator = tl.exp(row_minus_max)", "numerator = tl.exp2(row_minus_max)", cause=r"exp"),
+            "numerator = tl.exp(row_minus_max)", "numerator = tl.exp2(row_minus_max)",
+            cause=r"matches what exp2 in place of exp gives"),
     # Accesses past the end of a row or of the output.
     Mistake("mask keeps one lane too many",
             "mask = col_offsets < n_cols", "mask = col_offsets <= n_cols",

@@ -5,9 +5,11 @@ the pytest tests. Rows cover 1 column, powers of two and the lengths just past t
 enough to overflow exp() without the max subtraction, -inf entries, and rows that are not packed.
 """
 
+import math
+
 import torch
 
-from grader.cases import Case, Spec, refusal
+from grader.cases import Case, Spec, Suspect, refusal
 from grader.checks import check_case
 
 
@@ -47,6 +49,17 @@ def reference(x):
     return torch.softmax(x, dim=-1)
 
 
+def _softmax_base_2(x):
+    """exp2 where exp is meant: 2^(x - max) / sum 2^(x - max), the softmax of x * ln(2)."""
+    return torch.softmax(x * math.log(2.0), dim=-1)
+
+
+SUSPECTS = (
+    Suspect("exp2 in place of exp", _softmax_base_2,
+            "exp2(t) is exp(t * ln 2): use tl.exp, or multiply by log2(e) = 1.4426950408889634 before tl.exp2."),
+)
+
+
 def torch_softmax(x):
     return torch.softmax(x, dim=-1)
 
@@ -69,6 +82,7 @@ SPEC = Spec(
     make_inputs=make_inputs,
     row_wise=True,
     reference=reference,
+    suspects=SUSPECTS,
     # Softmax outputs are probabilities, often far below 1 (about 1/n_cols on average), so the
     # absolute tolerances are tighter than the defaults, which suit values of order one.
     # float16: one rounding of the output (at most 2^-11 relative) and a little more, so that a
