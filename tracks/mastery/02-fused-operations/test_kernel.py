@@ -10,7 +10,7 @@ layer_norm_linear(). Every function is checked against the unfused PyTorch seque
 import torch
 import torch.nn.functional as F
 
-from grader.cases import Case, Spec, refusal
+from grader.cases import Case, Spec, Suspect, refusal
 from grader.checks import check_case
 from grader.traffic import TrafficBar, check_bar
 
@@ -140,6 +140,33 @@ def layer_norm_linear_unfused(x, ln_weight, ln_bias, weight, bias=None, eps=1e-5
     return F.linear(F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps), weight, bias)
 
 
+# ---- typical wrong computations, which the diagnosis names when the outputs equal one of them ----
+
+OTHER_GELU = {"gelu": "gelu_tanh", "gelu_tanh": "gelu"}
+
+
+def layer_norm_act_other_gelu(x, weight, bias, activation="gelu", eps=1e-5):
+    """The two GELUs swapped: the tanh approximation for "gelu", the exact erf form for "gelu_tanh"."""
+    return layer_norm_act_unfused(x, weight, bias, OTHER_GELU.get(activation, activation), eps)
+
+
+def linear_bias_act_other_gelu(x, weight, bias=None, activation="gelu"):
+    return linear_bias_act_unfused(x, weight, bias, OTHER_GELU.get(activation, activation))
+
+
+def layer_norm_act_eps_outside(x, weight, bias, activation="gelu", eps=1e-5):
+    """rstd = 1 / (sqrt(var) + eps): eps added to the standard deviation, not to the variance."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    y = centred / ((centred * centred).mean(dim=-1, keepdim=True).sqrt() + eps)
+    y = y if weight is None else y * weight
+    return ACTIVATIONS[activation](y if bias is None else y + bias)
+
+
+OTHER_GELU_WHAT = "the other GELU (the tanh approximation for 'gelu', the exact erf form for 'gelu_tanh')"
+OTHER_GELU_ADVICE = ("activation='gelu' is the exact x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), which gaussian_cdf "
+                     "computes; 'gelu_tanh' is x sigmoid(2u) with u = sqrt(2 / pi) (x + 0.044715 x^3).")
+
+
 # ---- cost models: the fewest bytes each problem needs (fused), and what PyTorch moves (unfused) --
 
 def _rows(shape):
@@ -193,6 +220,9 @@ SPEC = Spec(
     api="layer_norm_act",
     make_inputs=layer_norm_act_inputs,
     reference=layer_norm_act_unfused,
+    suspects=(Suspect(OTHER_GELU_WHAT, layer_norm_act_other_gelu, OTHER_GELU_ADVICE),
+              Suspect("eps added outside the square root (1 / (sqrt(var) + eps))", layer_norm_act_eps_outside,
+                      "eps belongs inside the square root: rstd = 1 / sqrt(var + eps).")),
     row_wise=True,
     bytes_moved=layer_norm_act_bytes,
     torch_baseline=layer_norm_act_unfused,
@@ -213,6 +243,7 @@ LINEAR = Spec(
     api="linear_bias_act",
     make_inputs=linear_inputs,
     reference=linear_bias_act_unfused,
+    suspects=(Suspect(OTHER_GELU_WHAT, linear_bias_act_other_gelu, OTHER_GELU_ADVICE),),
     tolerances=TF32,
     interpreter_tolerances=EXACT_DOT,
     flops=matmul_flops,
