@@ -61,6 +61,16 @@ MISTAKES = [
     Mistake("naive pass 1 reads K^T with k's strides in their own order",
             "(k.stride(0), k.stride(1), k.stride(3), k.stride(2))", "k.stride()",
             cause=r"o matches what pass 1 with k's strides in their own order.*row stride is k\.stride\(3\)"),
+    # The module's suspects recompute attention with the scale the kernel used (ln 2, or 1).
+    Mistake("online softmax exponentiates the raw scores, without qk_scale",
+            "        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)\n"
+            "        p = tl.math.exp2(s * qk_scale - m_new[:, None])",
+            "        m_new = tl.maximum(m_i, tl.max(s, axis=1))\n"
+            "        p = tl.math.exp2(s - m_new[:, None])",
+            cause=r"o and lse match what the scores exponentiated without qk_scale"),
+    Mistake("naive pass 2 leaves sm_scale out",
+            's = tl.where(visible, sm_scale * s, float("-inf"))', 's = tl.where(visible, s, float("-inf"))',
+            cause=r"o matches what the softmax without sm_scale"),
     # o of the heads that read the wrong key/value head is wrong, and so is their lse: both
     # diagnoses name the head mapping (the lse's rows are heads), neither a row offset.
     Mistake("grouped-query head mapping h % group instead of h // group (forward)",

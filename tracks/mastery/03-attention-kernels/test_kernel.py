@@ -141,6 +141,27 @@ def attention_lse_reference(q, k, v, causal=False, sm_scale=None):
     return _per_batch(one, q, k, v)
 
 
+# Typical wrong scales, which the diagnosis names when the outputs equal attention computed with them.
+
+def _attention_exp2_unscaled(q, k, v, causal=False, sm_scale=None):
+    """exp2 of the raw scores, qk_scale left out: exp2(s) = exp(ln(2) * s), a softmax scale of ln 2."""
+    return attention_reference(q, k, v, causal, math.log(2.0))
+
+
+def _attention_lse_exp2_unscaled(q, k, v, causal=False, sm_scale=None):
+    return attention_lse_reference(q, k, v, causal, math.log(2.0))
+
+
+def _attention_unscaled(q, k, v, causal=False, sm_scale=None):
+    """softmax(q k^T) v: sm_scale left out."""
+    return attention_reference(q, k, v, causal, 1.0)
+
+
+EXP2_UNSCALED_WHAT = "the scores exponentiated without qk_scale (exp2(s - m) instead of exp2(qk_scale * s - m))"
+EXP2_UNSCALED_ADVICE = ("qk_scale = sm_scale * log2(e) goes into both the running maximum and the exponent: "
+                        "m_new = max(m_i, max(s) * qk_scale), p = exp2(qk_scale * s - m_new).")
+
+
 def _sdpa(q, k, v, causal, sm_scale):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
                                           enable_gqa=q.shape[1] != k.shape[1])
@@ -292,6 +313,7 @@ SPEC = Spec(
     api="attention",
     make_inputs=attention_inputs,
     reference=attention_reference,
+    suspects=(Suspect(EXP2_UNSCALED_WHAT, _attention_exp2_unscaled, EXP2_UNSCALED_ADVICE),),
     output_names=("o",),
     flops=attention_flops,
     bytes_moved=attention_bytes,
@@ -308,6 +330,7 @@ FLASH2 = Spec(
     api="attention",
     make_inputs=attention_inputs,
     reference=attention_reference,
+    suspects=(Suspect(EXP2_UNSCALED_WHAT, _attention_exp2_unscaled, EXP2_UNSCALED_ADVICE),),
     output_names=("o",),
     flops=attention_flops,
     bytes_moved=attention_bytes,
@@ -323,6 +346,7 @@ FORWARD_LSE = Spec(
     api="attention_forward",
     make_inputs=attention_inputs,
     reference=attention_lse_reference,
+    suspects=(Suspect(EXP2_UNSCALED_WHAT, _attention_lse_exp2_unscaled, EXP2_UNSCALED_ADVICE),),
     output_names=("o", "lse"),
     # lse is float32 whatever q's dtype (float64 for float64 inputs): the backward recomputes P from it
     output_dtypes={"lse": lambda case: torch.promote_types(case.dtype, torch.float32)},
@@ -351,6 +375,8 @@ def _attention_k_unswapped(q, k, v, causal=False, sm_scale=None):
 
 
 NAIVE_SUSPECTS = (
+    Suspect("the softmax without sm_scale (softmax(q k^T))", _attention_unscaled,
+            "pass 2 scales the scores before the softmax: tl.where(visible, sm_scale * s, -inf)."),
     Suspect(
         "pass 1 with k's strides in their own order (K^T read as k's memory laid out (D, Sk))",
         _attention_k_unswapped,
