@@ -52,4 +52,8 @@ MISTAKES = [
             interpreter_only=READ_PAST_END),
     Mistake("x's column stride assumed to be 1",
             "cols[None, :] * stride_xn", "cols[None, :]", cause=r"not contiguous"),
+    Mistake("x's strides ignored: the tile loaded as if x were row-major",
+            "tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)",
+            "tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask)",
+            cause=r"ignores x's strides"),
 ]

@@ -8,7 +8,7 @@ instead). transpose() is the module's main function; cases with spec=MATMUL call
 import pytest
 import torch
 
-from grader.cases import Case, Spec, matmul_bytes, matmul_flops, matmul_inputs, refusal
+from grader.cases import Case, Spec, Suspect, matmul_bytes, matmul_flops, matmul_inputs, refusal
 from grader.checks import check_case, matmul_refusals
 from grader.traffic import TrafficBar, check_bar
 
@@ -33,10 +33,53 @@ def transpose_bytes(case):
     return 2 * M * N * case.dtype.itemsize
 
 
+# Typical wrong computations, which the diagnosis names when a kernel's outputs equal one of them
+# (they get float64 copies of the inputs, which keep a transposed x's strides).
+
+def _transpose_strides_ignored(x):
+    """The tile loaded from x_ptr + row * N + col, as if x were row-major, for an x that is itself
+    a transpose: the load reads x's memory in its own order. (A sliced x's memory holds values
+    that are not in x: not computable.)"""
+    M, N = x.shape
+    if x.is_contiguous() or not x.t().is_contiguous():
+        raise ValueError("only an x stored as a transpose shows this mistake in computable values")
+    return x.t().contiguous().reshape(M, N).t().contiguous()
+
+
+TRANSPOSE_SUSPECTS = (
+    Suspect("a load that ignores x's strides (x_ptr + rows * N + cols, as if x were row-major)",
+            _transpose_strides_ignored,
+            "the tests pass transposed and sliced views: address the tile with x's own strides, "
+            "x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn."),
+)
+
+
+def _matmul_last_k_step(block_k):
+    """a @ b from the last k-step alone: the accumulator replaced at every step (acc = tl.dot(a, b))
+    with steps of block_k."""
+    def compute(a, b):
+        K = a.shape[1]
+        if K <= block_k:
+            raise ValueError("a single k-step: the mistake does not show")
+        start = (K - 1) // block_k * block_k
+        return a[:, start:] @ b[start:]
+    return compute
+
+
+# One per k-step a launcher may choose; the first whose values every wrong output matches is named.
+MATMUL_SUSPECTS = tuple(
+    Suspect("the last k-step alone (the accumulator replaced at every step: acc = tl.dot(a, b))",
+            _matmul_last_k_step(block_k),
+            "each k-step must add to what the earlier ones summed: acc = tl.dot(a, b, acc) (or acc += "
+            "tl.dot(a, b)).")
+    for block_k in (16, 32, 64, 128))
+
+
 SPEC = Spec(
     api="transpose",
     make_inputs=transpose_inputs,
     reference=lambda x: x.t().contiguous(),
+    suspects=TRANSPOSE_SUSPECTS,
     bytes_moved=transpose_bytes,
     torch_baseline=lambda x: x.t().contiguous(),
     bench_cases=tuple(Case({"shape": (8192, 8192)}, dtype) for dtype in (torch.float32, torch.float16)),
@@ -49,6 +92,7 @@ MATMUL = Spec(
     api="matmul",
     make_inputs=matmul_inputs,
     reference=lambda a, b: a @ b,
+    suspects=MATMUL_SUSPECTS,
     # tl.dot rounds float32 operands to TF32 on a GPU; the interpreter multiplies exactly.
     tolerances={torch.float32: (5e-3, 5e-3)},
     interpreter_tolerances={torch.float32: (1e-4, 1e-4)},
