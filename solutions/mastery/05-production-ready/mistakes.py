@@ -19,6 +19,14 @@ MISTAKES = [
     Mistake("setup_context saves the output instead of the input x",
             "ctx.save_for_backward(x, weight, bias)", "ctx.save_for_backward(output, weight, bias)",
             cause=r"the input x, not the output"),
+    # The same two mistakes written elsewhere: the outputs' values name them (the test's suspects).
+    Mistake("the backward's three results unpacked with grad_weight and grad_bias swapped",
+            "grad_x, grad_weight, grad_bias = layer_norm_gelu_backward_op(",
+            "grad_x, grad_bias, grad_weight = layer_norm_gelu_backward_op(",
+            cause=r"returns grad_bias in grad_weight's place"),
+    Mistake("setup_context keeps the default eps instead of the forward's",
+            "    ctx.eps = eps\n", "    ctx.eps = 1e-5\n",
+            cause=r"eps = 1e-5 \(the default\) instead of the forward's eps"),
     Mistake("validation refuses non-contiguous x, which the operator handles",
             "    n_cols = x.shape[-1]\n    if n_cols > MAX_ROW:",
             "    if not x.is_contiguous():\n"

@@ -36,7 +36,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 from grader import device
 from grader.catalog import find_module
-from grader.cases import Backward, Case, Spec, refusal
+from grader.cases import Backward, Case, Spec, Suspect, refusal
 from grader.checks import autograd_reference, check_case, expect_error, explained
 from grader.loading import LoadedKernel
 
@@ -190,11 +190,62 @@ BACKWARD_NOTES = {
                  "eps): the sum over rows of dz",
 }
 
+# Typical wrong backwards, which the diagnosis names when a kernel's outputs equal one of them. Each
+# takes the reference's arguments (float64 copies of x, weight, bias and dy, and eps) and returns
+# what the reference does, for the gradients of the inputs in ``wrt``.
+
+def _backward_from_the_output(wrt):
+    """setup_context saved the output: the backward kernel recomputes the statistics from y and
+    returns the gradients at y instead of at x (the forward is right)."""
+    reference = autograd_reference(layer_norm_gelu_torch, wrt=wrt)
+
+    def compute(x, weight, bias, dy, eps=1e-5):
+        y = layer_norm_gelu_torch(x, weight, bias, eps)
+        return (y, *reference(y, weight, bias, dy, eps=eps)[1:])
+    return compute
+
+
+def _backward_with_the_default_eps(wrt):
+    """The backward operator handed eps = 1e-5 (the public function's default) instead of the
+    forward's eps (the forward is right)."""
+    reference = autograd_reference(layer_norm_gelu_torch, wrt=wrt)
+
+    def compute(x, weight, bias, dy, eps=1e-5):
+        if eps == 1e-5:
+            raise ValueError("the default eps: the mistake does not show")
+        return (reference(x, weight, bias, dy, eps=eps)[0], *reference(x, weight, bias, dy, eps=1e-5)[1:])
+    return compute
+
+
+def _weight_and_bias_gradients_swapped(x, weight, bias, dy, eps=1e-5):
+    y, grad_x, grad_weight, grad_bias = autograd_reference(layer_norm_gelu_torch, wrt=(0, 1, 2))(
+        x, weight, bias, dy, eps=eps)
+    return y, grad_x, grad_bias, grad_weight
+
+
+def layer_norm_gelu_suspects(wrt):
+    return (
+        Suspect("the backward run on the output y instead of the input x (setup_context saving the output)",
+                _backward_from_the_output(wrt),
+                "setup_context must save the input: x, weight, bias, eps = inputs; ctx.save_for_backward(x, "
+                "weight, bias). The backward kernel recomputes each row's mean and rstd from x."),
+        Suspect("the backward with eps = 1e-5 (the default) instead of the forward's eps",
+                _backward_with_the_default_eps(wrt),
+                "keep the forward's eps in setup_context (ctx.eps = eps) and hand ctx.eps to "
+                "layer_norm_gelu_backward_op."),
+    )
+
+
 SPEC = Spec(
     api="layer_norm_gelu",
     make_inputs=layer_norm_gelu_inputs,
     reference=autograd_reference(layer_norm_gelu_torch, wrt=(0, 1, 2)),
     protocol=Backward(wrt=(0, 1, 2)),
+    suspects=(*layer_norm_gelu_suspects((0, 1, 2)),
+              Suspect("a backward() that returns grad_bias in grad_weight's place and the reverse",
+                      _weight_and_bias_gradients_swapped,
+                      "backward() returns one gradient per input of the operator, in its order (x, weight, "
+                      "bias, eps): (grad_x, grad_weight, grad_bias, None).")),
     output_names=("y", "grad_x", "grad_weight", "grad_bias"),
     output_notes=BACKWARD_NOTES,
     output_tolerances={"grad_weight": SUM_OVER_ROWS, "grad_bias": SUM_OVER_ROWS},
@@ -215,6 +266,7 @@ LAYER_NORM_GELU_X_ONLY = Spec(
     make_inputs=layer_norm_gelu_inputs,
     reference=autograd_reference(layer_norm_gelu_torch, wrt=(0,)),
     protocol=Backward(wrt=(0,)),
+    suspects=layer_norm_gelu_suspects((0,)),
     output_names=("y", "grad_x"),
     output_notes=BACKWARD_NOTES,
     row_wise=True,
