@@ -235,6 +235,30 @@ def test_check_of_one_function_runs_only_that_function_s_tests(tmp_path, monkeyp
     assert not (tmp_path / "progress.json").exists()
 
 
+def test_check_of_one_function_says_what_its_failing_cases_share(monkeypatch):
+    """make check K=add prints the summary across the cases, as the whole module's check does:
+    here exactly the non-contiguous cases fail."""
+    from io import StringIO
+
+    from grader.learn import check
+
+    module = find_module("missing-elements/01-vector-add")
+    spec, public = check.cases.public(module)
+    results = [
+        (
+            f"test_matches_reference[{case.name}]",
+            "failed" if case.params.get("layout") == "strided" else "passed",
+            "wrong values",
+        )
+        for case in public
+        if check.cases.spec_for(case, spec).api == "add" and not case.cuda_only
+    ]
+    monkeypatch.setattr(check, "run_public_tests", lambda module, impl, function=None: results)
+    out = StringIO()
+    assert not check.check(module, "solutions", out, function="add")
+    assert "Across the cases: exactly the cases where" in out.getvalue() and "contiguous" in out.getvalue()
+
+
 def test_check_of_one_part_runs_only_that_part_s_tests():
     """make check M=mastery/04 K=optimizer: the cases of adamw, sgd and unscale_grads and the tests
     that name them, nothing of the backward passes or the scan."""

@@ -252,6 +252,9 @@ def _check_function(module: Module, impl: str | Path, function: str, out) -> boo
     counted = [r for r in results if r[1] != "skipped"]
     passed = sum(outcome == "passed" for _, outcome, _ in counted)
     print(f"Public tests of {what}: {passed} of {len(counted)} pass", file=out)
+    pattern = _across_cases(module, results)
+    if pattern:
+        print(textwrap.fill(pattern, 100, initial_indent="  ", subsequent_indent="    "), file=out)
     shown_details: list[str] = []
     for name, outcome, message in results:
         print(f"  {({'passed': 'PASS', 'failed': 'FAIL', 'skipped': 'skip'})[outcome]} {name}", file=out)
