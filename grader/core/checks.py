@@ -428,8 +428,8 @@ def run_case(fn: Callable, spec: Spec, case: Case, secret: int = 0) -> CaseResul
         report = monitor.report()
         if guard is not None:
             report["unwritten_by_kernel"] = guard.unwritten(outputs)
-    except KernelCallError as error:
-        return CaseResult(case, False, str(error))
+    except KernelCallError as error:  # the call raised or crashed: what the case checks may say why
+        return CaseResult(case, False, str(error) + (f"\nWhat this case checks: {case.hint}" if case.hint else ""))
     finally:
         if guard is not None:
             guard.uninstall()

@@ -312,3 +312,17 @@ def test_a_failing_output_equal_to_a_suspected_mistake_is_named_first():
     assert quadrupled and not any("x + x + x" in p for p in quadrupled)
     assert compare(spec, case, (x * 2,), references, ((x,), {})) == []
     assert not any("x + x + x" in p for p in compare(spec, case, (x * 3,), references, None))
+
+
+def test_a_call_that_raises_still_says_what_its_case_checks():
+    """The case's hint follows the error of a call that raised, as it follows wrong values."""
+
+    def refuses(x):
+        raise ValueError("x has 65536 elements; this kernel supports at most 65536")
+
+    hinted = Case({"n": 100}, hint="rows of exactly MAX_ROW elements are allowed: the limit is > MAX_ROW")
+    result = run_case(refuses, SPEC, hinted)
+    assert not result.passed and "ValueError" in result.message
+    assert result.message.endswith(
+        "What this case checks: rows of exactly MAX_ROW elements are allowed: the limit is > MAX_ROW"
+    )
