@@ -873,7 +873,7 @@ def _outside(buffer: _Buffer, address: int, size: int, every_lane: bool = False)
             "starts in the wrong place (how its offset is computed from program_id, a row or head mapping) "
             "or should not run at all (a grid larger than the data), more than a missing mask"
         )
-    return where + "; check the mask of this access"
+    return where + "; check the mask of this access, and where the mask is right, the offsets it guards (strides)"
 
 
 def _element_offsets(tensor: torch.Tensor) -> np.ndarray:
