@@ -17,7 +17,8 @@ def test_holds():
 
 def _run(folder, capsys, *extra: str) -> str:
     """pytest in this process on ``folder``'s tests, with the course's plugin: what it printed."""
-    code = pytest.main(["-p", "grader.pytest_plugin", "-p", "no:cacheprovider", "-q", *extra, str(folder)])
+    arguments = ["-p", "grader.pytest_plugin", "-p", "no:cacheprovider", "-q", f"--rootdir={folder}"]
+    code = pytest.main([*arguments, *extra, str(folder)])
     assert code == pytest.ExitCode.TESTS_FAILED
     return capsys.readouterr().out
 
