@@ -36,7 +36,7 @@ COMPILER_RESERVE = 8 * 1024  # shared memory the compiler keeps for itself (epil
 # The descriptor kernel's one config: what the autotuner picked on an H100 for every shape measured
 # (README). A descriptor's tile shape is fixed on the host, before the launch, so this kernel is
 # not autotuned: the autotuner would need a Python hook to re-shape the descriptors per config.
-TMA_CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
+TMA_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
 
 
 def matmul_configs() -> list:
