@@ -68,6 +68,7 @@ import triton
 import triton.language as tl
 
 from grader.authoring import sanitizers
+from grader.authoring.text_table import aligned
 from grader.core import device
 from grader.core.memcheck import Finding, MemoryChecker, MemoryFault
 
@@ -949,10 +950,7 @@ def table(results: list[Result]) -> str:
                 plain_s,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def totals(results: list[Result]) -> str:
@@ -999,8 +997,7 @@ def listing() -> str:
                 bug.missed_by_checker and "yes",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return aligned(rows, ruled=False)
 
 
 def sanitize(bugs: list[Bug], out_dir: Path, jobs: int, timeout: float) -> int:

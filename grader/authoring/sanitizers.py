@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.authoring.text_table import aligned
 from grader.core.catalog import REPO_ROOT
 from grader.core.sanitizer_report import parse_report, reported_errors, reported_warnings
 
@@ -334,10 +335,7 @@ def table(entries: Iterable[Entry]) -> str:
     for e in entries:
         row = (e.name, e.kind or "clean", str(e.planted or "-"), _checker_cell(e.checker))
         rows.append(row + tuple(cell(e.tools.get(t)) for t in TOOLS))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def totals(entries: list[Entry], gsan_note: str = "") -> list[str]:

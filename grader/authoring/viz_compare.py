@@ -64,6 +64,7 @@ import triton
 
 from grader.authoring import memory_corpus
 from grader.authoring.memory_corpus import BUGS, Bug
+from grader.authoring.text_table import aligned
 from grader.core import device
 
 INSTALL = "triton-viz is not installed: `pip install triton-viz` (it brings z3-solver), then run this again."
@@ -248,10 +249,7 @@ def table(rows: Sequence[Row]) -> str:
                 r.viz_detail,
             )
         )
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(c, widths)).rstrip() for c in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return aligned(cells)
 
 
 def _names(rows: Sequence[Row]) -> str:
