@@ -51,7 +51,17 @@ class _FailuresAtOnce:
     def pytest_runtest_logreport(self, report):
         if report.failed:
             said = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
-            self.config.pluginmanager.get_plugin("terminalreporter").write_line(f"{said} {report.nodeid}")
+            reason = _first_line_of_failure(report)
+            line = f"{said} {report.nodeid}" + (f" - {reason}" if reason else "")
+            self.config.pluginmanager.get_plugin("terminalreporter").write_line(line)
+
+
+def _first_line_of_failure(report, limit: int = 300) -> str:
+    """What failed, in one line (the assertion or the exception raised), as pytest's -rf says it."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr or "")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0][:limit] if lines else ""
 
 
 def pytest_configure(config):
@@ -142,6 +152,7 @@ if LoadFileScheduling is not None:
         def _split_scope(self, nodeid: str) -> str:
             return test_order.work_unit(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` leaves the hook unknown: no error then
     def pytest_xdist_make_scheduler(config, log):
         if config.getvalue("dist") == "loadfile":
             return _LoadFileSplitByTrack(config, log)

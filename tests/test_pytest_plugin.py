@@ -19,7 +19,7 @@ def _run(folder, capsys, *extra: str) -> str:
     """pytest in this process on ``folder``'s tests, with the course's plugin: what it printed."""
     arguments = ["-p", "grader.pytest_plugin", "-p", "no:cacheprovider", "-q", f"--rootdir={folder}"]
     code = pytest.main([*arguments, *extra, str(folder)])
-    assert code == pytest.ExitCode.TESTS_FAILED
+    assert code == pytest.ExitCode.TESTS_FAILED, capsys.readouterr()
     return capsys.readouterr().out
 
 
@@ -27,6 +27,13 @@ def test_failures_at_once_names_each_failure_before_the_summary(tmp_path, capsys
     (tmp_path / "test_sample.py").write_text(TESTS)
     said = _run(tmp_path, capsys, "--failures-at-once")
     before_summary = said.split("= FAILURES =")[0]
-    assert "FAILED test_sample.py::test_breaks" in before_summary, said
+    assert "FAILED test_sample.py::test_breaks - assert 1 == 2" in before_summary, said
     assert "test_holds" not in before_summary
     assert "FAILED test_sample.py::test_breaks" not in _run(tmp_path, capsys).split("= FAILURES =")[0]
+
+
+def test_the_plugin_loads_without_xdist(tmp_path, capsys):
+    """Its xdist hook is optional: `-p no:xdist` must not stop the run with an unknown hook."""
+    (tmp_path / "test_other_sample.py").write_text(TESTS)  # a module name this process has not imported
+    said = _run(tmp_path, capsys, "-p", "no:xdist", "--failures-at-once")
+    assert "1 failed, 1 passed" in said, said
