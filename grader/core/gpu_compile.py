@@ -304,7 +304,13 @@ def compiler_refusal(error: BaseException) -> CompilerRefusal:
     marks = [i for i, line in enumerate(lines) if line.strip() == "^"]
     message = " ".join(line.strip() for line in lines[marks[-1] + 1 :]) if marks else (lines[-1] if lines else "")
     wrapped = re.fullmatch(r"\w+\((['\"])(.*)\1\)", message, re.S)
-    message = (wrapped[2] if wrapped else message) or type(error).__name__
+    message = wrapped[2] if wrapped else message
+    if not message and error.__cause__ is not None:
+        # A failure inside a @triton.jit function that this line calls: Triton points at the call
+        # and chains the callee's own error, which says why.
+        cause = error.__cause__
+        message = compiler_refusal(cause).message if type(cause).__name__ == "CompilationError" else str(cause)
+    message = message.strip() or type(error).__name__
     where = re.match(r"at (\d+):(\d+)", lines[0]) if lines else None
     source = lines[marks[-1] - 1].strip() if marks and marks[-1] > 0 else ""
     return CompilerRefusal(message, int(where[1]) if where else None, source)

@@ -284,6 +284,24 @@ def test_a_compile_error_shows_its_cause_first_not_the_kernels_source():
     assert "That usually means a value updated in a loop must keep one dtype" in short_error(carried)
 
 
+def test_a_compile_error_inside_a_called_jit_function_shows_the_callees_cause():
+    """Triton points at the call line with no message of its own and chains the callee's error."""
+    from grader.core.checks import short_error
+
+    class CompilationError(Exception):
+        pass
+
+    callee = CompilationError(
+        "at 2:15:\ndef sigmoid(x):\n    return 1 / (1 + tl.exp(-x))\n               ^\n"
+        "ValueError(\"Expected dtype ['fp32', 'fp64'] but got fp16\")"
+    )
+    call = CompilationError("at 8:8:\ndef silu_kernel(x_ptr, y_ptr, n):\n    y = x * sigmoid(x)\n        ^")
+    call.__cause__ = callee
+    shown = short_error(call)
+    assert shown.startswith("Expected dtype ['fp32', 'fp64'] but got fp16 (line 8 of the kernel"), shown
+    assert "`y = x * sigmoid(x)`" in shown
+
+
 def test_a_failing_output_equal_to_a_suspected_mistake_is_named_first():
     """A module's suspect (a typical wrong computation) is named where every wrong output matches
     it, and only there; one that cannot be computed for the inputs says nothing."""
