@@ -51,6 +51,16 @@ off``): per variant, a marker kernel (``traffic_vs_hardware_marker``, its grid t
 number) and then one call, after an unprofiled warm-up call that compiles and autotunes. The
 parser maps every row after a marker to that marker's variant, whatever other kernels (a fill of
 torch.zeros) the call launched; only the module's own Triton kernels count towards the totals.
+A variant that faults on the GPU loses the driver's CUDA context: the driver writes its line
+(``fault``) and exits, and each pass starts a fresh driver on the variants after it. A variant
+that loads or stores outside its tensors under the interpreter's bounds guard is marked
+``out_of_bounds`` by ``--predict`` and left out of ``--changed-only``.
+
+Element-wise shapes are chosen for their outputs to dwarf the 50 MiB L2: it writes back, so lines
+stored near a kernel's end may still be dirty in it when the kernel ends (ncu flushes caches
+before a kernel, not after), and at 64 MB outputs the DRAM writes fell 15-35 % short of the
+stores. ``--compare`` judges reads and writes apart, names the variants where caches dominate
+(matmuls, uncoalesced loads) and compares matmuls' DRAM bytes with the problem's minimum.
 """
 
 from __future__ import annotations
@@ -122,6 +132,18 @@ TOLERANCE = 0.10  # "within 10 %" of the measured DRAM bytes
 # memory checker survives. On a GPU it may fault, and a fault loses the CUDA context of the one
 # process that measures every variant.
 UNSAFE_ON_A_GPU = ("past the end", "past the row", "illegal address", "access past")
+# Mistakes whose traffic does not grow with the problem's size the way --predict scales it, by
+# the mistake's name: their predicted counts are not a prediction at the full shape.
+UNSCALABLE = {
+    "persistent loop steps by 1, not by NUM_SMS": (
+        "program p computes tiles p, p + 1, ... to the last: the work grows with programs x tiles "
+        "(the interpreter's program count, not the GPU's 132), not with M x N"
+    ),
+}
+# The L2 cache of the GPUs measured (H100 SXM and H200: 50 MB). It writes back: lines a kernel
+# stored may still sit in it, dirty, when the kernel ends, and ncu's cache control flushes caches
+# before a kernel, not after, so the kernel's DRAM writes can fall short of its stores by this much.
+L2_BYTES = 50 * 1024 * 1024
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,39 +193,39 @@ def _mm(m: int, n: int, k: int) -> tuple[dict, dict]:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("optimization/01-tiling", "transpose", "transpose", "SPEC", {"shape": (4096, 4096)},
+    Family("optimization/01-tiling", "transpose", "transpose", "SPEC", {"shape": (16384, 16384)},
            ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},)),
     Family("optimization/01-tiling", "matmul", "matmul", "MATMUL", {"mnk": (2048, 2048, 1024)}, _mm(256, 256, 128),
            "float16", "matmul", starting_points=_mm(16, 16, 64), tiny=_mm(4, 4, 64)),
     Family("optimization/02-pipelining", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)}, _mm(256, 512, 128),
            "float16", "matmul", tiny=_mm(64, 64, 64)),
-    Family("optimization/03-shared-memory", "softmax-rows", "softmax", "SPEC", {"shape": (4096, 4096)},
+    Family("optimization/03-shared-memory", "softmax-rows", "softmax", "SPEC", {"shape": (65536, 4096)},
            ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
-    Family("optimization/03-shared-memory", "softmax-long", "softmax", "SPEC", {"shape": (64, 262144)},
+    Family("optimization/03-shared-memory", "softmax-long", "softmax", "SPEC", {"shape": (1024, 262144)},
            ({"shape": (2, 262144)},), tiny=({"shape": (1, 8200)},)),
     Family("optimization/03-shared-memory", "vector_sum", "vector_sum", "VECTOR_SUM", {"n": 1 << 25},
            ({"n": 1 << 16},), tiny=({"n": 8192},)),
     Family("optimization/04-warp-specialization", "matmul_bias_gelu", "matmul_bias_gelu", "SPEC",
-           {"mnk": (8192, 8192, 512)}, _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
+           {"mnk": (8192, 8192, 512)}, _mm(1024, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
     Family("optimization/05-advanced-optimizations", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)},
-           _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
-    Family("missing-elements/01-vector-add", "add", "add", "SPEC", {"shape": (1 << 24,)},
+           _mm(1024, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
+    Family("missing-elements/01-vector-add", "add", "add", "SPEC", {"shape": (1 << 28,)},
            ({"shape": (1 << 14,)},), tiny=({"shape": (2048,)},)),
     Family("missing-elements/02-matrix-mul", "matmul", "matmul", "SPEC", {"mnk": (4096, 4096, 4096)},
            _mm(256, 512, 128), "float16", "matmul", tiny=_mm(64, 64, 64)),
-    Family("missing-elements/03-softmax", "softmax", "softmax", "SPEC", {"shape": (4096, 4096)},
+    Family("missing-elements/03-softmax", "softmax", "softmax", "SPEC", {"shape": (65536, 4096)},
            ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
-    Family("debugging/03-performance-profiling", "bias_act", "bias_act", "SPEC", {"shape": (4096, 8192)},
+    Family("debugging/03-performance-profiling", "bias_act", "bias_act", "SPEC", {"shape": (32768, 8192)},
            ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},)),
     # Other dtypes and layouts: the sectors per request change with the element's size and with
     # which axis is contiguous, and the mistakes that take a stride for granted change the traffic.
-    Family("optimization/01-tiling", "transpose-fp16", "transpose", "SPEC", {"shape": (4096, 4096)},
+    Family("optimization/01-tiling", "transpose-fp16", "transpose", "SPEC", {"shape": (16384, 16384)},
            ({"shape": (256, 1024)},), "float16", tiny=({"shape": (64, 64)},), mistakes="none"),
     Family("optimization/01-tiling", "transpose-x-transposed", "transpose", "SPEC",
-           {"shape": (4096, 4096), "layout": "transposed"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},),
+           {"shape": (16384, 16384), "layout": "transposed"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},),
            mistakes="none"),
     Family("optimization/01-tiling", "transpose-x-sliced", "transpose", "SPEC",
-           {"shape": (4096, 4096), "layout": "sliced"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},)),
+           {"shape": (16384, 16384), "layout": "sliced"}, ({"shape": (256, 1024)},), tiny=({"shape": (64, 64)},)),
     Family("optimization/01-tiling", "matmul-b-transposed", "matmul", "MATMUL",
            {"mnk": (2048, 2048, 1024), "layouts": ("row-major", "transposed")}, _mm(256, 256, 128), "float16",
            "matmul", starting_points=_mm(16, 16, 64), tiny=_mm(4, 4, 64)),
@@ -211,37 +233,37 @@ FAMILIES: tuple[Family, ...] = (
            {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
            "matmul", tiny=_mm(64, 64, 64)),
     Family("optimization/03-shared-memory", "softmax-x-transposed", "softmax", "SPEC",
-           {"shape": (4096, 4096), "layout": "transposed"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},),
+           {"shape": (65536, 4096), "layout": "transposed"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},),
            mistakes="none"),
     Family("optimization/03-shared-memory", "vector_sum-strided", "vector_sum", "VECTOR_SUM",
            {"n": 1 << 25, "layout": "strided"}, ({"n": 1 << 16},), tiny=({"n": 8192},)),
     Family("optimization/04-warp-specialization", "matmul_bias_gelu-strided-bias", "matmul_bias_gelu", "SPEC",
-           {"mnk": (8192, 8192, 512), "strided_bias": True}, _mm(256, 512, 128), "float16", "matmul",
+           {"mnk": (8192, 8192, 512), "strided_bias": True}, _mm(1024, 512, 128), "float16", "matmul",
            tiny=_mm(64, 64, 64)),
     Family("optimization/05-advanced-optimizations", "matmul-b-transposed", "matmul", "SPEC",
-           {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
+           {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(1024, 512, 128), "float16",
            "matmul", tiny=_mm(64, 64, 64)),
-    Family("missing-elements/01-vector-add", "add-fp16", "add", "SPEC", {"shape": (1 << 24,)},
+    Family("missing-elements/01-vector-add", "add-fp16", "add", "SPEC", {"shape": (1 << 28,)},
            ({"shape": (1 << 14,)},), "float16", tiny=({"shape": (2048,)},), mistakes="none"),
-    Family("missing-elements/01-vector-add", "add-strided", "add", "SPEC", {"shape": (1 << 24,), "layout": "strided"},
+    Family("missing-elements/01-vector-add", "add-strided", "add", "SPEC", {"shape": (1 << 28,), "layout": "strided"},
            ({"shape": (1 << 14,)},), tiny=({"shape": (2048,)},)),
     Family("missing-elements/02-matrix-mul", "matmul-b-transposed", "matmul", "SPEC",
            {"mnk": (4096, 4096, 4096), "layouts": ("row-major", "transposed")}, _mm(256, 512, 128), "float16",
            "matmul", tiny=_mm(64, 64, 64)),
-    Family("missing-elements/03-softmax", "softmax-fp16", "softmax", "SPEC", {"shape": (4096, 4096)},
+    Family("missing-elements/03-softmax", "softmax-fp16", "softmax", "SPEC", {"shape": (65536, 4096)},
            ({"shape": (16, 4096)},), "float16", tiny=({"shape": (2, 512)},), mistakes="none"),
     Family("missing-elements/03-softmax", "softmax-row-strided", "softmax", "SPEC",
-           {"shape": (4096, 4096), "layout": "row-strided"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
+           {"shape": (65536, 4096), "layout": "row-strided"}, ({"shape": (16, 4096)},), tiny=({"shape": (2, 512)},)),
     Family("missing-elements/03-softmax", "softmax-column-strided", "softmax", "SPEC",
-           {"shape": (4096, 4096), "layout": "column-strided"}, ({"shape": (16, 4096)},),
+           {"shape": (65536, 4096), "layout": "column-strided"}, ({"shape": (16, 4096)},),
            tiny=({"shape": (2, 512)},), mistakes="none"),
-    Family("debugging/03-performance-profiling", "bias_act-fp16", "bias_act", "SPEC", {"shape": (8192, 8192)},
+    Family("debugging/03-performance-profiling", "bias_act-fp16", "bias_act", "SPEC", {"shape": (65536, 8192)},
            ({"shape": (64, 512)},), "float16", tiny=({"shape": (32, 256)},), mistakes="planted"),
     Family("debugging/03-performance-profiling", "bias_act-x-transposed", "bias_act", "SPEC",
-           {"shape": (4096, 8192), "layout": "transposed"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},),
+           {"shape": (32768, 8192), "layout": "transposed"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},),
            mistakes="planted"),
     Family("debugging/03-performance-profiling", "bias_act-strided-bias", "bias_act", "SPEC",
-           {"shape": (4096, 8192), "bias": "strided"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},)),
+           {"shape": (32768, 8192), "bias": "strided"}, ({"shape": (64, 512)},), tiny=({"shape": (32, 256)},)),
 )  # fmt: skip
 # Modules whose starting kernel (the learner's stub) runs: elsewhere its TODOs leave it incomplete.
 STARTING_RUNS = frozenset(
@@ -362,8 +384,14 @@ def select(names: list[str] | None, listed: list[Variant] | None = None) -> list
 
 def worth_measuring(predicted: list[dict]) -> list[str]:
     """Exact names ("=name") of the predicted variants a GPU run should measure: every reference
-    and starting kernel, and the mistakes whose predicted traffic differs from their reference's."""
-    return [f"={row['variant']}" for row in predicted if "error" not in row and not row.get("same_as_reference")]
+    and starting kernel, and the mistakes whose predicted traffic differs from their reference's,
+    less those that load or store outside their tensors under the interpreter (``out_of_bounds``:
+    on a GPU they may fault, and what they read there is no prediction's business)."""
+    return [
+        f"={row['variant']}"
+        for row in predicted
+        if "error" not in row and not row.get("same_as_reference") and not row.get("out_of_bounds")
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -506,6 +534,7 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
             kernels |= {name for name, _ in result.programs}
             programs = max(programs, result.busiest_launch)
         full, how = scale_counts(family, points, measured)
+        outside = bounds_fault(kernel, spec, case_of(family, points[0]))
     except Exception as error:  # a mistake the interpreter refuses still gets its line
         row.update(error=f"{type(error).__name__}: {error}"[:500], seconds=round(time.monotonic() - started, 2))
         return row
@@ -523,7 +552,40 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
         programs_at_prediction=programs,
         seconds=round(time.monotonic() - started, 2),
     )
+    if outside:
+        row["out_of_bounds"] = outside
+    unscalable = UNSCALABLE.get(variant.mistake)
+    if unscalable:
+        row["unscalable"] = unscalable
     return row
+
+
+def bounds_fault(kernel, spec, case) -> str | None:
+    """What the interpreter's bounds guard refuses in one call at ``case`` (a load or store
+    outside every tensor the launch was given), or None. On a GPU such an access reads or
+    writes whatever lies there, or faults and loses the process's CUDA context."""
+    from grader.core import device, memcheck
+    from grader.core.cases import spec_for
+    from grader.core.checks import build_inputs
+    from grader.core.protocols import timed as timed_call
+
+    if device.is_cuda():
+        return None
+    spec = spec_for(case, spec)
+    args, kwargs = build_inputs(spec, case)
+    fn = timed_call(spec.protocol, kernel.api(spec.api), spec.api)
+    guard = memcheck.BoundsGuard().install()
+    try:
+        guard.call(fn, args, kwargs)(*args, **kwargs)
+    except Exception as error:  # the guard's MemoryFault, or what the refused access led to
+        fault = guard.take_fault()
+        if fault is not None:
+            return str(fault)
+        return str(error) if isinstance(error, memcheck.MemoryFault) else None
+    finally:
+        guard.uninstall()
+    fault = guard.take_fault()
+    return str(fault) if fault is not None else None
 
 
 def mark_same_as_reference(rows: list[dict]) -> None:
@@ -650,11 +712,30 @@ def drive(mode: str, names: list[str] | None, out: Path, echo=print) -> None:
                 args = kwargs = None  # the next variant's inputs take their place
             except Exception as error:  # a mistake the compiler refuses: the others still run
                 row["error"] = f"{type(error).__name__}: {error}"[:500]
+                row["fault"] = is_device_fault(error)
                 traceback.print_exc(limit=2)
             lines.write(json.dumps(row, default=str) + "\n")
             lines.flush()
             echo(f"[{mode} {number + 1}] {variant.name}: {row.get('error') or row.get('time_ms', 'profiled')}")
+            if row.get("fault"):  # the CUDA context is lost: every later call would fail too
+                lines.close()
+                sys.stdout.flush()
+                os._exit(FAULT_EXIT)  # no teardown: it would touch the lost context again
             torch.cuda.empty_cache()
+
+
+FAULT_EXIT = 3  # the driver's exit status after a variant lost the CUDA context
+
+
+def is_device_fault(error: BaseException) -> bool:
+    """Whether ``error`` says the GPU faulted (an illegal address, a trap): after one, the
+    process's CUDA context is lost and every later CUDA call fails with the same error."""
+    text = f"{type(error).__name__}: {error}".lower()
+    return any(words in text for words in DEVICE_FAULTS)
+
+
+DEVICE_FAULTS = ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
+                 "device-side assert", "acceleratorerror", "cuda error")  # fmt: skip
 
 
 def _bench(fn, args, kwargs) -> float:
@@ -704,29 +785,66 @@ def ncu_command(
 def run_measure(
     out: Path, names: list[str] | None = None, ncu: str = "ncu", keep: Path | None = None, extra: tuple[str, ...] = ()
 ) -> None:
-    """Both passes, then the measured JSON lines: ncu's counters per variant and do_bench's time."""
+    """Both passes, then the measured JSON lines: ncu's counters per variant and do_bench's time.
+    Each pass runs the driver again on the variants left after one that faulted (``resumed``), so
+    a mistake that loses its CUDA context costs its own line only."""
     if shutil.which(ncu) is None:
         raise SystemExit(f"{ncu} is not on PATH: install Nsight Compute or pass --ncu /path/to/ncu")
     work = Path(keep or tempfile.mkdtemp(prefix="traffic-vs-hardware-"))
     work.mkdir(parents=True, exist_ok=True)
-    timing, manifest, csv_path = work / "timing.jsonl", work / "manifest.jsonl", work / "ncu.csv"
-    only = [arg for name in names or () for arg in ("--only", name)]
+    chosen = [variant.name for variant in select(names)]
     here = [sys.executable, "-m", "grader.authoring.traffic_vs_hardware"]
-    # Neither pass stops the run when it fails: a driver that lost its CUDA context has written
-    # the variants before, and ncu's CSV holds what it profiled.
-    timed_run = subprocess.run([*here, "--drive", "time", str(timing), *only], check=False)
-    with open(work / "ncu.stdout", "w") as stdout:  # where the CSV lands if --log-file keeps only ncu's messages
-        profiled = subprocess.run(ncu_command(manifest, csv_path, names, ncu, extra), check=False, stdout=stdout)
-    for what, run in (("the timing pass", timed_run), ("ncu's pass", profiled)):
-        if run.returncode:
-            print(f"warning: {what} ended with exit status {run.returncode}; see {work}", file=sys.stderr)
-    if not manifest.is_file() or not timing.is_file():
-        raise SystemExit(f"the driver wrote nothing: see {work / 'ncu.stdout'} and the output above")
-    kernels = parse_ncu_csv(csv_path.read_text() if csv_path.is_file() else "")
-    kernels = kernels or parse_ncu_csv((work / "ncu.stdout").read_text())
-    rows = measured_rows(_read_lines(manifest), kernels, _read_lines(timing))
+
+    def timing_pass(part: int, left: list[str]) -> int:
+        only = [arg for name in left for arg in ("--only", f"={name}")]
+        return subprocess.run([*here, "--drive", "time", str(work / f"timing-{part}.jsonl"), *only]).returncode
+
+    def ncu_pass(part: int, left: list[str]) -> int:
+        command = ncu_command(work / f"manifest-{part}.jsonl", work / f"ncu-{part}.csv",
+                              [f"={name}" for name in left], ncu, extra)  # fmt: skip
+        with open(work / f"ncu-{part}.stdout", "w") as stdout:  # the CSV, if --log-file keeps only ncu's messages
+            return subprocess.run(command, stdout=stdout).returncode
+
+    timing = [row for _, rows in resumed(chosen, timing_pass, work, "timing") for row in rows]
+    parts = resumed(chosen, ncu_pass, work, "manifest")
+    if not parts:
+        raise SystemExit(f"the driver wrote nothing: see {work} and the output above")
+    rows = []
+    for part, manifest in parts:
+        csv_path, stdout = work / f"ncu-{part}.csv", work / f"ncu-{part}.stdout"
+        kernels = parse_ncu_csv(csv_path.read_text() if csv_path.is_file() else "")
+        kernels = kernels or parse_ncu_csv(stdout.read_text() if stdout.is_file() else "")
+        rows += measured_rows(manifest, kernels, timing)
     _write_lines(out, rows)
     print(f"{len(rows)} variants measured; ncu's CSV and the driver's lines are in {work}")
+
+
+def resumed(chosen: list[str], run_pass, work: Path, stem: str, echo=print) -> list[tuple[int, list[dict]]]:
+    """Run ``run_pass(part, names)`` (a driver process that writes ``work/{stem}-{part}.jsonl``, a
+    line per variant in order) until every name of ``chosen`` has a line: after a process that
+    ended early, again on the names it did not reach. The variant it was running when it died
+    without writing its line gets one saying so (``fault``), and is not run again. Returns the
+    lines of each part, by part."""
+    left, parts, part, idle = list(chosen), [], 0, 0
+    while left:
+        status = run_pass(part, left)
+        path = work / f"{stem}-{part}.jsonl"
+        rows = _read_lines(path) if path.is_file() else []
+        done = {row["variant"] for row in rows}
+        still = [name for name in left if name not in done]
+        idle = 0 if rows else idle + 1
+        if status:
+            echo(f"warning: the driver's {stem} pass ended with exit status {status}; {len(still)} variants left")
+        if still and (not status or idle >= 2):  # it skipped them, or it cannot start: no more tries
+            why = "the driver ended without running it" if not status else "the driver failed twice without a line"
+            rows += [{"variant": name, "number": None, "error": why} for name in still]
+            still = []
+        elif still and not (rows and rows[-1].get("fault")):  # it died in the one it was running
+            rows.append({"variant": still.pop(0), "number": None, "fault": True,
+                         "error": f"the driver died (exit status {status}) while running it"})  # fmt: skip
+        parts.append((part, rows))
+        left, part = still, part + 1
+    return parts
 
 
 def _number(text: str) -> float | None:
@@ -820,12 +938,17 @@ def measured_rows(manifest: list[dict], kernels: list[dict], timing: list[dict])
         out["time_ms"] = timed_row.get("time_ms")
         if "error" in timed_row:
             out["time_error"] = timed_row["error"]
+            if timed_row.get("fault"):
+                out["time_fault"] = True
         if "error" in row:  # it failed after its marker: its counters are partial
             out["error"] = row["error"]
+            if row.get("fault"):
+                out["fault"] = True
         rows.append(out)
     for row in manifest:
         if row.get("number") not in groups:
-            rows.append({"variant": row["variant"], "error": row.get("error", "no marker in ncu's CSV")})
+            missing = {"variant": row["variant"], "error": row.get("error", "no marker in ncu's CSV")}
+            rows.append({**missing, "fault": True} if row.get("fault") else missing)
     return rows
 
 
@@ -900,6 +1023,40 @@ class Pair:
         read, write = self.measured.get("dram_read_bytes"), self.measured.get("dram_write_bytes")
         return None if read is None or write is None else read + write
 
+    def time_ms(self) -> float | None:
+        """do_bench's time, where the timing pass gave one (a fault or a refusal gives none)."""
+        value = self.measured.get("time_ms")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def caches_dominate(self) -> str | None:
+        """Why the DRAM counters cannot be the report's bytes for this variant, or None: a matmul
+        re-reads its tiles from L2 (DRAM sees a fraction of the report's loads); uncoalesced loads
+        whose extra sectors other warps use (L1 and L2 serve them: DRAM sees between the bytes
+        and the sectors)."""
+        if "mnk" in (self.predicted.get("shape") or {}):
+            return "matmul: tiles re-read from L2"
+        ideal = self.predicted.get("load_ideal_sectors") or 0
+        if ideal and self.predicted["load_sectors"] > 1.01 * ideal:
+            return "uncoalesced loads: DRAM reads lie between the bytes and the sector bytes"
+        return None
+
+    def reads_agree(self) -> bool:
+        """DRAM reads against the report's loads: within 10 % of the loaded bytes where loads are
+        coalesced; between 0.9 x the bytes and 1.1 x the sector bytes where they are not."""
+        measured = self.measured.get("dram_read_bytes") or 0
+        low, high = self.predicted["read_bytes"], 32.0 * self.predicted["load_sectors"]
+        if high <= 1.01 * 32.0 * (self.predicted.get("load_ideal_sectors") or 0):
+            return within(low, measured)
+        return (1 - TOLERANCE) * low <= measured <= (1 + TOLERANCE) * high
+
+    def writes_agree(self, residue: float = 0.0) -> bool:
+        """DRAM writes within 10 % of the stored bytes, or below them by at most ``residue``
+        bytes (``L2_BYTES``: lines still dirty in the write-back L2 when the kernel ended)."""
+        predicted, measured = self.predicted["write_bytes"], self.measured.get("dram_write_bytes") or 0
+        if within(predicted, measured) or abs(predicted - measured) <= TOLERANCE * predicted:
+            return True
+        return residue > 0 and 0 <= predicted - measured <= residue + TOLERANCE * predicted
+
 
 @dataclass
 class Comparison:
@@ -940,6 +1097,37 @@ class Comparison:
             "  only variants whose traffic differs from their reference's: "
             + share([within(p.predicted_bytes(), p.measured_bytes()) for p in changed])
         )
+        invalid = [p for p in pairs if p.predicted.get("unscalable") or p.predicted.get("out_of_bounds")]
+        for pair in invalid:
+            why = pair.predicted.get("unscalable") or "it loads or stores outside its tensors under the interpreter"
+            lines.append(f"  not a prediction at the full shape: {pair.name} ({why})")
+        valid = [p for p in pairs if p not in invalid]
+        plain = [p for p in valid if p.caches_dominate() is None]
+        lines.append(
+            f"where caches do not dominate ({len(plain)} variants; coalesced loads, not a matmul): DRAM bytes "
+            f"within ±10 % {share([within(p.predicted_bytes(), p.measured_bytes()) for p in plain])}; reads "
+            f"{share([p.reads_agree() for p in plain])}; writes {share([p.writes_agree() for p in plain])}, or "
+            f"short by no more than the L2 ({L2_BYTES >> 20} MiB, dirty at the kernel's end) "
+            f"{share([p.writes_agree(L2_BYTES) for p in plain])}"
+        )
+        both = [within(p.predicted["read_bytes"] + p.measured.get("dram_write_bytes", 0), p.measured_bytes())
+                for p in plain]  # fmt: skip
+        lines.append(f"  reads alone decide (measured writes taken as they are): {share(both)}")
+        uncoalesced = [p for p in valid if p.caches_dominate() and "uncoalesced" in p.caches_dominate()]
+        lines.append(
+            f"uncoalesced loads ({len(uncoalesced)} variants): DRAM reads between the report's bytes and "
+            f"its sector bytes {share([p.reads_agree() for p in uncoalesced])}"
+        )
+        matmuls = [p for p in valid if p.caches_dominate() and "matmul" in p.caches_dominate()]
+        ratios = sorted(
+            p.measured_bytes() / p.predicted["minimum_bytes"] for p in matmuls if p.predicted.get("minimum_bytes")
+        )
+        if ratios:
+            lines.append(
+                f"matmuls ({len(matmuls)} variants, caches dominate): DRAM bytes / the problem's minimum from "
+                f"{ratios[0]:.2f} to {ratios[-1]:.2f} (median {ratios[len(ratios) // 2]:.2f}); DRAM bytes / the "
+                f"report's bytes median {_median([p.measured_bytes() / p.predicted_bytes() for p in matmuls]):.3f}"
+            )
         for kind in ("load", "store"):
             coalesced = [
                 p
@@ -957,8 +1145,8 @@ class Comparison:
                 f"coalesced {kind}s (predicted excess 1.0): sectors/request exact {share(exact)}, total sectors "
                 f"within ±10 % {share(totals)} (a vector access of 16 bytes a lane puts 4 x the sectors in one request)"
             )
-        timed = [p for p in pairs if p.measured.get("time_ms")]
-        times = [p.measured["time_ms"] for p in timed]
+        timed = [p for p in pairs if p.time_ms() is not None]
+        times = [p.time_ms() for p in timed]
         for label, values in (
             ("report's bytes", [p.predicted_bytes() for p in timed]),
             ("sector bytes", [p.predicted_sector_bytes() for p in timed]),
@@ -987,7 +1175,7 @@ class Comparison:
             for pair in members:
                 if pair is reference or pair.predicted.get("same_as_reference"):
                     continue
-                ratio = pair.measured["time_ms"] / reference.measured["time_ms"]
+                ratio = pair.time_ms() / reference.time_ms()
                 if abs(pair.predicted_sector_bytes() - base) <= 0.02 * base:
                     if pair.predicted["impl"] == "starting":
                         words.append(f"starting kernel predicted a tie (measured {ratio:.2f} x the time)")
@@ -1001,6 +1189,11 @@ class Comparison:
                 words.append(f"mistakes that change traffic ranked right: {share(others)}")
             lines.append(f"  {group}: {'; '.join(words) or 'nothing to rank'}")
         return lines
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
 def _close(a, b, tolerance: float) -> bool:
