@@ -233,6 +233,22 @@ def _pivot(libc, new_root: str) -> str:
     return "chroot"
 
 
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _cover(libc, target: str) -> bool:
+    """An empty cover over a secret that an exposed folder shows (a folder: an empty tmpfs, owned
+    by root; a file: /dev/null); False where the view does not show it."""
+    if os.path.isdir(target) and not os.path.islink(target):
+        _mount(libc, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
+        return True
+    if os.path.isfile(target):
+        _mount(libc, "/dev/null", target, None, MS_BIND)
+        return True
+    return False
+
+
 def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
     """A new root file system holding only what the child needs (see ``_boot``)."""
     new_root = cfg["view_root"]
@@ -253,10 +269,25 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
         if not any(real == done or real.startswith(done + "/") for done in exposed):
             _bind(libc, real, new_root + real, read_only=True)
             exposed.append(real)
-    for source, target in cfg["expose"]:  # Python, the venv, the grader package's files
-        if os.path.exists(source) and not any(target == d or target.startswith(d + "/") for d in exposed):
+    # Python, the venv, the grader package's files: first those outside every secret, then the
+    # secrets' covers, then what lies inside a secret (the venv and the grader package of a course
+    # installed under /opt, whose checkout is covered as a whole) on top of its cover.
+    inside_secret = [(s, t) for s, t in cfg["expose"] if any(_within(t, h) for h in cfg["hide"])]
+    for source, target in cfg["expose"]:
+        if (source, target) not in inside_secret and os.path.exists(source):
+            if not any(_within(target, d) for d in exposed):
+                _bind(libc, source, new_root + target, read_only=True)
+                exposed.append(target)
+    covered = [path for path in cfg["hide"] if _cover(libc, new_root + path)]
+    for source, target in inside_secret:
+        if os.path.exists(source) and (
+            any(_within(target, c) for c in covered) or not any(_within(target, d) for d in exposed)
+        ):
             _bind(libc, source, new_root + target, read_only=True)
             exposed.append(target)
+    for path in covered:  # read-only now that what goes inside is in place
+        if os.path.isdir(new_root + path):
+            _mount(libc, None, new_root + path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     for path in ("/sys", "/dev"):  # devices must stay writable (/dev/null, the GPU)
         if os.path.isdir(path):
             _bind(libc, path, new_root + path, read_only=path == "/sys")
@@ -267,15 +298,6 @@ def _build_view(libc, cfg: dict, flags: int, report: dict) -> None:
     _bind(libc, cfg["workdir"], new_root + cfg["workdir"], read_only=False)
     if cfg.get("shared"):  # the folder the children of one grading share (Triton's cache)
         _bind(libc, cfg["shared"], new_root + cfg["shared"], read_only=False)
-    covered = []
-    for path in cfg["hide"]:  # secrets that lie inside an exposed folder get an empty cover
-        target = new_root + path
-        if os.path.isdir(target) and not os.path.islink(target):
-            _mount(libc, "tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0755")
-            covered.append(path)
-        elif os.path.isfile(target):
-            _mount(libc, "/dev/null", target, None, MS_BIND)
-            covered.append(path)
     os.makedirs(new_root + "/proc", exist_ok=True)
     try:  # a fresh /proc shows only the child's own processes (needs the PID namespace)
         if not flags & CLONE_NEWPID:

@@ -94,8 +94,10 @@ class Sandbox:
         self.cuda = cuda
         self.network = network
         self.allow_unsafe = allow_unsafe
-        # The course's solutions (and hidden cases) are never the child's to see.
-        self.hide = sorted({os.path.realpath(p) for p in (*hide, REPO_ROOT / "solutions") if p})
+        # The course's solutions (and hidden cases) are never the child's to see, nor the rest of
+        # its checkout: where a system folder shows it (a course installed under /opt), it is
+        # covered, and the grader package and a venv inside it are shown on top of the cover.
+        self.hide = sorted({os.path.realpath(p) for p in (*hide, REPO_ROOT / "solutions", REPO_ROOT) if p})
         _remove_stale_scratch()
         self.scratch = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
         self.scratch.chmod(0o711)  # children may pass through to their folder, not list it

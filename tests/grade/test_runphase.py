@@ -578,6 +578,41 @@ def test_a_secret_inside_an_exposed_folder_is_covered(tmp_path, platform_protect
     assert str(tmp_path / "course" / "solutions") in protections["hidden_paths"]
 
 
+def test_a_checkout_that_a_system_folder_shows_is_covered_but_for_what_the_child_needs(tmp_path, platform_protections):
+    """A course installed under /opt: /opt is shown whole, so the checkout is covered, and its venv
+    (which the child's Python needs) is shown on top of the cover, read-only."""
+    if not offers(platform_protections, "view"):
+        pytest.skip("no private file system view on this platform")
+    system, checkout = tmp_path / "opt", tmp_path / "opt" / "course"
+    (checkout / ".venv").mkdir(parents=True)
+    (checkout / ".venv" / "marker.txt").write_text("venv\n")
+    (checkout / "tracks").mkdir()
+    (checkout / "tracks" / "kernel.py").write_text("someone's work\n")
+    (system / "other-tool").mkdir()
+    for folder in (tmp_path, system, checkout, checkout / ".venv", checkout / "tracks", system / "other-tool"):
+        folder.chmod(0o755)
+    script = (
+        f"import os; c = {str(checkout)!r}; "
+        "print('listing', sorted(os.listdir(c)), sorted(os.listdir(os.path.dirname(c))), "
+        "open(c + '/.venv/marker.txt').read().strip()); "
+        "open(c + '/.venv/new.txt', 'w')"
+    )
+    options = {"expose": [system, checkout / ".venv"], "hide": [checkout]}
+    with _script_child(script, **options) as (child, protections):
+        with pytest.raises(ChildEnded):
+            child.next_event(time.monotonic() + 30)
+        output = child.log_tail()
+    assert "listing ['.venv'] ['course', 'other-tool'] venv" in output, output
+    assert "Read-only file system" in output or "Permission denied" in output, output
+    assert str(checkout) in protections["hidden_paths"]
+    assert not (checkout / ".venv" / "new.txt").exists()
+
+
+def test_the_sandbox_hides_its_own_checkout():
+    with Sandbox(allow_unsafe=True) as sandbox:
+        assert str(REPO_ROOT.resolve()) in sandbox.hide
+
+
 def test_system_calls_no_exercise_needs_are_refused(platform_protections):
     if not platform_protections.get("syscall_filter", "").endswith("...)"):
         pytest.skip(f"no system-call filter on this platform: {platform_protections.get('syscall_filter')}")
