@@ -190,6 +190,7 @@ class TrainingStep:
         where = master[0].device
         self.inv_scale = torch.full((1,), 1.0 / loss_scale, device=where)
         self.updates = 0
+        self.marks = None  # a list to collect (phase, CUDA event) at each phase's end, for time_step
         if kernels is None:
             self.optimizer = torch.optim.AdamW(
                 master,
@@ -204,11 +205,20 @@ class TrainingStep:
             self.exp_avgs = [torch.zeros_like(w) for w in master]
             self.exp_avg_sqs = [torch.zeros_like(w) for w in master]
 
+    def _mark(self, phase):
+        if self.marks is not None:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append((phase, event))
+
     def __call__(self, x, target):
+        self._mark("start")
         weights = [w.detach().to(torch.bfloat16).requires_grad_(True) for w in self.master]
         loss = self.loss(self.kernels, weights, x.to(torch.bfloat16), target, self.heads, self.kv_heads)
+        self._mark("forward")
         (loss * self.loss_scale).backward()
         grads = [w.grad.float() for w in weights]
+        self._mark("backward")
         if self.kernels is None:
             found_inf = torch.zeros(1, device=self.inv_scale.device)
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, self.inv_scale)
@@ -224,7 +234,11 @@ class TrainingStep:
                 self.kernels.adamw(
                     self.master, grads, self.exp_avgs, self.exp_avg_sqs, step=self.updates, **HYPERPARAMETERS
                 )
+        self._mark("optimizer")
         return loss.detach()
+
+
+PHASE_WIDTHS = (("forward", 9), ("backward", 9), ("optimizer", 10))
 
 
 def default_device():
@@ -269,10 +283,14 @@ def time_step(
     ffn=None,
     compiled=False,
     where=None,
+    phases=None,
 ):
     """Milliseconds per training step (forward, backward, unscale, AdamW), the mean of ``iters``
     steps on one batch after ``warmup`` steps (compilation and autotuning happen there), timed
-    with CUDA events on a GPU and with the host's clock elsewhere."""
+    with CUDA events on a GPU and with the host's clock elsewhere. On a GPU, a dict passed as
+    ``phases`` receives the mean milliseconds of each part of the step: "forward" (the bf16 copies
+    of the weights and the loss), "backward" (the gradients and their float32 copies) and
+    "optimizer" (unscaling, the finite check on the host, AdamW)."""
     where = torch.device(where or default_device())
     size = sizes(hidden, heads, tokens, kv_heads, ffn)
     master, teacher = problem(size, seed, where)
@@ -292,7 +310,17 @@ def time_step(
         step(x, target)
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / iters
+    total = start.elapsed_time(end) / iters
+    if phases is not None:  # a second timed run, with an event at each phase's end
+        step.marks = []
+        for _ in range(iters):
+            step(x, target)
+        torch.cuda.synchronize()
+        marks, step.marks = step.marks, None
+        for (_, begin), (phase, finish) in zip(marks, marks[1:]):
+            if phase != "start":
+                phases[phase] = phases.get(phase, 0.0) + begin.elapsed_time(finish) / iters
+    return total
 
 
 def relative_gap(losses, reference_losses):
@@ -355,10 +383,11 @@ def main(argv=None) -> int:
         ways.append(("torch.compile", None, True))
     ways.append(("course kernels", kernels, False))
 
-    rows = {}
+    rows, parts = {}, {}
     for name, ks, compiled in ways:
         losses = train(ks, steps=args.steps, compiled=compiled, **size)
-        ms = time_step(ks, warmup=args.warmup, iters=args.iters, compiled=compiled, **size)
+        parts[name] = {}
+        ms = time_step(ks, warmup=args.warmup, iters=args.iters, compiled=compiled, phases=parts[name], **size)
         rows[name] = (ms, losses)
         if cuda:
             torch.cuda.empty_cache()
@@ -378,6 +407,11 @@ def main(argv=None) -> int:
     )
     for name, (ms, losses) in rows.items():
         print(f"{name:<16} {ms:10.2f} {ms / eager_ms:8.2f} {relative_gap(losses, eager_losses):9.2e}")
+    if cuda:
+        print("\nwhere a step's time goes, ms (timed again with an event between the parts):")
+        print(f"{'':<16} {'forward':>9} {'backward':>9} {'optimizer':>10}   (unscale, finite check, AdamW)")
+        for name, part in parts.items():
+            print(f"{name:<16} " + " ".join(f"{part.get(p, 0.0):{w}.2f}" for p, w in PHASE_WIDTHS))
     print("\nlosses, step by step:")
     print(f"{'step':>5} " + " ".join(f"{name:>16}" for name in rows))
     for i in range(args.steps):
