@@ -43,21 +43,7 @@ import os
 from nbclient.util import run_hook, run_sync
 from nbgrader.preprocessors import Execute
 
-# Run (silently, outside the history) in a kernel that ran an earlier notebook, before the next:
-# IPython's own reset, as a new kernel would start, but for the full garbage collection that
-# reset runs (a quarter of a second with torch imported, while the cells leave almost nothing
-# to collect; Python's collector still runs as it does anyway); then the notebook's folder.
-RESET = """\
-def _reset(path):
-    import gc, os
-    collect, gc.collect = gc.collect, lambda generation=2: 0
-    try:
-        get_ipython().reset(new_session=True)
-    finally:
-        gc.collect = collect
-    os.chdir(path)
-_reset({path!r})
-"""
+from grader.grade.shared_kernel import RESET, stop
 
 # The shared kernel, while it runs: "km" its manager, "kc" the client connected to it (a new
 # client per notebook would cost a fifth of a second or more: jupyter_client waits that long for
@@ -67,16 +53,7 @@ _shared: dict = {}
 
 def shut_down(now: bool = False) -> None:
     """Stop the shared kernel, if there is one; the next notebook starts a new one."""
-    kc, km = _shared.pop("kc", None), _shared.pop("km", None)
-    if kc is not None:
-        kc.stop_channels()
-    if km is None:
-        return
-    try:
-        if run_sync(km.is_alive)():
-            run_sync(km.shutdown_kernel)(now=now)
-    finally:
-        run_sync(km.cleanup_resources)()
+    stop(_shared.pop("kc", None), _shared.pop("km", None), now=now)
 
 
 atexit.register(shut_down)
