@@ -178,15 +178,18 @@ def test_an_interrupted_run_keeps_its_records(tmp_path, platform_protections):
     assert len(written) == 1, grader.stdout.read().decode()
     assert json.loads(written[0].read_text())["totals"]["passed"] > 0  # a-complete's, complete
 
+    # The re-run grades b-endless-loop anew, whatever its record then says: a budget of a few
+    # CPU-seconds ends it during its first child's start or first case (only the reuse is tested).
     options = runphase.Options(
         workers=1,
         limits=Limits(case_seconds=3, startup_seconds=60),
-        module_seconds=20,
+        module_seconds=4,
         allow_unsafe=not offers(platform_protections, "processes"),
     )
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
     assert [o.reused for o in sorted(summary.outcomes, key=lambda o: o.submissions[0].student)] == [True, False]
     assert summary.record_for("a-complete", VECTOR_ADD.id)["totals"]["passed"] > 0
+    assert summary.record_for("b-endless-loop", VECTOR_ADD.id)["totals"]["passed"] == 0
 
 
 # The grader, made to wait an hour for its workers after Ctrl-C: a stop that sits out that wait
