@@ -279,6 +279,16 @@ MEANINGS = (
         r"AST node type: (Break|Continue)",
         "a kernel's loops cannot break or continue: compute a mask or use tl.where instead",
     ),
+    (
+        r"expected accumulator dtype",
+        "a tl.dot accumulator must be float32 here (tl.zeros(..., dtype=tl.float32)): a 16-bit "
+        "accumulator also loses the small terms of a long sum",
+    ),
+    (
+        r"Expected dtype \[.*fp32.*\] but got (fp16|bf16)",
+        "math functions such as tl.exp take float32 or float64 on a GPU: convert 16-bit values first "
+        "(x.to(tl.float32)) and the result back when you store it",
+    ),
 )
 
 

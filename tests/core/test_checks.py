@@ -300,6 +300,12 @@ def test_a_compile_error_inside_a_called_jit_function_shows_the_callees_cause():
     shown = short_error(call)
     assert shown.startswith("Expected dtype ['fp32', 'fp64'] but got fp16 (line 8 of the kernel"), shown
     assert "`y = x * sigmoid(x)`" in shown
+    assert "That usually means math functions such as tl.exp take float32" in shown
+    accumulator = CompilationError(
+        "at 41:14:\n    acc = tl.dot(a, b, acc)\n              ^\n"
+        "AssertionError('expected accumulator dtype fp32, got fp16; pass out_dtype=fp16 to use this accumulator dtype')"
+    )
+    assert "That usually means a tl.dot accumulator must be float32" in short_error(accumulator)
 
 
 def test_a_failing_output_equal_to_a_suspected_mistake_is_named_first():
