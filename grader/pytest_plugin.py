@@ -175,10 +175,21 @@ def pytest_generate_tests(metafunc):
 def pytest_runtest_teardown(item):
     # Several test processes share one GPU in make verify-gpu (and notebooks run beside them): hand
     # back the memory PyTorch's allocator keeps cached, so that none of them runs out for the others.
+    # A test that leaves the CUDA context unusable (an illegal address in a planted bug) would make
+    # every later test of this process fail in its place: it is named here, at its own teardown.
     if device.is_cuda():
         import torch
 
-        torch.cuda.empty_cache()
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except RuntimeError as error:  # torch.AcceleratorError is one
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            pytest.fail(
+                f"this test left the process's CUDA context unusable ({first}); the later tests of "
+                "this process fail with it. Run what faults under the interpreter only, or alone.",
+                pytrace=False,
+            )
 
 
 def pytest_runtest_setup(item):

@@ -37,3 +37,22 @@ def test_the_plugin_loads_without_xdist(tmp_path, capsys):
     (tmp_path / "test_other_sample.py").write_text(TESTS)  # a module name this process has not imported
     said = _run(tmp_path, capsys, "-p", "no:xdist", "--failures-at-once")
     assert "1 failed, 1 passed" in said, said
+
+
+def test_a_test_that_breaks_the_cuda_context_is_named_at_its_teardown(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from grader.core import device
+
+    def lost():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+
+    monkeypatch.setattr(device, "is_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lost)
+    (tmp_path / "test_third_sample.py").write_text(TESTS)
+    try:
+        said = _run(tmp_path, capsys, "-p", "no:xdist")
+    finally:
+        monkeypatch.undo()  # before this test's own teardown, which runs the same check
+    assert "ERROR at teardown of test_breaks" in said or "ERROR test_third_sample.py::test_breaks" in said, said
+    assert "left the process's CUDA context unusable (CUDA error: an illegal memory access" in said, said
