@@ -2,9 +2,9 @@
 kernels, and also with an unfinished learner file, where it falls back to PyTorch and says so on
 every result that PyTorch computed.
 
-The notebooks of one test process run in one Jupyter kernel (starting a kernel and importing torch
-and triton in it is most of a notebook's time on a CPU), reset before each notebook as a new
-kernel would start: see ``SharedKernel``."""
+The notebooks that a test process runs one after another share one Jupyter kernel (starting a
+kernel and importing torch and triton in it is most of a notebook's time on a CPU), reset before
+each notebook as a new kernel would start: see ``SharedKernel``."""
 
 import os
 import re
@@ -52,7 +52,7 @@ COURSE_FOLDERS = tuple(os.path.join(os.path.realpath(folder), "") for folder in 
 
 
 class SharedKernel:
-    """One kernel, and its client, for every notebook of the test process; a kernel whose notebook
+    """One kernel, and its client, for the notebooks run one after another; a kernel whose notebook
     failed (a cell raised or timed out) is shut down, and the next notebook starts a new one."""
 
     def __init__(self):
@@ -82,8 +82,11 @@ class SharedKernel:
         stop(kc, km, now=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kernel():
+    """Module-scoped: stopped when the process moves on to another file's tests (a parallel run
+    hands a worker this file a track at a time), so that no idle kernel, its client's threads and
+    sockets included, is left in a process that runs other tests."""
     shared = SharedKernel()
     yield shared
     shared.close()
