@@ -109,13 +109,19 @@ lint: $(DEV_ENV)
 	$(PYTHON) -m ruff check grader tests
 	$(PYTHON) -m ruff format --check grader tests
 
-# On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work),
-# then the tests that time the GPU, one at a time with the GPU to themselves.
+# On a GPU, correctness first, spread over several workers (most of it is compiling, CPU work):
+# the kernels' tests (each module's, the planted mistakes, the configs) before the grader's own,
+# so that a run cut short has checked the kernels; then the tests that time the GPU, one at a time
+# with the GPU to themselves; last, the interpreter's instrumentation on this machine's Triton (the
+# traffic report watches the interpreter). Every part runs; the target fails if any of them failed.
 verify-gpu: $(DEV_ENV)
-	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed" --failures-at-once
-	$(PYTHON) -m pytest --impl=solutions -m timed --failures-at-once
-	# the interpreter instrumentation on this machine's Triton too (the traffic report watches the interpreter)
-	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/core/test_traffic.py tests/core/test_memcheck.py tracks/optimization -k "traffic or memory or memcheck"
+	@failed=0; \
+	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed" --failures-at-once tracks tests/course || failed=1; \
+	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed" --failures-at-once tests --ignore=tests/course || failed=1; \
+	$(PYTHON) -m pytest --impl=solutions -m timed --failures-at-once || failed=1; \
+	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/core/test_traffic.py tests/core/test_memcheck.py \
+		tracks/optimization -k "traffic or memory or memcheck" || failed=1; \
+	exit $$failed
 
 # Each typical mistake planted into its reference: the cases that kill it, a score per module.
 mutants: $(DEV_ENV)
