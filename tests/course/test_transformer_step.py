@@ -104,3 +104,22 @@ def test_compiled_step_follows_eager(step_file):
 
 def test_time_step_times_a_whole_step(step_file):
     assert step_file.time_step(None, warmup=0, iters=1, **TINY) > 0
+
+
+def test_an_unfinished_kernel_file_is_told_which_todos_the_step_needs(step_file, capsys):
+    """The learner's stub: the step says which open TODOs it depends on instead of raising inside."""
+    assert step_file.main(["--tiny"]) == 1
+    said = capsys.readouterr().out
+    assert "TODO(s) of those parts are still open" in said and "TODO 1.1" in said, said
+    assert "make check M=mastery/04-training-kernels" in said
+
+
+def test_the_kernels_of_a_step_lie_in_the_parts_it_checks(step_file):
+    from grader.core.markers import file_parts
+
+    source = (find_module(MODULE_ID).solution_dir / "kernel.py").read_text()
+    lines = source.splitlines()
+    for api in step_file.STEP_KERNELS:
+        line = next(i + 1 for i, text in enumerate(lines) if text.startswith(f"def {api}("))
+        part = next(p.number for p in file_parts(source) if p.first_line <= line <= p.last_line)
+        assert part in step_file.STEP_PARTS, f"{api} is in part {part}"

@@ -238,6 +238,8 @@ class TrainingStep:
         return loss.detach()
 
 
+STEP_KERNELS = ("rms_norm", "silu_and_mul", "unscale_grads", "adamw")  # this module's, in a step
+STEP_PARTS = (1, 2)  # the parts of kernel.py that hold them (part 3, the selective scan, is not used)
 PHASE_WIDTHS = (("forward", 9), ("backward", 9), ("optimizer", 10))
 
 
@@ -367,10 +369,20 @@ def main(argv=None) -> int:
         if getattr(args, name) is None:
             setattr(args, name, value)
     try:
-        kernels = load_kernel(find_module(MODULE_ID), args.impl).namespace
+        loaded = load_kernel(find_module(MODULE_ID), args.impl)
     except LoadError as error:
         print(error)
         return 1
+    behind = [todo for todo in loaded.todos if todo.part in STEP_PARTS]
+    if behind:  # an unfinished kernel only raises somewhere inside the step
+        print(
+            f"The step runs {', '.join(STEP_KERNELS)} (parts 1 and 2), and {len(behind)} TODO(s) of "
+            f"those parts are still open in {loaded.path} (the first: {behind[0]}). Finish them, with "
+            f"`make check M={MODULE_ID}` telling you when a part passes, then run this again (or pass "
+            "--impl solutions to see the reference's step)."
+        )
+        return 1
+    kernels = loaded.namespace
     size = {
         "hidden": args.hidden,
         "heads": args.heads,
@@ -385,7 +397,17 @@ def main(argv=None) -> int:
 
     rows, parts = {}, {}
     for name, ks, compiled in ways:
-        losses = train(ks, steps=args.steps, compiled=compiled, **size)
+        try:
+            losses = train(ks, steps=args.steps, compiled=compiled, **size)
+        except Exception as error:
+            if ks is None:
+                raise
+            said = str(error).strip().splitlines()
+            print(
+                f"The step with your kernels raised {type(error).__name__}: {said[0] if said else ''}\n"
+                f"`make check M={MODULE_ID}` runs each kernel on its own cases and says which one fails and why."
+            )
+            return 1
         parts[name] = {}
         ms = time_step(ks, warmup=args.warmup, iters=args.iters, compiled=compiled, phases=parts[name], **size)
         rows[name] = (ms, losses)
