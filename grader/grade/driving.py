@@ -67,7 +67,8 @@ class ChildRun:
                         else ""
                     )
                 )
-                child.close()
+                with grading.profile.step("closing"):
+                    child.close()
 
     def _cpu(self, child) -> float:
         """The running child's CPU seconds, kept as last seen: a dead process has no /proc entry."""

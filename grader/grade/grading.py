@@ -59,10 +59,11 @@ class Grading:
         stop: threading.Event,
         profile: Profile | None = None,
     ):
-        self.plan = plan(module, source, secret, options)
+        self.profile = profile or Profile()
+        with self.profile.step("planning"):
+            self.plan = plan(module, source, secret, options)
         self.ledger = Ledger(self.plan)
         self.sandbox, self.slot, self.options, self.stop = sandbox, slot, options, stop
-        self.profile = profile or Profile()
         self.lease = leases.for_gpu(slot.gpu)
         # On a GPU every child's memory cap is reserved in the GPU's ledger first (grader.grade.gpu_memory).
         self.memory = gpu_memory.for_gpu(slot.gpu or 0, options.gpu_memory_fraction) if device.is_cuda() else None
@@ -288,8 +289,10 @@ def grade_one(
                 grading.ledger.performance = timing.measure_parts(grading, secret)
         finally:
             if grading.shared is not None:
-                sandbox.remove_shared(grading.shared)
-    record = results.build(grading.plan, grading.ledger, sha256(source), cases_hash(module))
+                with profile.step("closing"):
+                    sandbox.remove_shared(grading.shared)
+    with profile.step("record"):
+        record = results.build(grading.plan, grading.ledger, sha256(source), cases_hash(module))
     profile.close(time.monotonic() - started)
     return Graded(record, "\n".join(grading.ledger.log) + "\n", grading.ledger.children, profile)
 

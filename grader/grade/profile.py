@@ -21,6 +21,7 @@ from grader.grade.leases import IDLE_LIMIT_SECONDS
 # In the order a grading meets them.
 STEPS = (
     ("waiting", "waiting for a worker slot (a GPU, or CPU cores)"),
+    ("planning", "the grading's plan: its cases, and the policy gate reading kernel.py"),
     ("inputs", "building the cases' inputs in the grader"),
     ("sandbox", "starting sandboxed processes"),
     ("imports", "the child importing torch, Triton and the harness"),
@@ -38,7 +39,9 @@ STEPS = (
     ("compiling alone", "of which compiling that the first call beside other processes left (normally 0)"),
     ("timed check", "saving and checking the timed call's outputs, sharing the GPU again"),
     ("exits", "children exiting after their last case"),
-    ("other", "the rest: records, logs, feedback to the grader's threads"),
+    ("closing", "closing each ended child (its working folder removed) and the grading's shared Triton cache"),
+    ("record", "building the grading's record from its verdicts"),
+    ("other", "the rest: logs, feedback to the grader's threads, and what no step above covers"),
 )
 # Parts of another step, not added to the total.
 _INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone"}
