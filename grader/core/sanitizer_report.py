@@ -247,23 +247,23 @@ def _records(text: str) -> list[list[str]]:
     return records
 
 
+def _sized_access(kind: str, match: re.Match) -> dict:
+    """The fields of a record that names an access, its size and its memory space."""
+    return {
+        "kind": kind,
+        "access": match["access"],
+        "size": int(match["size"]),
+        "space": _SPACES.get(match["space"], match["space"]),
+    }
+
+
 def _finding(tool: str, head: str, rest: list[str]) -> SanitizerFinding | None:
     """One record as a finding, or None for the banner, summaries, leaks and other chatter."""
     fields: dict = {}
     if invalid := _INVALID.match(head):
-        fields.update(
-            kind="out-of-bounds",
-            access=invalid["access"],
-            size=int(invalid["size"]),
-            space=_SPACES.get(invalid["space"], invalid["space"]),
-        )
+        fields.update(_sized_access("out-of-bounds", invalid))
     elif uninitialised := _UNINITIALISED.match(head):
-        fields.update(
-            kind="uninitialised-read",
-            access=uninitialised["access"],
-            size=int(uninitialised["size"]),
-            space=_SPACES.get(uninitialised["space"], uninitialised["space"]),
-        )
+        fields.update(_sized_access("uninitialised-read", uninitialised))
     elif host := _HOST_UNINITIALISED.match(head):
         fields.update(
             kind="uninitialised-read",
