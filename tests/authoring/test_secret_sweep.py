@@ -14,6 +14,14 @@ def test_the_reference_passes_every_case_under_every_secret():
     assert secret_sweep.report(result).endswith("2 secrets, all passed")
 
 
+def test_each_secret_meets_a_fresh_copy_of_the_file():
+    """debugging/02's fallback warns once per process, as a grading's child loads the file once:
+    a sweep that kept one copy saw no warning after the first secret and blamed the reference."""
+    module = find_module("debugging/02-error-handling")
+    result = secret_sweep.sweep(module, count=2, seed=5)
+    assert result.failures == [], secret_sweep.report(result)
+
+
 def test_a_wrong_kernel_fails_with_the_secret_of_each_failure(tmp_path):
     source = kernel_path(VECTOR_ADD, "solutions").read_text()
     assert "    output = x + y\n" in source
