@@ -292,6 +292,18 @@ MEANINGS = (
 )
 
 
+# Some of Triton's checks are bare asserts: the error carries no message, only the line.
+SILENT = "one of Triton's own checks failed on this line without saying which"
+# What a silent check on such a line usually is (matched against the line's source).
+SILENT_MEANINGS = (
+    (
+        r"tl\.dot\([^,]+,[^,]+,|acc\s*=",
+        "a tl.dot accumulator must be float32 here (tl.zeros(..., dtype=tl.float32)) and have the "
+        "result tile's shape: tl.dot checks both on its accumulator argument",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class CompilerRefusal:
     """What a Triton ``CompilationError`` says: its message, the line of the kernel it points at
@@ -304,6 +316,8 @@ class CompilerRefusal:
     @property
     def meaning(self) -> str:
         """What the message usually means for a learner's kernel ("" where the course has no word)."""
+        if self.message == SILENT:
+            return next((m for pattern, m in SILENT_MEANINGS if re.search(pattern, self.source_line)), "")
         return next((m for pattern, m in MEANINGS if re.search(pattern, self.message)), "")
 
 
@@ -320,7 +334,7 @@ def compiler_refusal(error: BaseException) -> CompilerRefusal:
         # and chains the callee's own error, which says why.
         cause = error.__cause__
         message = compiler_refusal(cause).message if type(cause).__name__ == "CompilationError" else str(cause)
-    message = message.strip() or type(error).__name__
+    message = message.strip() or (SILENT if marks else type(error).__name__)
     where = re.match(r"at (\d+):(\d+)", lines[0]) if lines else None
     source = lines[marks[-1] - 1].strip() if marks and marks[-1] > 0 else ""
     return CompilerRefusal(message, int(where[1]) if where else None, source)

@@ -308,6 +308,23 @@ def test_a_compile_error_inside_a_called_jit_function_shows_the_callees_cause():
     assert "That usually means a tl.dot accumulator must be float32" in short_error(accumulator)
 
 
+def test_a_compile_error_without_a_message_says_so_and_reads_the_line():
+    """Triton 3.6 checks tl.dot's accumulator with a bare assert: no message, only the line."""
+    from grader.core.checks import short_error
+
+    class CompilationError(Exception):
+        pass
+
+    silent = CompilationError("at 41:14:\n    acc = tl.dot(a, b, acc)\n              ^")
+    silent.__cause__ = AssertionError()
+    shown = short_error(silent)
+    assert shown.startswith("one of Triton's own checks failed on this line without saying which (line 41"), shown
+    assert "That usually means a tl.dot accumulator must be float32" in shown
+    elsewhere = CompilationError("at 3:4:\n    y = tl.sum(x, axis=2)\n    ^")
+    shown = short_error(elsewhere)
+    assert "without saying which" in shown and "usually means" not in shown, shown
+
+
 def test_a_failing_output_equal_to_a_suspected_mistake_is_named_first():
     """A module's suspect (a typical wrong computation) is named where every wrong output matches
     it, and only there; one that cannot be computed for the inputs says nothing."""
