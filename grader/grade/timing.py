@@ -293,11 +293,12 @@ def _timed(target: _Target, inputs: TimingInputs, busy: list) -> dict:
             with grading.profile.step("timed check"):
                 return _checked(target, child, plan, window, audit, inputs)
     finally:
-        for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
-            if process is not None and not isinstance(process, dict):
-                grading.ledger.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
-                grading.lease.forget(process)
-                process.close()
+        with grading.profile.step("closing"):
+            for process, whose in ((child, "timing child"), (reference, "reference's timing child")):
+                if process is not None and not isinstance(process, dict):
+                    grading.ledger.log.append(f"--- {whose}: output ---\n{process.log_tail()}")
+                    grading.lease.forget(process)
+                    process.close()
 
 
 def _started(target: _Target, inputs: TimingInputs, source: bytes | None = None):
