@@ -1,8 +1,9 @@
-"""Matmuls past 2**31 elements, on a GPU: what the matmul modules' `test_offsets_past_two_to_the_31`
-shares. An offset ``row * stride`` computed in int32 wraps around there, to an address before the
-tensor (an illegal access, or wrong values); the products below put a's rows, a transposed b's
-columns and c's rows past 2**31 in turn, and c is compared with float32 arithmetic a block at a
-time (a float32 copy of the whole of a would take 8.6 GB)."""
+"""Tensors past 2**31 elements, on a GPU: what the modules' `test_offsets_past_two_to_the_31`
+share (vector add, and the matmuls). An index or an offset ``row * stride`` computed in int32
+wraps around there, to an address before the tensor (an illegal access, or wrong values). The
+matmul products below put a's rows, a transposed b's columns and c's rows past 2**31 in turn,
+and c is compared with float32 arithmetic a block at a time (a float32 copy of the whole of a
+would take 8.6 GB)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,35 @@ def why_not_here() -> str | None:
     if free < FREE_BYTES_NEEDED:
         return f"needs about {FREE_BYTES_NEEDED / 2**30:.0f} GB of free GPU memory ({free / 2**30:.1f} GB free)"
     return None
+
+
+# A vector of float16 whose last blocks start past element 2**31, with a partial last block (4.3 GB).
+BIG_VECTOR = 2**31 + 2**20 + 3
+BLOCK_START_FIX = (
+    "A block's first index pid * BLOCK_SIZE passes 2**31 here, and int32 arithmetic wraps it "
+    "around to a negative index: compute it in tl.int64 (pid.to(tl.int64) * BLOCK_SIZE)."
+)
+
+
+def check_vector_add(add: Callable) -> None:
+    """``add(x, y)`` on two float16 vectors of ``BIG_VECTOR`` elements, compared with PyTorch's sum a
+    slice at a time; an AssertionError says where and what to fix."""
+    torch.manual_seed(0)
+    x = torch.empty(BIG_VECTOR, dtype=torch.float16, device="cuda").uniform_(-1, 1)
+    y = torch.empty(BIG_VECTOR, dtype=torch.float16, device="cuda").uniform_(-1, 1)
+    what = f"x + y for vectors of {BIG_VECTOR} float16 elements"
+    out = _run(what, add, x, y, fix=BLOCK_START_FIX)
+    step = 2**28
+    for start in range(0, BIG_VECTOR, step):
+        part = slice(start, start + step)
+        wrong = out[part] != x[part] + y[part]
+        if wrong.any():
+            first = start + int(wrong.nonzero()[0])
+            past = " (past 2**31)" if first >= 2**31 else ""
+            raise AssertionError(
+                f"{what}: {int(wrong.sum())} wrong elements in {start} to {min(start + step, BIG_VECTOR) - 1}, "
+                f"the first at index {first}{past}. {BLOCK_START_FIX}"
+            )
 
 
 def products() -> list[tuple[torch.Tensor, torch.Tensor, str]]:
@@ -73,7 +103,7 @@ def check_matmuls(matmul: Callable, extras: Extras | None = None) -> None:
         del c
 
 
-def _run(what: str, function: Callable, *args):
+def _run(what: str, function: Callable, *args, fix: str = INT64_FIX):
     """function(*args), synchronized; a GPU error fails with what to fix."""
     from grader.core import device
 
@@ -83,7 +113,7 @@ def _run(what: str, function: Callable, *args):
     except torch.cuda.OutOfMemoryError:
         raise
     except RuntimeError as error:  # an illegal address; the CUDA context is then lost for later tests too
-        raise AssertionError(f"{what}: the launch failed ({str(error).splitlines()[0]}). {INT64_FIX}") from None
+        raise AssertionError(f"{what}: the launch failed ({str(error).splitlines()[0]}). {fix}") from None
     return c
 
 

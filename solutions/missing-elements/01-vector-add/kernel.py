@@ -39,7 +39,8 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     # END TODO
     # TODO: compute the index of the first element of this block
     # HINT: program 0 starts at element 0, program 1 right after program 0's block, and so on.
-    block_start = pid * BLOCK_SIZE
+    # HINT: in 64 bits (pid.to(tl.int64)): past 2**31 elements, pid * BLOCK_SIZE no longer fits an int32.
+    block_start = pid.to(tl.int64) * BLOCK_SIZE
     # STUB: block_start = ...
     # END TODO
     # TODO: compute the indices of all BLOCK_SIZE elements of the block

@@ -4,7 +4,7 @@ from grader.authoring.mistakes import Mistake
 
 MISTAKES = [
     Mistake("program offsets not scaled by the block size",
-            "block_start = pid * BLOCK_SIZE", "block_start = pid",
+            "block_start = pid.to(tl.int64) * BLOCK_SIZE", "block_start = pid",
             cause=r"multipl\w* by the block size"),
     Mistake("grid rounds down",
             "grid = (triton.cdiv(n_elements, BLOCK_SIZE),)", "grid = (n_elements // BLOCK_SIZE,)",

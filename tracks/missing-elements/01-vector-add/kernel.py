@@ -31,6 +31,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE):
     pid = ...
     # TODO 5: compute the index of the first element of this block
     #   Hint: program 0 starts at element 0, program 1 right after program 0's block, and so on.
+    #   Hint: in 64 bits (pid.to(tl.int64)): past 2**31 elements, pid * BLOCK_SIZE no longer fits an int32.
     block_start = ...
     # TODO 6: compute the indices of all BLOCK_SIZE elements of the block
     #   Hint: tl.arange(0, N) is the vector 0, 1, ..., N-1; shift it by the block's start.

@@ -4,6 +4,7 @@ SPEC and CASES describe the tests as data (the grader reads them too); the funct
 the pytest tests. Sizes cover 1, non-powers-of-two, exact multiples of the block and tails.
 """
 
+import pytest
 import torch
 
 from grader.cases import Case, Spec
@@ -16,6 +17,9 @@ GIVEN_CHECKS = ("vector add's input checks are given in the starting file, not p
                 "sandbox with kernels that skip them.")
 PYTEST_ONLY = {name: GIVEN_CHECKS for name in
                ("test_rejects_mismatched_shapes", "test_rejects_mixed_dtypes", "test_rejects_integer_tensors")}
+PYTEST_ONLY["test_offsets_past_two_to_the_31"] = (
+    "Vectors of more than 2**31 elements take about 13 GB of GPU memory, more than the grader gives one "
+    "correctness process beside the others; make check runs it on a GPU with the memory free.")
 
 
 def make_inputs(case, rand):
@@ -82,3 +86,13 @@ def test_rejects_integer_tensors(kernel):
     where = device.torch_device()
     expect_error(kernel.api("add"), torch.ones(4, dtype=torch.int32, device=where),
                  torch.ones(4, dtype=torch.int32, device=where), match="dtype")
+
+
+def test_offsets_past_two_to_the_31(kernel):
+    """Vectors of more than 2**31 elements: a block start pid * BLOCK_SIZE computed in int32 wraps
+    around there, to an index before the vector (an illegal access, or wrong values)."""
+    from grader import large_offsets
+
+    if (why := large_offsets.why_not_here()) is not None:
+        pytest.skip(why)
+    large_offsets.check_vector_add(kernel.api("add"))
