@@ -162,6 +162,7 @@ def cmd_run(args) -> int:
     options = runphase.Options(
         workers=args.workers,
         children_per_gpu=args.per_gpu,
+        side_by_side=False if args.in_turn else None,
         limits=limits,
         hide=tuple(args.hide),
         expose=tuple(args.expose),

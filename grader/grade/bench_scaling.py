@@ -177,14 +177,18 @@ def steady_rate(log: str) -> float | None:
     return (window[-1][0] - window[0][0]) / (window[-1][1] - window[0][1])
 
 
-def run_one(source: Path, results: Path, kind: str, gpus: int, per_gpu: int, cores: int, log: Path) -> float:
-    """One run phase in a process of its own, on ``cores`` CPU cores per GPU if given; return
-    its wall seconds."""
+def run_one(
+    source: Path, results: Path, kind: str, gpus: int, per_gpu: int, cores: int, log: Path, in_turn: bool = False
+) -> float:
+    """One run phase in a process of its own, on ``cores`` CPU cores per GPU if given (``in_turn``:
+    each grading's hidden cases after its public ones, ``--in-turn``); return its wall seconds."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(gpu) for gpu in range(gpus)))
     command = [sys.executable, "-m", "grader", "run", str(source), "--results", str(results)]
     command += ["--per-gpu", str(per_gpu), "--profile"]
     if kind == "ray":
         command += ["--ray"]
+    if in_turn:
+        command += ["--in-turn"]
     pinned = set(range(cores * gpus)) if cores else None  # children and Ray's processes inherit it
     started = time.monotonic()
     with log.open("w") as handle:
@@ -204,11 +208,22 @@ def run_one(source: Path, results: Path, kind: str, gpus: int, per_gpu: int, cor
 class Run:
     kind: str
     gpus: int
+    in_turn: bool
     seconds: float
     rate: float | None  # gradings a second once every slot is busy (``steady_rate``)
     grades: dict[str, str]
     credits: dict[str, dict]
     ratios: list[float]
+
+
+def parse_run(text: str) -> tuple[str, int, bool]:
+    """KIND:GPUS[:in-turn] as (kind, GPUs, in turn); a ValueError says what is wrong."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in ("local", "ray") or not parts[1].isdigit() or int(parts[1]) < 1:
+        raise ValueError(f"a run is KIND:GPUS[:in-turn] with KIND local or ray and GPUS 1 or more, got {text!r}")
+    if len(parts) == 3 and parts[2] != "in-turn":
+        raise ValueError(f"the third part of a run can only be in-turn, got {text!r}")
+    return parts[0], int(parts[1]), len(parts) == 3
 
 
 def compare(run: Run, first: Run) -> tuple[list[str], float | None]:
@@ -234,7 +249,7 @@ def table(rows: list[Run]) -> list[str]:
             spread = f"{statistics.median(r.ratios):.3f} ({min(r.ratios):.3f}-{max(r.ratios):.3f}, {len(r.ratios)})"
         rate = f"{60 * r.rate:.1f}" if r.rate else "?"
         rate_ratio = f"{r.rate / first.rate:.2f}" if r.rate and first.rate else "?"
-        runner = "local pool" if r.kind == "local" else "Ray"
+        runner = ("local pool" if r.kind == "local" else "Ray") + (", in turn" if r.in_turn else "")
         gap_text = "a part graded in one run only" if gap is None else f"{gap:.3f}"
         cells = [runner, r.gpus, f"{r.seconds:.0f}", f"{first.seconds / r.seconds:.2f}", rate, rate_ratio]
         cells += [len(r.grades), same, gap_text, spread]
@@ -246,12 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.grade.bench_scaling", description=__doc__.split("\n")[0])
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--modules", nargs="+", required=True)
-    parser.add_argument("--runs", nargs="+", default=["local:1", "ray:2", "ray:4"], help="KIND:GPUS, KIND local or ray")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=["local:1", "ray:2", "ray:4"],
+        help="KIND:GPUS[:in-turn], KIND local or ray; in-turn grades as --in-turn does",
+    )
     parser.add_argument("--per-gpu", type=int, default=8, help="gradings at a time on each GPU")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="pin each run to this many CPU cores per GPU")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "build" / "bench-scaling")
     args = parser.parse_args(argv)
-    runs = [(kind, int(gpus)) for kind, gpus in (run.split(":") for run in args.runs)]
+    try:
+        runs = [parse_run(run) for run in args.runs]
+    except ValueError as error:
+        parser.error(str(error))
     modules = [find_module(name) for name in args.modules]
     source, students = build_class(args.work, args.students, modules)
     (args.work / "class.json").write_text(json.dumps({s.name: s.kind for s in students}, indent=1) + "\n")
@@ -260,20 +283,23 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     secret, rows = None, []
-    for kind, gpus in runs:
-        results, log = args.work / f"results-{kind}-{gpus}", args.work / f"log-{kind}-{gpus}.txt"
+    for kind, gpus, in_turn in runs:
+        name = f"{kind}-{gpus}" + ("-in-turn" if in_turn else "")
+        results, log = args.work / f"results-{name}", args.work / f"log-{name}.txt"
         shutil.rmtree(results, ignore_errors=True)
         results.mkdir(parents=True)
         if secret is not None:  # every run meets the first run's hidden inputs
             target = results / store.SECRET_FILE
             target.write_text(secret)
             target.chmod(0o600)
-        seconds = run_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log)
+        seconds = run_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn)
         if secret is None:
             secret = (results / store.SECRET_FILE).read_text()
         rate = steady_rate(log.read_text(errors="replace"))
-        rows.append(Run(kind, gpus, seconds, rate, grades(results), credits(results), reference_ratios(results)))
-        print(f"{kind}:{gpus} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
+        rows.append(
+            Run(kind, gpus, in_turn, seconds, rate, grades(results), credits(results), reference_ratios(results))
+        )
+        print(f"{name} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     print("\n" + "\n".join(table(rows)))
     summary = []
     for r in rows:
@@ -281,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         # What differs, side by side, so that a difference can be read without the records.
         shown = {k: {"first": rows[0].grades.get(k), "this": r.grades.get(k)} for k in differing}
         summary.append(
-            {"run": f"{r.kind}:{r.gpus}", "seconds": r.seconds, "rate": r.rate, "records": len(r.grades),
+            {"run": f"{r.kind}:{r.gpus}" + (":in-turn" if r.in_turn else ""), "seconds": r.seconds,
+             "rate": r.rate, "records": len(r.grades),
              "differing": shown, "credit_gap": gap, "ratios": r.ratios}
         )  # fmt: skip
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -43,6 +43,13 @@ def add_workers_argument(parser) -> None:
         help="gradings at a time on each GPU, locally and on every worker of a Ray cluster "
         "(default 4; 8 where a GPU has 16 or more CPU cores beside it)",
     )
+    parser.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="on a GPU, run a grading's hidden cases after its public ones instead of beside them: "
+        "the second child then finds the kernels the first compiled, which saves CPU time where "
+        "every core is busy, at the cost of each grading's own wall time",
+    )
 
 
 def _modules(names):
@@ -134,6 +141,7 @@ def cmd_grade(args) -> int:
     options = runphase.Options(
         workers=args.workers,
         children_per_gpu=args.per_gpu,
+        side_by_side=False if args.in_turn else None,
         allow_unsafe=args.allow_unsafe,
         limits=Limits(case_seconds=case_seconds),
         ray=args.ray,

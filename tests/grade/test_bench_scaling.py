@@ -72,3 +72,44 @@ def test_the_steady_rate_leaves_out_the_start_and_the_tail():
     # from 2 done at 110 s to 9 done at 180 s: 7 gradings in 70 s
     assert bench_scaling.steady_rate("\n".join(lines)) == 0.1
     assert bench_scaling.steady_rate("run phase: 10/10 gradings, 4.0 s") is None
+
+
+def test_a_run_is_kind_gpus_and_optionally_in_turn():
+    assert bench_scaling.parse_run("local:1") == ("local", 1, False)
+    assert bench_scaling.parse_run("ray:4:in-turn") == ("ray", 4, True)
+    for wrong in ("local", "ray:0", "slurm:2", "ray:two", "local:1:beside", "ray:2:in-turn:x"):
+        try:
+            bench_scaling.parse_run(wrong)
+        except ValueError as error:
+            assert "KIND:GPUS" in str(error) or "in-turn" in str(error)
+        else:
+            raise AssertionError(f"{wrong!r} was accepted")
+
+
+def test_an_in_turn_run_grades_with_in_turn(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(bench_scaling.subprocess, "run", lambda command, **kwargs: commands.append(command))
+    log = tmp_path / "log.txt"
+    bench_scaling.run_one(tmp_path, tmp_path / "r", "ray", 2, 8, 0, log, in_turn=True)
+    bench_scaling.run_one(tmp_path, tmp_path / "r", "local", 1, 8, 0, log)
+    assert "--in-turn" in commands[0] and "--ray" in commands[0]
+    assert "--in-turn" not in commands[1]
+
+
+def test_in_turn_on_the_command_line_turns_side_by_side_off(tmp_path, monkeypatch):
+    from grader import cli
+    from grader.grade import runphase
+
+    seen = []
+
+    def fake_run(submissions, results, modules, options, progress):
+        seen.append(options)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runphase, "run", fake_run)
+    for flags, expected in ((["--in-turn"], False), ([], None)):
+        try:
+            cli.main(["run", str(tmp_path), "--results", str(tmp_path / "r"), *flags])
+        except SystemExit:
+            pass
+        assert seen[-1].side_by_side is expected
