@@ -93,11 +93,14 @@ def sequential_scan(u, delta, A, B, C, D, z, delta_bias):
     delta = F.softplus(delta + delta_bias[:, None])
     decay = torch.exp(delta[..., None] * A[:, None, :])  # (batch, inner, L, state)
     drive = (delta * u)[..., None] * B.transpose(1, 2)[:, None]  # (batch, inner, L, state)
+    # unbind, not decay[:, :, t]: the backward of one index per step would build a zero tensor of
+    # the whole (batch, inner, L, state) at every step, L^2 work that would slow the reference.
+    steps = zip(decay.unbind(2), drive.unbind(2), C.unbind(2))
     h = u.new_zeros(u.shape[0], u.shape[1], A.shape[1])
     ys = []
-    for t in range(u.shape[2]):
-        h = decay[:, :, t] * h + drive[:, :, t]
-        ys.append(torch.einsum("bdn,bn->bd", h, C[:, :, t]))
+    for decay_t, drive_t, C_t in steps:
+        h = decay_t * h + drive_t
+        ys.append(torch.einsum("bdn,bn->bd", h, C_t))
     y = torch.stack(ys, dim=2) + u * D[:, None]
     return (y * F.silu(z)).to(out_dtype)
 
