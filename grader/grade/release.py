@@ -267,6 +267,8 @@ def _phony_line(line: str, dropped: set[str]) -> str:
 # a benchmark script): shown on purpose, as the stubs are. Named one by one, so that a scratch file
 # left under tracks/ can never make a solution's lines count as shown.
 GIVEN_FILES = (
+    "mastery/04-training-kernels/mamba_step.py",
+    "mastery/04-training-kernels/training_loop.py",
     "mastery/04-training-kernels/transformer_step.py",
     "mastery/05-production-ready/attention_op.py",
     "mastery/05-production-ready/benchmark.py",
