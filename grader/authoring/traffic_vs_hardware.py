@@ -39,8 +39,11 @@ What a GPU's counters see that the report does not, and the other way round: ncu
 loads (optimization/05's descriptor path, 04's Hopper kernel) or that a pipelined ``tl.dot``
 copies with ``cp.async`` shows few or no load sectors there (``--extra-metrics`` can add the
 ``..._op_ldgsts`` counters where the installed ncu has them); a lane that loads 16 bytes at once
-puts 4 times the report's sectors into one request (so the summary also compares total sectors,
-which vector width does not change); L2 hits leave DRAM bytes below the report's bytes (a matmul
+puts 4 times the report's sectors (of fp32) into one request, so ``--predict`` also counts the
+requests at the width the GPU issues (``VectorModel``: 16 bytes a lane where the block holds that
+many elements a thread and the addresses are contiguous and aligned; the ``*_vector_*`` fields and
+``lane_bytes``), and the summary compares sectors per request both ways and total sectors, which
+vector width does not change; L2 hits leave DRAM bytes below the report's bytes (a matmul
 re-reads its tiles from L2); and the report cannot see that one program walking a whole vector
 (03's starting vector_sum) leaves all but one multiprocessor idle: same bytes, far slower.
 
@@ -67,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import csv
 import functools
 import io
@@ -488,23 +492,200 @@ def _elements(params: dict) -> int:
 
 def scale_counts(family: Family, points: tuple[dict, ...], measured: list[dict]) -> tuple[dict, str]:
     """The counts at ``family.full`` from those at ``points``, and how they were scaled."""
+    names = COUNTS + tuple(name for name in VECTOR_COUNTS if all(name in counts for counts in measured))
     if family.scaling == "matmul":
         (m, n, k1), (_, _, k2) = points[0]["mnk"], points[1]["mnk"]
         M, N, K = family.full["mnk"]
         factor = (M * N) / (m * n)
         out = {
             name: factor * (measured[0][name] + (measured[1][name] - measured[0][name]) * (K - k1) / (k2 - k1))
-            for name in COUNTS
+            for name in names
         }
         how = f"predicted at m,n,k = {m},{n},{k1} and k = {k2}; linear in K to {K}, then x {factor:g} for M x N"
         return out, how
     factor = _elements(family.full) / _elements(points[0])
     how = f"predicted at {points[0]}; every count x {factor:g} (the elements' ratio)"
-    return {name: measured[0][name] * factor for name in COUNTS}, how
+    return {name: measured[0][name] * factor for name in names}, how
 
 
 def per_request(sectors: float, requests: float) -> float:
     return sectors / requests if requests else 0.0
+
+
+# What the GPU issues: Triton's compiler gives each lane up to 16 contiguous bytes of a block in one
+# instruction where the addresses are contiguous and aligned, so one warp-wide request covers up to
+# 32 x 16 bytes. The report counts one element a lane; this model counts the requests as issued.
+LANE_BYTES = 16  # the widest global access one lane makes in one instruction (128 bits)
+DEFAULT_WARPS = 4  # Triton's num_warps when a launch names none
+VECTOR_COUNTS = ("load_vector_requests", "store_vector_requests", "load_vector_sectors", "store_vector_sectors")
+
+
+@dataclass
+class VectorLine:
+    """One ``tl.load`` / ``tl.store`` line under the vector-width model: the widest vector (in
+    elements a lane) every access of the line allows, why no wider, and the requests and sectors
+    its accesses would take at each width."""
+
+    kind: str
+    itemsize: int
+    width: int  # elements a lane moves in one instruction
+    limit: str  # what bounds ``width``: "16 bytes", "elements per thread", "contiguity or alignment", ...
+    requests: dict = field(default_factory=dict)  # width -> warp-wide requests
+    sectors: dict = field(default_factory=dict)  # width -> sectors
+
+    @property
+    def lane_bytes(self) -> int:
+        return self.width * self.itemsize
+
+
+def vector_width(addresses, active, itemsize: int, warps: int) -> tuple[int, str]:
+    """The elements a lane loads or stores in one instruction, as Triton's compiler lays a block
+    out, and what bounds it. The compiler gives each lane min(16 bytes / element size, the block's
+    elements / (num_warps x 32)) elements, fewer where the addresses along the contiguous axis are
+    not contiguous and aligned to the vector's size, or where a vector's lanes are not all masked
+    alike. Here that is read from the addresses of one access (the compiler proves it from
+    the arguments' divisibility: a stride not a multiple of 16 elements defeats it on a GPU even
+    where the addresses happen to be aligned)."""
+    import numpy as np
+
+    from grader.core.traffic import WARP, lane_order
+
+    addresses = np.atleast_1d(addresses)
+    active = np.broadcast_to(np.atleast_1d(active), addresses.shape)
+    axis = lane_order(addresses, itemsize)
+    rows = np.moveaxis(addresses, axis, -1).astype(np.int64)
+    on = np.moveaxis(active, axis, -1)
+    along = rows.shape[-1]
+    per_thread = max(addresses.size // (max(warps, 1) * WARP), 1)
+    cap, limit = max(LANE_BYTES // itemsize, 1), "16 bytes"
+    if per_thread < cap:
+        cap, limit = per_thread, "elements per thread"
+    if along < cap:
+        cap, limit = along, "the block's contiguous extent"
+    width = cap
+    while width > 1:
+        if along % width == 0:
+            group = rows.reshape(-1, along // width, width)
+            used = on.reshape(group.shape)
+            some = used.any(axis=-1)
+            alike = (used == used[..., :1]).all(axis=-1)
+            contiguous = (np.diff(group, axis=-1) == itemsize).all(axis=-1)
+            aligned = group[..., 0] % (width * itemsize) == 0
+            if np.all(~some | (alike & contiguous & aligned)):
+                break
+        width //= 2
+    return width, limit if width == cap else "contiguity or alignment"
+
+
+def vector_requests(addresses, active, itemsize: int, width: int) -> tuple[int, int]:
+    """(warp-wide requests, sectors) of one access when each lane moves ``width`` elements: a
+    request is 32 x ``width`` consecutive elements along the contiguous axis (the block flattened
+    with that axis last), counted where any of its lanes is active."""
+    import numpy as np
+
+    from grader.core.traffic import SECTOR, WARP, lane_order
+
+    addresses = np.atleast_1d(addresses)
+    active = np.broadcast_to(np.atleast_1d(active), addresses.shape)
+    axis = lane_order(addresses, itemsize)
+    lanes = np.moveaxis(addresses, axis, -1).reshape(-1)
+    on = np.moveaxis(active, axis, -1).reshape(-1)
+    size = WARP * width
+    padding = (-lanes.size) % size
+    lanes = np.concatenate([lanes, np.zeros(padding, dtype=lanes.dtype)]).reshape(-1, size)
+    on = np.concatenate([on, np.zeros(padding, dtype=bool)]).reshape(-1, size)
+    in_use = on.any(axis=1)
+    lanes, on = lanes[in_use], on[in_use]
+    if not lanes.size:
+        return 0, 0
+    unused = np.iinfo(np.uint64).max
+    first, last = lanes // SECTOR, (lanes + itemsize - 1) // SECTOR
+    sectors = np.concatenate([np.where(on, first, unused), np.where(on, last, unused)], axis=1)
+    sectors.sort(axis=1)
+    distinct = (np.diff(sectors, axis=1) != 0) & (sectors[:, 1:] != unused)
+    return int(lanes.shape[0]), int(distinct.sum() + np.count_nonzero(sectors[:, 0] != unused))
+
+
+@dataclass
+class VectorModel:
+    """Listens to the interpreter's accesses (``grader.core.instrument``) and launches
+    (``num_warps``, through ``grader.core.gpu_compile``'s seam) and counts the requests of each
+    load and store line at the width the GPU would issue. Atomics are left out, as ncu's op_ld
+    and op_st leave them out."""
+
+    lines: dict = field(default_factory=dict)  # (kind, file, line, launch) -> VectorLine
+    warps: int = DEFAULT_WARPS  # the launch under way
+    # What the compiler specialises the launch under way on (``specialization``): a line compiled
+    # twice (a stride of 1 in one launch, not in the next) may get a width in each.
+    launch: tuple = ()
+
+    def add(self, access) -> None:
+        from grader.core.traffic import WARP
+
+        if access.kind not in ("load", "store") or not access.active.any():
+            return
+        width, limit = vector_width(access.addresses, access.active, access.itemsize, self.warps)
+        key = (access.kind, access.file, access.line, self.launch)
+        line = self.lines.get(key)
+        if line is None:
+            line = self.lines[key] = VectorLine(access.kind, access.itemsize, width, limit)
+        elif width < line.width:  # the compiler picks one width for every access of the line
+            line.width, line.limit = width, limit
+        size, candidate = max(access.addresses.size, 1), 1
+        while candidate <= line.width:  # every width the line may still settle on
+            requests, sectors = vector_requests(access.addresses, access.active, access.itemsize, candidate)
+            # A block smaller than the launch's lanes is held by several warps at once, and each
+            # of them loads it (a store keeps one copy: the compiler masks the others off).
+            copies = max(1, WARP * self.warps * candidate // max(size, WARP * candidate))
+            copies = copies if access.kind == "load" else 1
+            line.requests[candidate] = line.requests.get(candidate, 0) + copies * requests
+            line.sectors[candidate] = line.sectors.get(candidate, 0) + copies * sectors
+            candidate *= 2
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(VECTOR_COUNTS, 0)
+        for line in self.lines.values():
+            out[f"{line.kind}_vector_requests"] += line.requests[line.width]
+            out[f"{line.kind}_vector_sectors"] += line.sectors[line.width]
+        return out
+
+    def widths(self) -> dict[str, list]:
+        """Per kind, each line's bytes a lane and what bounds them: [[16, "16 bytes"], ...]."""
+        out: dict[str, list] = {"load": [], "store": []}
+        for (kind, *_), line in sorted(self.lines.items(), key=lambda item: (item[0][0], item[0][2])):
+            out[kind].append([line.lane_bytes, line.limit])
+        return out
+
+
+def specialization(value):
+    """What Triton's compiler knows of a launch argument: an integer's being 1 or a multiple of
+    16, a tensor's address being a multiple of 16 bytes, a constant's value."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, int):
+        return 1 if value == 1 else 16 if value % 16 == 0 else 0
+    pointer = getattr(value, "data_ptr", None)
+    if callable(pointer):
+        return ("pointer", pointer() % 16 == 0)
+    return type(value).__name__
+
+
+@contextlib.contextmanager
+def vector_model():
+    """``with vector_model() as model:`` around calls under the interpreter: ``model.counts()``."""
+    from grader.core.gpu_compile import LaunchRecorder
+    from grader.core.instrument import AccessRecorder
+
+    model = VectorModel()
+
+    class Warps(LaunchRecorder):
+        def heard(self, interpreted, args: tuple, kwargs: dict) -> None:
+            model.warps = int(kwargs.get("num_warps") or DEFAULT_WARPS)
+            values = (*args, *(kwargs[name] for name in sorted(kwargs)))
+            model.launch = (getattr(interpreted, "__name__", ""), *(specialization(value) for value in values))
+
+    with Warps(), AccessRecorder(on_access=model.add):
+        yield model
 
 
 def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
@@ -527,10 +708,12 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
     try:
         kernel = load(variant, folder)
         spec = _spec(family.module, family.spec_name)
-        measured, kernels, programs = [], set(), 0
+        measured, kernels, programs, widths = [], set(), 0, {}
         for params in points:
-            result = traffic.traffic_of(kernel, spec, case_of(family, params))
-            measured.append(counts_of(result))
+            with vector_model() as model:
+                result = traffic.traffic_of(kernel, spec, case_of(family, params))
+            measured.append({**counts_of(result), **model.counts()})
+            widths = model.widths()
             kernels |= {name for name, _ in result.programs}
             programs = max(programs, result.busiest_launch)
         full, how = scale_counts(family, points, measured)
@@ -549,6 +732,13 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
         store_sectors_per_request=round(per_request(full["store_sectors"], full["store_requests"]), 4),
         load_ideal_per_request=round(per_request(full["load_ideal_sectors"], full["load_requests"]), 4),
         store_ideal_per_request=round(per_request(full["store_ideal_sectors"], full["store_requests"]), 4),
+        load_vector_sectors_per_request=round(
+            per_request(full["load_vector_sectors"], full["load_vector_requests"]), 4
+        ),
+        store_vector_sectors_per_request=round(
+            per_request(full["store_vector_sectors"], full["store_vector_requests"]), 4
+        ),
+        lane_bytes=widths,
         programs_at_prediction=programs,
         seconds=round(time.monotonic() - started, 2),
     )
@@ -1028,6 +1218,32 @@ class Pair:
         value = self.measured.get("time_ms")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
+    def measured_per_request(self, kind: str) -> float | None:
+        return self.measured.get(f"{kind}_sectors_per_request")
+
+    def vector_per_request(self, kind: str) -> float | None:
+        """Sectors per request at the width the GPU issues (``VectorModel``), or None where the
+        prediction file predates the model."""
+        return self.predicted.get(f"{kind}_vector_sectors_per_request")
+
+    def vector_exact(self, kind: str) -> bool:
+        return _close(self.vector_per_request(kind) or 0.0, self.measured_per_request(kind), 0.01)
+
+    def vector_miss(self, kind: str) -> str:
+        """Why sectors per request at the GPU's width miss the measured ones, in a few words."""
+        sectors = self.measured.get(f"{kind}_sectors") or 0
+        predicted = self.predicted.get(f"{kind}_vector_sectors") or 0
+        if sectors < 0.5 * predicted:
+            return "with under half the predicted sectors in the LSU counters (TMA or cp.async copies bypass them)"
+        if sectors > (1 + TOLERANCE) * predicted:
+            return "with more sectors measured than predicted (strided or sliced rows the GPU lays out otherwise)"
+        limits = [limit for _, limit in (self.predicted.get("lane_bytes") or {}).get(kind, ())]
+        if "contiguity or alignment" in limits:
+            return (
+                "with lanes narrowed by unaligned or strided rows (the compiler proves alignment; the model reads it)"
+            )
+        return "otherwise (the tiles or warps at the predicted shape may not be the full shape's)"
+
     def caches_dominate(self) -> str | None:
         """Why the DRAM counters cannot be the report's bytes for this variant, or None: a matmul
         re-reads its tiles from L2 (DRAM sees a fraction of the report's loads); uncoalesced loads
@@ -1066,7 +1282,7 @@ class Comparison:
     def table(self) -> str:
         header = (
             f"{'variant':<78} {'pred DRAM':>10} {'meas DRAM':>10} {'ratio':>6} "
-            f"{'ld s/r pred':>11} {'meas':>5} {'st s/r pred':>11} {'meas':>5} {'time ms':>8}"
+            f"{'ld s/r pred':>11} {'vec':>5} {'meas':>5} {'st s/r pred':>11} {'vec':>5} {'meas':>5} {'time ms':>8}"
         )
         lines = [header, "-" * len(header)]
         for pair in self.pairs:
@@ -1075,8 +1291,10 @@ class Comparison:
             ratio = pair.predicted_bytes() / measured if measured else None
             lines.append(
                 f"{pair.name[:78]:<78} {_mb(pair.predicted_bytes()):>10} {_mb(measured):>10} {_fmt(ratio, 2):>6} "
-                f"{_fmt(p['load_sectors_per_request']):>11} {_fmt(m.get('load_sectors_per_request')):>5} "
-                f"{_fmt(p['store_sectors_per_request']):>11} {_fmt(m.get('store_sectors_per_request')):>5} "
+                f"{_fmt(p['load_sectors_per_request']):>11} {_fmt(pair.vector_per_request('load')):>5} "
+                f"{_fmt(m.get('load_sectors_per_request')):>5} "
+                f"{_fmt(p['store_sectors_per_request']):>11} {_fmt(pair.vector_per_request('store')):>5} "
+                f"{_fmt(m.get('store_sectors_per_request')):>5} "
                 f"{_fmt(m.get('time_ms'), 3):>8}"
             )
         return "\n".join(lines)
@@ -1129,22 +1347,7 @@ class Comparison:
                 f"report's bytes median {_median([p.measured_bytes() / p.predicted_bytes() for p in matmuls]):.3f}"
             )
         for kind in ("load", "store"):
-            coalesced = [
-                p
-                for p in pairs
-                if p.predicted[f"{kind}_requests"]
-                and p.predicted[f"{kind}_sectors"] <= 1.001 * p.predicted[f"{kind}_ideal_sectors"]
-                and p.measured.get(f"{kind}_sectors_per_request") is not None
-            ]
-            exact = [
-                _close(p.predicted[f"{kind}_sectors_per_request"], p.measured[f"{kind}_sectors_per_request"], 0.01)
-                for p in coalesced
-            ]
-            totals = [within(p.predicted[f"{kind}_sectors"], p.measured.get(f"{kind}_sectors") or 0) for p in coalesced]
-            lines.append(
-                f"coalesced {kind}s (predicted excess 1.0): sectors/request exact {share(exact)}, total sectors "
-                f"within ±10 % {share(totals)} (a vector access of 16 bytes a lane puts 4 x the sectors in one request)"
-            )
+            lines += self.per_request(kind, pairs)
         timed = [p for p in pairs if p.time_ms() is not None]
         times = [p.time_ms() for p in timed]
         for label, values in (
@@ -1155,6 +1358,46 @@ class Comparison:
             rho = spearman(values, times)
             lines.append(f"Spearman rank correlation with measured time, {label}: {_fmt(rho, 3)} over {len(timed)}")
         lines += self.rankings(timed)
+        return lines
+
+    def per_request(self, kind: str, pairs: list[Pair]) -> list[str]:
+        """Sectors per request of ``kind``, predicted against measured: one element a lane (the
+        report's count) and at the width the GPU issues (``VectorModel``, where the prediction
+        file has it), for the coalesced accesses; then at that width for every access measured,
+        and why the ones that miss miss."""
+        measured = [p for p in pairs if p.predicted[f"{kind}_requests"] and p.measured_per_request(kind) is not None]
+        coalesced = [
+            p for p in measured if p.predicted[f"{kind}_sectors"] <= 1.001 * p.predicted[f"{kind}_ideal_sectors"]
+        ]
+        exact = [
+            _close(p.predicted[f"{kind}_sectors_per_request"], p.measured_per_request(kind), 0.01) for p in coalesced
+        ]
+        totals = [within(p.predicted[f"{kind}_sectors"], p.measured.get(f"{kind}_sectors") or 0) for p in coalesced]
+        modelled = [p for p in coalesced if p.vector_per_request(kind) is not None]
+        if not modelled:
+            return [
+                f"coalesced {kind}s (predicted excess 1.0): sectors/request exact {share(exact)} at one element a "
+                f"lane, total sectors within ±10 % {share(totals)} (the prediction has no vector width: a lane "
+                "that moves 16 bytes at once puts 4 x the sectors of fp32 in one request)"
+            ]
+        lines = [
+            f"coalesced {kind}s (predicted excess 1.0): sectors/request exact {share(exact)} at one element a lane, "
+            f"{share([p.vector_exact(kind) for p in modelled])} at the width the GPU issues (up to 16 bytes a lane "
+            f"where contiguous and aligned); total sectors within ±10 % {share(totals)}"
+        ]
+        everything = [p for p in measured if p.vector_per_request(kind) is not None]
+        misses: dict[str, list[str]] = {}
+        for pair in everything:
+            if not pair.vector_exact(kind):
+                misses.setdefault(pair.vector_miss(kind), []).append(pair.name)
+        exact_all = share([p.vector_exact(kind) for p in everything])
+        lines.append(
+            f"  every {kind} measured, at the width the GPU issues: exact {exact_all}"
+            + ("; not exact:" if misses else "")
+        )
+        for why, names in misses.items():
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            lines.append(f"    {len(names)} {why}: {shown}")
         return lines
 
     def rankings(self, timed: list[Pair]) -> list[str]:

@@ -6,10 +6,15 @@ under the interpreter only (on a GPU machine run this file with GRADER_DEVICE=cp
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
+import torch
+import triton
+import triton.language as tl
 
 from grader.authoring import traffic_vs_hardware as tvh
 from grader.core import device, traffic
+from grader.core.instrument import Access
 
 interpreter_only = pytest.mark.skipif(
     device.is_cuda(), reason="the predictions run under the interpreter: use GRADER_DEVICE=cpu"
@@ -245,9 +250,10 @@ def test_the_comparison_table_and_its_summary():
     assert "report's bytes 2 of 3 (67%)" in summary
     assert "only variants whose traffic differs from their reference's: 1 of 2 (50%)" in summary
     assert (
-        "coalesced loads (predicted excess 1.0): sectors/request exact 0 of 2 (0%), total sectors within ±10 % 2 of 2"
-        in summary
+        "coalesced loads (predicted excess 1.0): sectors/request exact 0 of 2 (0%) at one element a lane, total "
+        "sectors within ±10 % 2 of 2" in summary
     )
+    assert "the prediction has no vector width" in summary, "a prediction file from before the model still compares"
     assert "Spearman rank correlation with measured time, sector bytes: 0.866 over 3" in summary
     assert "  m/f: starting kernel right (measured 5.71 x the time)" in summary
 
@@ -395,3 +401,104 @@ def test_measured_shapes_of_element_wise_families_dwarf_the_l2():
         if family.scaling == "elements" and family.api != "vector_sum":
             size = tvh._elements(family.full) * (2 if family.dtype == "float16" else 4)
             assert size >= 10 * tvh.L2_BYTES, family.key
+
+
+@triton.jit
+def _gather_rows(x_ptr, y_ptr, STEP: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets * STEP))
+
+
+def _vector_counts(x, step=1, block=1024, warps=4):
+    """(load, store) sectors per request at the GPU's width, and the report's, for a copy of
+    ``x[::step]`` in blocks of ``block`` elements on ``warps`` warps."""
+    y = torch.empty(x.numel() // step, dtype=x.dtype)
+    with tvh.vector_model() as model:
+        report = traffic.measure(lambda: _gather_rows[(y.numel() // block,)](x, y, STEP=step, BLOCK=block,
+                                                                              num_warps=warps))  # fmt: skip
+    assert torch.equal(y, x[::step])
+    counts = model.counts()
+    per_request = {kind: counts[f"{kind}_vector_sectors"] / counts[f"{kind}_vector_requests"]
+                   for kind in ("load", "store")}  # fmt: skip
+    return per_request, {kind: report.sectors_per_access(kind) for kind in ("load", "store")}
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype, lane_elements", [(torch.float32, 4), (torch.float16, 8)])
+def test_a_coalesced_row_takes_sixteen_sectors_a_request_at_the_gpus_width(dtype, lane_elements):
+    """16 bytes a lane: 4 fp32 or 8 fp16 elements, 512 bytes a warp-wide request, 16 sectors
+    (the report's one element a lane counts 4 for fp32, 2 for fp16, and 4 or 8 times the requests)."""
+    vector, report = _vector_counts(torch.arange(4096, dtype=dtype))
+    assert vector == {"load": 16.0, "store": 16.0}
+    assert report == {"load": 16.0 / lane_elements, "store": 16.0 / lane_elements}
+
+
+@interpreter_only
+@pytest.mark.parametrize("step", [2, 8])
+def test_a_strided_load_keeps_one_element_a_lane(step):
+    """Lanes 8 or 32 bytes apart: no two elements of a lane are neighbours, so no vector; the
+    load's sectors per request are the report's (8 or 32), the contiguous store's are 16."""
+    vector, report = _vector_counts(torch.arange(4096 * step, dtype=torch.float32), step=step)
+    assert vector["load"] == report["load"] == 4.0 * step
+    assert vector["store"] == 16.0
+
+
+@interpreter_only
+def test_the_lane_width_follows_the_launchs_warps_and_the_alignment():
+    """256 fp32 elements on 8 warps give a lane one element (4 sectors a request), on 2 warps four
+    (16); a row one element off the 16-byte boundary gets no vector (5 sectors: the report's)."""
+    x = torch.arange(4097, dtype=torch.float32)
+    assert _vector_counts(x[:4096], block=256, warps=8)[0] == {"load": 4.0, "store": 4.0}
+    assert _vector_counts(x[:4096], block=256, warps=2)[0] == {"load": 16.0, "store": 16.0}
+    vector, report = _vector_counts(x[1:])
+    assert vector["load"] == report["load"] == 5.0 and vector["store"] == 16.0
+
+
+def test_a_block_held_by_several_warps_is_loaded_by_each():
+    """A scalar load on 4 warps is 4 requests of 1 sector; its store is one (the others are masked)."""
+    model = tvh.VectorModel(warps=4)
+    for kind in ("load", "store"):
+        model.add(Access(kind, (0, 0, 0), np.array([4096], dtype=np.uint64), np.array([True]), 4, "k", "f", 1))
+    counts = model.counts()
+    assert (counts["load_vector_requests"], counts["load_vector_sectors"]) == (4, 4)
+    assert (counts["store_vector_requests"], counts["store_vector_sectors"]) == (1, 1)
+
+
+def test_the_summary_counts_sectors_per_request_at_the_gpus_width_and_names_the_misses():
+    def row(name, sectors, requests, vector_sectors, vector_requests, limit="16 bytes"):
+        """A coalesced fp32 row: 4 sectors a request at one element a lane, 16 at 4 elements."""
+        predicted = _predicted(name, "reference", 100e6, 100e6, sectors, requests)
+        predicted.update(
+            load_vector_sectors=vector_sectors,
+            load_vector_requests=vector_requests,
+            store_vector_sectors=4 * requests,
+            store_vector_requests=requests / 4,
+            load_vector_sectors_per_request=vector_sectors / vector_requests,
+            store_vector_sectors_per_request=16.0,
+            lane_bytes={"load": [[16, limit]], "store": []},
+        )
+        return predicted
+
+    predicted = [
+        row("m/f/reference", 4e6, 1e6, 4e6, 1e6 / 4),  # fp32, 4 elements a lane: 16 sectors a request
+        row("m/g/reference", 4e6, 1e6, 4e6, 1e6 / 4),  # its tiles copied by TMA: the LSU sees few loads
+        row("m/h/reference", 4e6, 1e6, 4e6, 1e6 / 4, "contiguity or alignment"),  # the GPU narrows them further
+    ]
+    measured = [
+        _measured("m/f/reference", 100e6, 100e6, 4e6, 1e6 / 4, 0.1),
+        _measured("m/g/reference", 100e6, 100e6, 2e3, 1e3, 0.1),
+        _measured("m/h/reference", 100e6, 100e6, 4e6, 1e6 / 2, 0.1),
+    ]
+    summary = "\n".join(tvh.compare(predicted, measured).summary())
+    assert (
+        "coalesced loads (predicted excess 1.0): sectors/request exact 0 of 3 (0%) at one element a lane, 1 of 3 "
+        "(33%) at the width the GPU issues" in summary
+    )
+    assert "    1 with under half the predicted sectors in the LSU counters (TMA or cp.async" in summary
+    assert "    1 with lanes narrowed by unaligned or strided rows" in summary and "m/h/reference" in summary
+    assert (
+        "coalesced stores (predicted excess 1.0): sectors/request exact 0 of 3 (0%) at one element a lane, 3 of 3 "
+        "(100%) at the width the GPU issues" in summary
+    )
+    table = tvh.compare(predicted, measured).table().splitlines()
+    assert table[2].split()[-7:-1] == ["4.0", "16.0", "16.0", "4.0", "16.0", "16.0"]  # before the time
