@@ -46,7 +46,6 @@ runs a block small enough for Triton's interpreter on a CPU: the loss gaps mean 
 the times do not.
 """
 
-import argparse
 import importlib.util
 import math
 import sys
@@ -272,18 +271,13 @@ def unfinished_message(loaded) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", default="learner", help="learner (default), solutions, or a folder")
-    parser.add_argument("--tiny", action="store_true", help="a block small enough for the interpreter on a CPU")
-    parser.add_argument("--hidden", type=int, default=None, help="model width, twice it inside (1024; 8 with --tiny)")
-    parser.add_argument("--state", type=int, default=None, help="states per channel (16; 4 with --tiny)")
-    parser.add_argument("--batch", type=int, default=None, help="sequences per batch (2)")
-    parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (2048; 8 with --tiny)")
-    parser.add_argument("--steps", type=int, default=None, help="steps of the loss comparison (10; 3 with --tiny)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (3; 1 with --tiny)")
-    parser.add_argument("--iters", type=int, default=None, help="timed steps (10; 2 with --tiny)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = transformer_step.step_arguments(
+        argv,
+        __doc__.splitlines()[0],
+        {"hidden": "model width, twice it inside", "state": "states per channel"},
+        gpu={"hidden": 1024, "state": 16, "batch": 2, "seq": 2048, "steps": 10, "warmup": 3, "iters": 10},
+        tiny={"hidden": 8, "state": 4, "batch": 2, "seq": 8, "steps": 3, "warmup": 1, "iters": 2},
+    )
 
     from grader import device
     from grader.catalog import find_module
@@ -291,20 +285,8 @@ def main(argv=None) -> int:
 
     cuda = device.is_cuda()
     if not cuda and not args.tiny:
-        print(
-            "The default size (hidden 1024, 2 x 2048 tokens) needs a CUDA GPU: here kernels run in Triton's "
-            "interpreter on the CPU. Run on a GPU machine, or pass --tiny for a block the interpreter "
-            "can train (its loss gaps are meaningful, its times are not)."
-        )
+        print(transformer_step.needs_a_gpu("hidden 1024, 2 x 2048 tokens"))
         return 0
-    defaults = (
-        {"hidden": 8, "state": 4, "batch": 2, "seq": 8, "steps": 3, "warmup": 1, "iters": 2}
-        if args.tiny
-        else {"hidden": 1024, "state": 16, "batch": 2, "seq": 2048, "steps": 10, "warmup": 3, "iters": 10}
-    )
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
     try:
         size = sizes(args.hidden, args.state, (args.batch, args.seq))
         loaded = load_kernel(find_module(MODULE_ID), args.impl)
@@ -333,11 +315,7 @@ def main(argv=None) -> int:
         except Exception as error:
             if kernels is None:
                 raise
-            said = str(error).strip().splitlines()
-            print(
-                f"The step with your kernels raised {type(error).__name__}: {said[0] if said else ''}\n"
-                f"`make check M={MODULE_ID}` runs each kernel on its own cases and says which one fails and why."
-            )
+            print(transformer_step.raised_message(error))
             return 1
         rows[name] = (ms, losses)
         if cuda:
@@ -358,15 +336,7 @@ def main(argv=None) -> int:
     for name, (ms, losses) in rows.items():
         gap = transformer_step.relative_gap(losses, reference_losses)
         print(f"{name:<16} {ms:10.2f} {ms / reference_ms:13.3f} {gap:9.2e}")
-    if cuda:
-        print("\nwhere a step's time goes, ms (timed again with an event between the parts):")
-        print(f"{'':<16} {'forward':>9} {'backward':>9} {'optimizer':>10}   (unscale, finite check, AdamW)")
-        for name, part in parts.items():
-            print(f"{name:<16} " + " ".join(f"{part.get(p, 0.0):{w}.2f}" for p, w in transformer_step.PHASE_WIDTHS))
-    print("\nlosses, step by step:")
-    print(f"{'step':>5} " + " ".join(f"{name:>16}" for name in rows))
-    for i in range(args.steps):
-        print(f"{i + 1:>5} " + " ".join(f"{losses[i]:16.6f}" for _, losses in rows.values()))
+    transformer_step.print_split_and_losses(rows, parts, args.steps, cuda)
     return 0
 
 

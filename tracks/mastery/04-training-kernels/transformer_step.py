@@ -333,20 +333,70 @@ def relative_gap(losses, reference_losses):
 # ---- the table ----------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def step_arguments(argv, description: str, sizes: dict, gpu: dict, tiny: dict):
+    """A step script's options: --impl, --tiny, its own ``sizes`` ({option: what it is}), the batch,
+    and how long to compare and time. An option left unset takes its value from ``gpu``, or from
+    ``tiny`` with --tiny (an option in neither stays None)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--impl", default="learner", help="learner (default), solutions, or a folder")
     parser.add_argument("--tiny", action="store_true", help="a block small enough for the interpreter on a CPU")
-    parser.add_argument("--hidden", type=int, default=None, help="model width (4096; 32 with --tiny)")
-    parser.add_argument("--heads", type=int, default=None, help="query heads (32; 2 with --tiny)")
-    parser.add_argument("--kv-heads", type=int, default=None, help="key/value heads (as many as query heads)")
-    parser.add_argument("--batch", type=int, default=None, help="sequences per batch (4; 2 with --tiny)")
-    parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (2048; 8 with --tiny)")
-    parser.add_argument("--steps", type=int, default=None, help="steps of the loss comparison (20; 3 with --tiny)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (3; 1 with --tiny)")
-    parser.add_argument("--iters", type=int, default=None, help="timed steps (10; 2 with --tiny)")
+    common = {
+        "batch": "sequences per batch",
+        "seq": "tokens per sequence",
+        "steps": "steps of the loss comparison",
+        "warmup": "untimed steps first",
+        "iters": "timed steps",
+    }
+    for name, what in {**sizes, **common}.items():
+        default = f" ({gpu[name]}; {tiny[name]} with --tiny)" if name in gpu else ""
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=what + default)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    for name, value in (tiny if args.tiny else gpu).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def needs_a_gpu(size_text: str) -> str:
+    """Why the default size is not run here, and what to do instead."""
+    return (
+        f"The default size ({size_text}) needs a CUDA GPU: here kernels run in Triton's interpreter on the "
+        "CPU. Run on a GPU machine, or pass --tiny for a block the interpreter can train (its loss gaps are "
+        "meaningful, its times are not)."
+    )
+
+
+def raised_message(error: BaseException) -> str:
+    """What to print when a step with the learner's kernels raised: its first line, and where to look."""
+    said = str(error).strip().splitlines()
+    return (
+        f"The step with your kernels raised {type(error).__name__}: {said[0] if said else ''}\n"
+        f"`make check M={MODULE_ID}` runs each kernel on its own cases and says which one fails and why."
+    )
+
+
+def print_split_and_losses(rows: dict, parts: dict, steps: int, cuda: bool) -> None:
+    """Where each way's step time goes (on a GPU), then every way's loss, step by step."""
+    if cuda:
+        print("\nwhere a step's time goes, ms (timed again with an event between the parts):")
+        print(f"{'':<16} {'forward':>9} {'backward':>9} {'optimizer':>10}   (unscale, finite check, AdamW)")
+        for name, part in parts.items():
+            print(f"{name:<16} " + " ".join(f"{part.get(p, 0.0):{w}.2f}" for p, w in PHASE_WIDTHS))
+    print("\nlosses, step by step:")
+    print(f"{'step':>5} " + " ".join(f"{name:>16}" for name in rows))
+    for i in range(steps):
+        print(f"{i + 1:>5} " + " ".join(f"{losses[i]:16.6f}" for _, losses in rows.values()))
+
+
+def main(argv=None) -> int:
+    args = step_arguments(
+        argv,
+        __doc__.splitlines()[0],
+        {"hidden": "model width", "heads": "query heads", "kv_heads": "key/value heads (as many as query heads)"},
+        gpu={"hidden": 4096, "heads": 32, "batch": 4, "seq": 2048, "steps": 20, "warmup": 3, "iters": 10},
+        tiny={"hidden": 32, "heads": 2, "batch": 2, "seq": 8, "steps": 3, "warmup": 1, "iters": 2},
+    )
 
     from grader import device
     from grader.catalog import find_module
@@ -354,20 +404,8 @@ def main(argv=None) -> int:
 
     cuda = device.is_cuda()
     if not cuda and not args.tiny:
-        print(
-            "The default size (hidden 4096, 8192 tokens) needs a CUDA GPU: here kernels run in Triton's "
-            "interpreter on the CPU. Run on a GPU machine, or pass --tiny for a block the interpreter "
-            "can train (its loss gaps are meaningful, its times are not)."
-        )
+        print(needs_a_gpu("hidden 4096, 8192 tokens"))
         return 0
-    defaults = (
-        {"hidden": 32, "heads": 2, "batch": 2, "seq": 8, "steps": 3, "warmup": 1, "iters": 2}
-        if args.tiny
-        else {"hidden": 4096, "heads": 32, "batch": 4, "seq": 2048, "steps": 20, "warmup": 3, "iters": 10}
-    )
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
     try:
         loaded = load_kernel(find_module(MODULE_ID), args.impl)
     except LoadError as error:
@@ -402,11 +440,7 @@ def main(argv=None) -> int:
         except Exception as error:
             if ks is None:
                 raise
-            said = str(error).strip().splitlines()
-            print(
-                f"The step with your kernels raised {type(error).__name__}: {said[0] if said else ''}\n"
-                f"`make check M={MODULE_ID}` runs each kernel on its own cases and says which one fails and why."
-            )
+            print(raised_message(error))
             return 1
         parts[name] = {}
         ms = time_step(ks, warmup=args.warmup, iters=args.iters, compiled=compiled, phases=parts[name], **size)
@@ -429,15 +463,7 @@ def main(argv=None) -> int:
     )
     for name, (ms, losses) in rows.items():
         print(f"{name:<16} {ms:10.2f} {ms / eager_ms:8.2f} {relative_gap(losses, eager_losses):9.2e}")
-    if cuda:
-        print("\nwhere a step's time goes, ms (timed again with an event between the parts):")
-        print(f"{'':<16} {'forward':>9} {'backward':>9} {'optimizer':>10}   (unscale, finite check, AdamW)")
-        for name, part in parts.items():
-            print(f"{name:<16} " + " ".join(f"{part.get(p, 0.0):{w}.2f}" for p, w in PHASE_WIDTHS))
-    print("\nlosses, step by step:")
-    print(f"{'step':>5} " + " ".join(f"{name:>16}" for name in rows))
-    for i in range(args.steps):
-        print(f"{i + 1:>5} " + " ".join(f"{losses[i]:16.6f}" for _, losses in rows.values()))
+    print_split_and_losses(rows, parts, args.steps, cuda)
     return 0
 
 
