@@ -49,7 +49,6 @@ the times do not.
 import importlib.util
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -220,31 +219,7 @@ def time_step(
     master, teacher = problem(size, seed, where)
     step = TrainingStep(kernels, master, size)
     x, target = transformer_step.batch_of(size, teacher, seed, 0, where)
-    for _ in range(warmup):
-        step(x, target)
-    if where.type != "cuda":
-        start = time.perf_counter()
-        for _ in range(iters):
-            step(x, target)
-        return (time.perf_counter() - start) * 1000 / iters
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        step(x, target)
-    end.record()
-    end.synchronize()
-    total = start.elapsed_time(end) / iters
-    if phases is not None:  # apart from the total: the events between phases cost a little
-        step.marks = []
-        for _ in range(iters):
-            step(x, target)
-        torch.cuda.synchronize()
-        marks, step.marks = step.marks, None
-        for (_, begin), (phase, finish) in zip(marks, marks[1:]):
-            if phase != "start":
-                phases[phase] = phases.get(phase, 0.0) + begin.elapsed_time(finish) / iters
-    return total
+    return transformer_step.timed_steps(step, x, target, warmup, iters, phases)
 
 
 def unfinished_message(loaded) -> str:

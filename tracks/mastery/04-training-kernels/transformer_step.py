@@ -298,6 +298,14 @@ def time_step(
     master, teacher = problem(size, seed, where)
     step = TrainingStep(kernels, master, heads, size["kv_heads"], compiled)
     x, target = batch_of(size, teacher, seed, 0, where)
+    return timed_steps(step, x, target, warmup, iters, phases)
+
+
+def timed_steps(step, x, target, warmup: int, iters: int, phases: dict | None = None) -> float:
+    """Milliseconds per ``step(x, target)``, the mean of ``iters`` calls after ``warmup`` untimed
+    ones: CUDA events on a GPU, the host's clock elsewhere. ``phases`` (on a GPU) receives the mean
+    milliseconds between the marks the step records in a second timed run."""
+    where = x.device
     for _ in range(warmup):  # compilation and autotuning happen here
         step(x, target)
     if where.type != "cuda":
