@@ -583,19 +583,9 @@ def vector_requests(addresses, active, itemsize: int, width: int) -> tuple[int, 
     with that axis last), counted where any of its lanes is active."""
     import numpy as np
 
-    from grader.core.traffic import SECTOR, WARP, lane_order
+    from grader.core.traffic import SECTOR, WARP, requests_of
 
-    addresses = np.atleast_1d(addresses)
-    active = np.broadcast_to(np.atleast_1d(active), addresses.shape)
-    axis = lane_order(addresses, itemsize)
-    lanes = np.moveaxis(addresses, axis, -1).reshape(-1)
-    on = np.moveaxis(active, axis, -1).reshape(-1)
-    size = WARP * width
-    padding = (-lanes.size) % size
-    lanes = np.concatenate([lanes, np.zeros(padding, dtype=lanes.dtype)]).reshape(-1, size)
-    on = np.concatenate([on, np.zeros(padding, dtype=bool)]).reshape(-1, size)
-    in_use = on.any(axis=1)
-    lanes, on = lanes[in_use], on[in_use]
+    lanes, on = requests_of(addresses, active, itemsize, WARP * width)
     if not lanes.size:
         return 0, 0
     unused = np.iinfo(np.uint64).max

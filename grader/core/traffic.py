@@ -304,18 +304,25 @@ def lane_order(addresses: np.ndarray, itemsize: int) -> int:
     return best_axis
 
 
-def warp_sectors(access: Access) -> tuple[int, int, int, int]:
-    """(warp-wide accesses, sectors touched, sectors ideally needed, active lanes) of one access."""
-    addresses = np.atleast_1d(access.addresses)
-    active = np.broadcast_to(np.atleast_1d(access.active), addresses.shape)
-    axis = lane_order(addresses, access.itemsize)
+def requests_of(addresses, active, itemsize: int, size: int = WARP) -> tuple[np.ndarray, np.ndarray]:
+    """An access's addresses and active flags in rows of ``size`` consecutive elements along its
+    contiguous axis (the block flattened with that axis last), one row per request that has an
+    active lane: ``size`` is a warp's 32 lanes, times the elements each lane moves at once."""
+    addresses = np.atleast_1d(addresses)
+    active = np.broadcast_to(np.atleast_1d(active), addresses.shape)
+    axis = lane_order(addresses, itemsize)
     lanes = np.moveaxis(addresses, axis, -1).reshape(-1)
     on = np.moveaxis(active, axis, -1).reshape(-1)
-    padding = (-lanes.size) % WARP
-    lanes = np.concatenate([lanes, np.zeros(padding, dtype=lanes.dtype)]).reshape(-1, WARP)
-    on = np.concatenate([on, np.zeros(padding, dtype=bool)]).reshape(-1, WARP)
+    padding = (-lanes.size) % size
+    lanes = np.concatenate([lanes, np.zeros(padding, dtype=lanes.dtype)]).reshape(-1, size)
+    on = np.concatenate([on, np.zeros(padding, dtype=bool)]).reshape(-1, size)
     in_use = on.any(axis=1)
-    lanes, on = lanes[in_use], on[in_use]
+    return lanes[in_use], on[in_use]
+
+
+def warp_sectors(access: Access) -> tuple[int, int, int, int]:
+    """(warp-wide accesses, sectors touched, sectors ideally needed, active lanes) of one access."""
+    lanes, on = requests_of(access.addresses, access.active, access.itemsize)
     if not lanes.size:
         return 0, 0, 0, 0
     # Sectors of the active lanes; an element may straddle two sectors only when misaligned.
