@@ -244,8 +244,10 @@ def fused_linear_kernel(
     otherwise (linear_bias_act) it goes to tl.dot as it is. Either way the bias and the
     activation are applied to the float32 accumulator before the tile's one store."""
     pid_m, pid_n = tile_position(tl.program_id(axis=0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # 64-bit rows and columns: offs_m * stride_xm (or offs_n * stride_wn) passes 2**31 once x (or
+    # the weight) has that many elements.
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
     # tl.dot multiplies a (BLOCK_M, BLOCK_K) tile by a (BLOCK_K, BLOCK_N) one, so the second operand
