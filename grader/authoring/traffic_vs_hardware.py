@@ -46,6 +46,9 @@ many elements a thread and the addresses are contiguous and aligned; the ``*_vec
 vector width does not change; L2 hits leave DRAM bytes below the report's bytes (a matmul
 re-reads its tiles from L2); and the report cannot see that one program walking a whole vector
 (03's starting vector_sum) leaves all but one multiprocessor idle: same bytes, far slower.
+So ``--predict`` also records the programs of the largest launch at the full shape (its grid,
+evaluated without running a program) and the ``tl.dot`` FLOPs, and ``--compare`` ranks a roofline
+of those counts and an H100's datasheet figures (``Roofline``: nothing fitted to measured times).
 
 ``--measure`` runs two passes of one driver (this file, ``--drive``) on the GPU: one times each
 variant with ``triton.testing.do_bench``; one runs under a single ``ncu`` process, which profiles
@@ -492,7 +495,8 @@ def _elements(params: dict) -> int:
 
 def scale_counts(family: Family, points: tuple[dict, ...], measured: list[dict]) -> tuple[dict, str]:
     """The counts at ``family.full`` from those at ``points``, and how they were scaled."""
-    names = COUNTS + tuple(name for name in VECTOR_COUNTS if all(name in counts for counts in measured))
+    optional = VECTOR_COUNTS + DOT_COUNTS
+    names = COUNTS + tuple(name for name in optional if all(name in counts for counts in measured))
     if family.scaling == "matmul":
         (m, n, k1), (_, _, k2) = points[0]["mnk"], points[1]["mnk"]
         M, N, K = family.full["mnk"]
@@ -678,6 +682,119 @@ def vector_model():
         yield model
 
 
+# The work of ``tl.dot``, by the units that do it on an H100: 16-bit (and 8-bit) operands on the
+# tensor cores, 32-bit operands on them as TF32 (Triton's default input precision) or on the CUDA
+# cores ("ieee"). Counted per call as 2 x M x N x K (one multiply and one add per term).
+DOT_COUNTS = ("dot_flops", "dot_flops_tf32", "dot_flops_ieee")
+
+
+@contextlib.contextmanager
+def dot_counter():
+    """``with dot_counter() as flops:`` around calls under the interpreter: ``flops`` holds the
+    floating-point operations of every ``tl.dot``, by ``DOT_COUNTS``."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    flops = dict.fromkeys(DOT_COUNTS, 0)
+    original = vars(InterpreterBuilder)["create_dot"]
+
+    def create_dot(builder, a, b, d, input_precision, *rest, **kwargs):
+        *batch, m, k = a.data.shape
+        work = 2 * math.prod(batch) * m * k * b.data.shape[-1]
+        if max(a.dtype.primitive_bitwidth, b.dtype.primitive_bitwidth) <= 16:
+            flops["dot_flops"] += work
+        elif "ieee" in str(input_precision).lower():
+            flops["dot_flops_ieee"] += work
+        else:
+            flops["dot_flops_tf32"] += work
+        return original(builder, a, b, d, input_precision, *rest, **kwargs)
+
+    InterpreterBuilder.create_dot = create_dot
+    try:
+        yield flops
+    finally:
+        InterpreterBuilder.create_dot = original
+
+
+GPU_SMS = 132  # multiprocessors of an H100 SXM
+
+
+def launched_programs(kernel, spec, case) -> int:
+    """The most programs any one launch of a call at ``case`` starts (the product of its grid),
+    found without running a program: the interpreter's launches only evaluate their grids. A
+    kernel.py that sizes its grid by the multiprocessors it pretends to have under the
+    interpreter (``INTERPRETER_SMS``) is told the GPU's count."""
+    import inspect
+
+    from triton.runtime.interpreter import GridExecutor
+
+    from grader.core.cases import spec_for
+    from grader.core.checks import build_inputs
+    from grader.core.protocols import timed as timed_call
+
+    spec = spec_for(case, spec)
+    args, kwargs = build_inputs(spec, case)
+    fn = timed_call(spec.protocol, kernel.api(spec.api), spec.api)
+    grids: list[int] = []
+    original = vars(GridExecutor)["__call__"]
+
+    def grid_only(executor, *launch_args, **launch_kwargs):
+        names = inspect.getfullargspec(executor.fn)
+        launch_kwargs = {k: v for k, v in launch_kwargs.items() if k in names.args or k in names.kwonlyargs}
+        bound = inspect.getcallargs(executor.fn, *launch_args, **launch_kwargs)
+        grid = executor.grid(bound) if callable(executor.grid) else executor.grid
+        grids.append(math.prod(int(size) for size in grid))
+
+    namespace = kernel.namespace
+    pretended = getattr(namespace, "INTERPRETER_SMS", None)
+    GridExecutor.__call__ = grid_only
+    try:
+        if pretended is not None:
+            namespace.INTERPRETER_SMS = GPU_SMS
+        fn(*args, **kwargs)
+    finally:
+        GridExecutor.__call__ = original
+        if pretended is not None:
+            namespace.INTERPRETER_SMS = pretended
+    return max(grids, default=0)
+
+
+def doubled(family: Family, params: dict) -> dict:
+    """``params`` with twice the work that the program count may follow: twice the rows (the
+    first axis), twice n, or twice a matmul's m."""
+    out = dict(params)
+    if "mnk" in out:
+        m, n, k = out["mnk"]
+        out["mnk"] = (2 * m, n, k)
+    elif "shape" in out:
+        out["shape"] = (2 * out["shape"][0], *out["shape"][1:])
+    else:
+        out["n"] = 2 * int(out["n"])
+    return out
+
+
+def _work(family: Family, params: dict) -> int:
+    """What a launch's program count may grow with: the output's m x n for a matmul, else the elements."""
+    return math.prod(params["mnk"][:2]) if family.scaling == "matmul" else _elements(params)
+
+
+def programs_at_full(kernel, spec, family: Family, point: dict) -> dict:
+    """The most programs one launch starts at ``family.full``. A matmul's operands are small enough
+    to build at the full shape, so its grid is evaluated there; an element-wise family's (a GB or
+    more) are not: its grid is evaluated at ``point`` and at twice its work and extrapolated on the
+    straight line through the two, so a grid that grows with the work grows, and a fixed grid (one
+    program walking a vector) stays as it is."""
+    first = launched_programs(kernel, spec, case_of(family, point))
+    if family.scaling == "matmul":
+        full = launched_programs(kernel, spec, case_of(family, {**point, **family.full}))
+        return {"at_prediction": first, "at_full_shape": full, "how": "launched at the full shape"}
+    second = doubled(family, point)
+    twice = launched_programs(kernel, spec, case_of(family, second))
+    w1, w2, wf = _work(family, point), _work(family, second), _work(family, {**point, **family.full})
+    full = max(1, round(first + (twice - first) * (wf - w1) / (w2 - w1)))
+    how = f"{first} at {point}, {twice} at twice the work: extrapolated"
+    return {"at_prediction": first, "at_full_shape": full, "how": how}
+
+
 def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
     """One JSON line for ``variant``: the report's counts at the full shape (see ``scale_counts``)."""
     from grader.core import traffic
@@ -700,14 +817,18 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
         spec = _spec(family.module, family.spec_name)
         measured, kernels, programs, widths = [], set(), 0, {}
         for params in points:
-            with vector_model() as model:
+            with vector_model() as model, dot_counter() as flops:
                 result = traffic.traffic_of(kernel, spec, case_of(family, params))
-            measured.append({**counts_of(result), **model.counts()})
+            measured.append({**counts_of(result), **model.counts(), **flops})
             widths = model.widths()
             kernels |= {name for name, _ in result.programs}
             programs = max(programs, result.busiest_launch)
         full, how = scale_counts(family, points, measured)
         outside = bounds_fault(kernel, spec, case_of(family, points[0]))
+        try:
+            launched = programs_at_full(kernel, spec, family, points[0])
+        except Exception as error:  # the row keeps its counts; the roofline leaves it out
+            launched = f"{type(error).__name__}: {error}"[:300]
     except Exception as error:  # a mistake the interpreter refuses still gets its line
         row.update(error=f"{type(error).__name__}: {error}"[:500], seconds=round(time.monotonic() - started, 2))
         return row
@@ -732,6 +853,10 @@ def predict(variant: Variant, folder: Path, tiny: bool = False) -> dict:
         programs_at_prediction=programs,
         seconds=round(time.monotonic() - started, 2),
     )
+    if isinstance(launched, dict):
+        row["programs_launched"] = launched
+    else:
+        row["programs_launched_error"] = launched
     if outside:
         row["out_of_bounds"] = outside
     unscalable = UNSCALABLE.get(variant.mistake)
@@ -1184,6 +1309,48 @@ def _fmt(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """A GPU's published peaks, for a time predicted from counts alone (nothing here is fitted to
+    a measured time). Defaults: an H100 SXM (NVIDIA's H100 datasheet, dense, without sparsity)."""
+
+    dram_bandwidth: float = 3.35e12  # bytes/s, HBM3
+    multiprocessors: int = GPU_SMS
+    tensor_16bit: float = 989.4e12  # FLOP/s, fp16/bf16 on the tensor cores
+    tensor_tf32: float = 494.7e12  # FLOP/s, TF32 on the tensor cores
+    cuda_fp32: float = 66.9e12  # FLOP/s, fp32 on the CUDA cores
+
+    def bandwidth(self, programs: int | None) -> float:
+        """The DRAM bandwidth ``programs`` programs can draw. A program runs on one multiprocessor,
+        and the datasheet gives the bandwidth of all of them together: a launch of fewer programs
+        than multiprocessors is taken to draw its programs' even shares (3.35 TB/s / 132, about
+        25 GB/s each), a launch of more the whole of it. None: the whole of it."""
+        if programs is None:
+            return self.dram_bandwidth
+        return self.dram_bandwidth * min(1.0, max(programs, 1) / self.multiprocessors)
+
+    def compute_seconds(self, counts: dict) -> float:
+        return (
+            counts.get("dot_flops", 0) / self.tensor_16bit
+            + counts.get("dot_flops_tf32", 0) / self.tensor_tf32
+            + counts.get("dot_flops_ieee", 0) / self.cuda_fp32
+        )
+
+    def time_ms(self, moved: float, programs: int | None, counts: dict) -> float:
+        """max(bytes / the bandwidth the programs draw, dot FLOPs / peak), in ms."""
+        return 1e3 * max(moved / self.bandwidth(programs), self.compute_seconds(counts))
+
+
+ROOFLINE = Roofline()
+# The roofline's variants, each reported in the summary: (label, roofline_ms's arguments).
+ROOFLINE_MODELS = (
+    ("sector bytes / DRAM bandwidth", {"programs": False, "flops": False}),
+    ("sector bytes / the bandwidth its programs draw", {"flops": False}),
+    ("roofline: max(that, dot FLOPs / peak)", {}),
+    ("roofline with the report's bytes in place of sector bytes", {"sector_bytes": False}),
+)
+
+
 @dataclass
 class Pair:
     predicted: dict
@@ -1207,6 +1374,17 @@ class Pair:
         """do_bench's time, where the timing pass gave one (a fault or a refusal gives none)."""
         value = self.measured.get("time_ms")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def roofline_ms(self, sector_bytes: bool = True, programs: bool = True, flops: bool = True) -> float | None:
+        """The time the report's own counts allow on an H100 SXM (``Roofline``): the bytes (32 x
+        sectors, or the report's bytes) over the DRAM bandwidth the launched programs can draw,
+        or the ``tl.dot`` work over its peak, whichever is longer. None where the prediction file
+        has no program count (an older ``--predict``)."""
+        launched = (self.predicted.get("programs_launched") or {}).get("at_full_shape")
+        if launched is None or not all(name in self.predicted for name in DOT_COUNTS):
+            return None
+        moved = self.predicted_sector_bytes() if sector_bytes else self.predicted_bytes()
+        return ROOFLINE.time_ms(moved, launched if programs else None, self.predicted if flops else {})
 
     def measured_per_request(self, kind: str) -> float | None:
         return self.measured.get(f"{kind}_sectors_per_request")
@@ -1347,6 +1525,7 @@ class Comparison:
         ):
             rho = spearman(values, times)
             lines.append(f"Spearman rank correlation with measured time, {label}: {_fmt(rho, 3)} over {len(timed)}")
+        lines += self.roofline(timed)
         lines += self.rankings(timed)
         return lines
 
@@ -1388,6 +1567,41 @@ class Comparison:
         for why, names in misses.items():
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             lines.append(f"    {len(names)} {why}: {shown}")
+        return lines
+
+    def roofline(self, timed: list[Pair], worst: int = 6) -> list[str]:
+        """Spearman's rank correlation of each ``ROOFLINE_MODELS`` time with the measured time, and
+        the variants the full roofline ranks furthest from where the measured time ranks them."""
+        modelled = [p for p in timed if p.roofline_ms() is not None]
+        if not modelled:
+            return [
+                "Spearman rank correlation with measured time, roofline: the prediction file has no program "
+                "counts or dot FLOPs (programs_launched, dot_flops): predict again with this version"
+            ]
+        times = [p.time_ms() for p in modelled]
+        lines = []
+        for label, arguments in ROOFLINE_MODELS:
+            rho = spearman([p.roofline_ms(**arguments) for p in modelled], times)
+            lines.append(f"Spearman rank correlation with measured time, {label}: {_fmt(rho, 3)} over {len(modelled)}")
+        # do_bench times the whole call, PyTorch's copies of a strided input included, which neither
+        # the report nor ncu's totals count: ncu's duration of the module's own kernels is their time.
+        own = [p for p in modelled if (p.measured.get("ncu_time_ns") or 0) > 0]
+        rho = spearman([p.roofline_ms() for p in own], [p.measured["ncu_time_ns"] for p in own])
+        lines.append(
+            f"  the roofline against ncu's duration of the module's own kernels (base clocks, caches flushed): "
+            f"{_fmt(rho, 3)} over {len(own)}"
+        )
+        predicted = ranks([p.roofline_ms() for p in modelled])
+        measured = ranks(times)
+        order = sorted(range(len(modelled)), key=lambda i: -abs(predicted[i] - measured[i]))
+        lines.append(f"  ranked furthest from the measured time by the roofline (rank of {len(modelled)}):")
+        for i in order[:worst]:
+            pair = modelled[i]
+            launched = pair.predicted["programs_launched"]["at_full_shape"]
+            lines.append(
+                f"    {pair.name}: predicted {pair.roofline_ms():.3f} ms (rank {predicted[i]:g}), measured "
+                f"{pair.time_ms():.3f} ms (rank {measured[i]:g}); {launched} programs"
+            )
         return lines
 
     def rankings(self, timed: list[Pair]) -> list[str]:

@@ -502,3 +502,97 @@ def test_the_summary_counts_sectors_per_request_at_the_gpus_width_and_names_the_
     )
     table = tvh.compare(predicted, measured).table().splitlines()
     assert table[2].split()[-7:-1] == ["4.0", "16.0", "16.0", "4.0", "16.0", "16.0"]  # before the time
+
+
+def _with_roofline(row, programs, **flops):
+    return {**row, **dict.fromkeys(tvh.DOT_COUNTS, 0), **flops, "programs_launched": {"at_full_shape": programs}}
+
+
+def test_one_program_walking_a_vector_is_predicted_slower_than_many_moving_the_same_bytes():
+    walker = tvh.Pair(_with_roofline(_predicted("m/f/starting", "starting", 128e6, 4, 4e6, 1e6), 1), {})
+    spread = tvh.Pair(_with_roofline(_predicted("m/f/reference", "reference", 128e6, 4, 4e6, 1e6), 8192), {})
+    assert walker.predicted_sector_bytes() == spread.predicted_sector_bytes()
+    # 8e6 sectors of 32 bytes: at 3.35 TB/s for the many, at a multiprocessor's share (1/132) for one
+    assert spread.roofline_ms() == pytest.approx(1e3 * 256e6 / 3.35e12)
+    assert walker.roofline_ms() == pytest.approx(132 * spread.roofline_ms())
+    assert walker.roofline_ms(programs=False) == spread.roofline_ms(), "without the program count, a tie"
+    assert tvh.ROOFLINE.bandwidth(66) == pytest.approx(3.35e12 / 2) and tvh.ROOFLINE.bandwidth(1000) == 3.35e12
+
+
+def test_a_matmul_sized_flop_count_makes_a_variant_compute_bound():
+    row = _predicted("m/f/reference", "reference", 100e6, 30e6, 4e6, 1e6)
+    bytes_only = tvh.Pair(_with_roofline(row, 132), {})
+    matmul = tvh.Pair(_with_roofline(row, 132, dot_flops=2 * 4096**3), {})
+    fp32 = tvh.Pair(_with_roofline(row, 132, dot_flops_ieee=2 * 4096**3), {})
+    assert bytes_only.roofline_ms() == pytest.approx(1e3 * 32 * 8e6 / 3.35e12)
+    assert matmul.roofline_ms() == pytest.approx(1e3 * 2 * 4096**3 / 989.4e12)
+    assert matmul.roofline_ms() > 1.5 * bytes_only.roofline_ms()
+    assert matmul.roofline_ms(flops=False) == bytes_only.roofline_ms()
+    assert fp32.roofline_ms() == pytest.approx(matmul.roofline_ms() * 989.4 / 66.9), "the CUDA cores' peak"
+    assert tvh.Pair(row, {}).roofline_ms() is None, "a prediction without program counts has no roofline"
+
+
+def _dot_kernel():
+    @triton.jit
+    def dot_kernel(a, b, c, N: tl.constexpr):
+        i = tl.arange(0, N)
+        x = tl.load(a + i[:, None] * N + i[None, :])
+        y = tl.load(b + i[:, None] * N + i[None, :])
+        tl.store(c + i[:, None] * N + i[None, :], tl.dot(x, y))
+
+    return dot_kernel
+
+
+@interpreter_only
+def test_dot_flops_are_counted_by_the_operands_width():
+    dot_kernel = _dot_kernel()
+    a16, b16 = torch.ones(16, 16, dtype=torch.float16), torch.ones(16, 16, dtype=torch.float16)
+    with tvh.dot_counter() as flops:
+        dot_kernel[(3,)](a16, b16, torch.empty(16, 16, dtype=torch.float32), N=16)
+    assert flops == {"dot_flops": 3 * 2 * 16**3, "dot_flops_tf32": 0, "dot_flops_ieee": 0}
+    a32, b32 = a16.float(), b16.float()
+    with tvh.dot_counter() as flops:
+        dot_kernel[(1,)](a32, b32, torch.empty(16, 16), N=16)
+    assert flops["dot_flops_tf32"] == 2 * 16**3 and flops["dot_flops"] == 0
+
+
+@interpreter_only
+def test_the_programs_at_the_full_shape_follow_the_grid(listed):
+    from grader.core.loading import load_kernel
+
+    walker = next(v for v in listed if v.name == "optimization/03-shared-memory/vector_sum/starting")
+    spread = next(v for v in listed if v.name == "optimization/03-shared-memory/vector_sum/reference")
+    spec = tvh._spec(walker.family.module, walker.family.spec_name)
+    point = {"n": 8192}
+    starting = tvh.programs_at_full(load_kernel(tvh._module(walker.module), "learner"), spec, walker.family, point)
+    assert starting["at_prediction"] == starting["at_full_shape"] == 1, "one program walks the vector at any n"
+    reference = tvh.programs_at_full(load_kernel(tvh._module(spread.module), "solutions"), spec, spread.family, point)
+    full = spread.family.full["n"]
+    assert reference["at_full_shape"] == reference["at_prediction"] * full // point["n"] > tvh.GPU_SMS
+    persistent = next(v for v in listed if v.name == "optimization/05-advanced-optimizations/matmul/reference")
+    kernel = load_kernel(tvh._module(persistent.module), "solutions")
+    spec = tvh._spec(persistent.module, persistent.family.spec_name)
+    launched = tvh.programs_at_full(kernel, spec, persistent.family, persistent.family.points[0])
+    assert launched["at_full_shape"] == tvh.GPU_SMS, "one program per multiprocessor of the GPU, not the interpreter's"
+
+
+def test_the_summary_prints_the_roofline_beside_the_bytes():
+    predicted = [
+        _with_roofline(_predicted("m/f/reference", "reference", 100e6, 100e6, 4e6, 1e6), 4096),
+        _with_roofline(_predicted("m/f/starting", "starting", 100e6, 100e6, 4e6, 1e6), 1),
+        _with_roofline(_predicted("m/f/mistake:more", "mistake", 200e6, 200e6, 8e6, 1e6), 4096),
+    ]
+    measured = [
+        _measured("m/f/reference", 102e6, 101e6, 4e6, 1e6 / 4, 0.07),
+        _measured("m/f/starting", 100e6, 100e6, 4e6, 1e6, 9.0),
+        _measured("m/f/mistake:more", 200e6, 200e6, 8e6, 1e6, 0.14),
+    ]
+    summary = "\n".join(tvh.compare(predicted, measured).summary())
+    assert "Spearman rank correlation with measured time, sector bytes: 0.000 over 3" in summary
+    assert "Spearman rank correlation with measured time, roofline: max(that, dot FLOPs / peak): 1.000 over 3" in (
+        summary
+    )
+    assert "sector bytes / DRAM bandwidth: 0.000 over 3" in summary
+    assert "m/f/starting: predicted" in summary and "; 1 programs" in summary
+    old = [{k: v for k, v in row.items() if k != "programs_launched"} for row in predicted]
+    assert "roofline: the prediction file has no program counts" in "\n".join(tvh.compare(old, measured).summary())
