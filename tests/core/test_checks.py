@@ -262,13 +262,14 @@ def test_make_check_fails_a_transpose_that_pytorch_moved(tmp_path):
     assert run_case(reference.api("transpose"), cases.spec_for(case, spec), case).passed
 
 
+class CompilationError(Exception):
+    """Stands for Triton's: the course recognises a compile error by its class name and text."""
+
+
 def test_a_compile_error_shows_its_cause_first_not_the_kernels_source():
     """On a GPU, Triton's compile errors print the kernel's source up to the line at fault before
     their message; the head of the text alone would show source and drop the cause."""
     from grader.core.checks import short_error
-
-    class CompilationError(Exception):  # Triton's text, as its compiler raises it
-        pass
 
     source = [f"    line_{i} = {i}" for i in range(12)]
     text = "at 14:12:\ndef silu_kernel(x_ptr, y_ptr, n):\n" + "\n".join(source) + "\n    y = tl.exp(x)\n        ^\n"
@@ -287,9 +288,6 @@ def test_a_compile_error_shows_its_cause_first_not_the_kernels_source():
 def test_a_compile_error_inside_a_called_jit_function_shows_the_callees_cause():
     """Triton points at the call line with no message of its own and chains the callee's error."""
     from grader.core.checks import short_error
-
-    class CompilationError(Exception):
-        pass
 
     callee = CompilationError(
         "at 2:15:\ndef sigmoid(x):\n    return 1 / (1 + tl.exp(-x))\n               ^\n"
@@ -311,9 +309,6 @@ def test_a_compile_error_inside_a_called_jit_function_shows_the_callees_cause():
 def test_a_compile_error_without_a_message_says_so_and_reads_the_line():
     """Triton 3.6 checks tl.dot's accumulator with a bare assert: no message, only the line."""
     from grader.core.checks import short_error
-
-    class CompilationError(Exception):
-        pass
 
     silent = CompilationError("at 41:14:\n    acc = tl.dot(a, b, acc)\n              ^")
     silent.__cause__ = AssertionError()
