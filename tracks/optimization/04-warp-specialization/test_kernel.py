@@ -27,7 +27,10 @@ PYTEST_ONLY = {
 def make_inputs(case, rand):
     (a, b), _ = matmul_inputs(case, rand)
     N = case.params["mnk"][1]
-    bias = rand.randn(2 * N, dtype=case.dtype)[::2] if case.params.get("strided_bias") else rand.randn(N, dtype=case.dtype)
+    if case.params.get("strided_bias"):  # every other element of a longer vector
+        bias = rand.randn(2 * N, dtype=case.dtype)[::2]
+    else:
+        bias = rand.randn(N, dtype=case.dtype)
     return (a, b, bias), {}
 
 
