@@ -3,7 +3,7 @@ run gave the same grades.
 
     python -m grader.grade.bench_scaling --students 20 \
         --modules missing-elements/01-vector-add optimization/03-shared-memory ... \
-        --runs local:1 ray:2 ray:4 [--per-gpu 8] [--work build/bench-scaling]
+        --runs local:1 ray:2 ray:4 [--per-gpu 8] [--cores-per-gpu 16] [--work build/bench-scaling]
 
 The class: for every student and module one distinct file (a comment names the student, so no
 two files share a record), taken in turn from the module's reference solution (complete), the
@@ -14,7 +14,10 @@ Each run is ``python -m grader run`` in a process of its own, seeing only its GP
 (``CUDA_VISIBLE_DEVICES``; ``--cores-per-gpu N`` pins it to N CPU cores per GPU), into a results
 folder of its own that starts with the same secret (so every run meets the same hidden inputs).
 A run named ``local:N`` grades with the local pool, ``ray:N`` on a private Ray cluster of this
-machine. The table gives, per run: the wall time; the throughput once every slot is busy (from
+machine. ``local:1+ray:2`` starts two runs together on disjoint GPUs (the first run on the
+lowest) and disjoint cores (``--cores-per-gpu``), which halves the bench's time on a machine of
+four GPUs; the complete files' speed then also tells whether the runs disturbed each other's
+timings. The table gives, per run: the wall time; the throughput once every slot is busy (from
 the progress lines, without the first gradings' start and the last ones' tail, which dominate a
 small class); whether every record's correctness (each case's verdict and message, the totals,
 the integrity finding) equals the first run's; the largest gap in performance credit (which
@@ -177,31 +180,40 @@ def steady_rate(log: str) -> float | None:
     return (window[-1][0] - window[0][0]) / (window[-1][1] - window[0][1])
 
 
-def run_one(
-    source: Path, results: Path, kind: str, gpus: int, per_gpu: int, cores: int, log: Path, in_turn: bool = False
-) -> float:
-    """One run phase in a process of its own, on ``cores`` CPU cores per GPU if given (``in_turn``:
-    each grading's hidden cases after its public ones, ``--in-turn``); return its wall seconds."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(gpu) for gpu in range(gpus)))
+def start_one(
+    source: Path,
+    results: Path,
+    kind: str,
+    gpus: int,
+    per_gpu: int,
+    cores: int,
+    log: Path,
+    in_turn: bool = False,
+    first_gpu: int = 0,
+) -> subprocess.Popen:
+    """Start one run phase in a process of its own, on GPUs ``first_gpu`` .. ``first_gpu + gpus - 1``
+    and, if ``cores`` is given, on that many CPU cores per GPU (the cores that belong to those GPUs,
+    so that runs started together share neither); ``in_turn``: each grading's hidden cases after its
+    public ones (``--in-turn``)."""
+    visible = range(first_gpu, first_gpu + gpus)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(str(gpu) for gpu in visible))
     command = [sys.executable, "-m", "grader", "run", str(source), "--results", str(results)]
     command += ["--per-gpu", str(per_gpu), "--profile"]
     if kind == "ray":
         command += ["--ray"]
     if in_turn:
         command += ["--in-turn"]
-    pinned = set(range(cores * gpus)) if cores else None  # children and Ray's processes inherit it
-    started = time.monotonic()
+    # children and Ray's processes inherit the pinning
+    pinned = set(range(cores * first_gpu, cores * (first_gpu + gpus))) if cores else None
     with log.open("w") as handle:
-        subprocess.run(
+        return subprocess.Popen(
             command,
             env=env,
             cwd=REPO_ROOT,
             stdout=handle,
             stderr=subprocess.STDOUT,
-            check=False,
             preexec_fn=(lambda: os.sched_setaffinity(0, pinned)) if pinned else None,
         )
-    return time.monotonic() - started
 
 
 @dataclass
@@ -224,6 +236,18 @@ def parse_run(text: str) -> tuple[str, int, bool]:
     if len(parts) == 3 and parts[2] != "in-turn":
         raise ValueError(f"the third part of a run can only be in-turn, got {text!r}")
     return parts[0], int(parts[1]), len(parts) == 3
+
+
+def parse_group(text: str, pinned: bool) -> list[tuple[str, int, bool]]:
+    """RUN[+RUN...]: runs started together on disjoint GPUs (the first on the lowest); they need
+    ``--cores-per-gpu`` (each its own cores) and at most one of them on Ray (one private cluster
+    per machine). A ValueError says what is wrong."""
+    group = [parse_run(part) for part in text.split("+")]
+    if len(group) > 1 and not pinned:
+        raise ValueError(f"runs started together ({text!r}) need --cores-per-gpu, so that they share no CPU core")
+    if sum(kind == "ray" for kind, _, _ in group) > 1:
+        raise ValueError(f"at most one Ray run can be started together with others, got {text!r}")
+    return group
 
 
 def compare(run: Run, first: Run) -> tuple[list[str], float | None]:
@@ -265,14 +289,15 @@ def main(argv: list[str] | None = None) -> int:
         "--runs",
         nargs="+",
         default=["local:1", "ray:2", "ray:4"],
-        help="KIND:GPUS[:in-turn], KIND local or ray; in-turn grades as --in-turn does",
+        help="KIND:GPUS[:in-turn], KIND local or ray; in-turn grades as --in-turn does; "
+        "RUN+RUN starts runs together on disjoint GPUs and cores (with --cores-per-gpu)",
     )
     parser.add_argument("--per-gpu", type=int, default=8, help="gradings at a time on each GPU")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="pin each run to this many CPU cores per GPU")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "build" / "bench-scaling")
     args = parser.parse_args(argv)
     try:
-        runs = [parse_run(run) for run in args.runs]
+        groups = [parse_group(text, bool(args.cores_per_gpu)) for text in args.runs]
     except ValueError as error:
         parser.error(str(error))
     modules = [find_module(name) for name in args.modules]
@@ -283,23 +308,30 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     secret, rows = None, []
-    for kind, gpus, in_turn in runs:
-        name = f"{kind}-{gpus}" + ("-in-turn" if in_turn else "")
-        results, log = args.work / f"results-{name}", args.work / f"log-{name}.txt"
-        shutil.rmtree(results, ignore_errors=True)
-        results.mkdir(parents=True)
-        if secret is not None:  # every run meets the first run's hidden inputs
-            target = results / store.SECRET_FILE
-            target.write_text(secret)
-            target.chmod(0o600)
-        seconds = run_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn)
-        if secret is None:
-            secret = (results / store.SECRET_FILE).read_text()
-        rate = steady_rate(log.read_text(errors="replace"))
-        rows.append(
-            Run(kind, gpus, in_turn, seconds, rate, grades(results), credits(results), reference_ratios(results))
-        )
-        print(f"{name} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
+    for group in groups:
+        started, first_gpu = [], 0
+        for kind, gpus, in_turn in group:
+            name = f"{kind}-{gpus}" + ("-in-turn" if in_turn else "")
+            results, log = args.work / f"results-{name}", args.work / f"log-{name}.txt"
+            shutil.rmtree(results, ignore_errors=True)
+            results.mkdir(parents=True)
+            if secret is None:  # every run meets the same hidden inputs
+                secret = str(store.run_secret(results))
+            else:
+                target = results / store.SECRET_FILE
+                target.write_text(secret + "\n")
+                target.chmod(0o600)
+            process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
+            started.append((kind, gpus, in_turn, name, results, log, process, time.monotonic()))
+            first_gpu += gpus
+        for kind, gpus, in_turn, name, results, log, process, start in started:
+            process.wait()
+            seconds = time.monotonic() - start
+            rate = steady_rate(log.read_text(errors="replace"))
+            rows.append(
+                Run(kind, gpus, in_turn, seconds, rate, grades(results), credits(results), reference_ratios(results))
+            )
+            print(f"{name} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     print("\n" + "\n".join(table(rows)))
     summary = []
     for r in rows:

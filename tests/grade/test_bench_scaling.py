@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from grader.core.catalog import find_module
 from grader.grade import bench_scaling
 
@@ -86,14 +88,25 @@ def test_a_run_is_kind_gpus_and_optionally_in_turn():
             raise AssertionError(f"{wrong!r} was accepted")
 
 
-def test_an_in_turn_run_grades_with_in_turn(tmp_path, monkeypatch):
-    commands = []
-    monkeypatch.setattr(bench_scaling.subprocess, "run", lambda command, **kwargs: commands.append(command))
+def test_a_run_sees_its_own_gpus_and_cores_and_grades_in_turn_if_asked(tmp_path, monkeypatch):
+    started = []
+
+    def fake_popen(command, env, preexec_fn, **kwargs):
+        started.append((command, env["CUDA_VISIBLE_DEVICES"], preexec_fn))
+
+    monkeypatch.setattr(bench_scaling.subprocess, "Popen", fake_popen)
+    pinned = []
+    monkeypatch.setattr(bench_scaling.os, "sched_setaffinity", lambda pid, cores: pinned.append(cores))
     log = tmp_path / "log.txt"
-    bench_scaling.run_one(tmp_path, tmp_path / "r", "ray", 2, 8, 0, log, in_turn=True)
-    bench_scaling.run_one(tmp_path, tmp_path / "r", "local", 1, 8, 0, log)
-    assert "--in-turn" in commands[0] and "--ray" in commands[0]
-    assert "--in-turn" not in commands[1]
+    bench_scaling.start_one(tmp_path, tmp_path / "r", "ray", 2, 8, 4, log, in_turn=True, first_gpu=1)
+    bench_scaling.start_one(tmp_path, tmp_path / "r", "local", 1, 8, 0, log)
+    (ray_command, ray_gpus, ray_pin), (local_command, local_gpus, local_pin) = started
+    assert "--in-turn" in ray_command and "--ray" in ray_command
+    assert "--in-turn" not in local_command and "--ray" not in local_command
+    assert (ray_gpus, local_gpus) == ("1,2", "0")
+    ray_pin()
+    assert pinned == [set(range(4, 12))]  # 4 cores for each of GPUs 1 and 2
+    assert local_pin is None
 
 
 def test_in_turn_on_the_command_line_turns_side_by_side_off(tmp_path, monkeypatch):
@@ -113,3 +126,14 @@ def test_in_turn_on_the_command_line_turns_side_by_side_off(tmp_path, monkeypatc
         except SystemExit:
             pass
         assert seen[-1].side_by_side is expected
+
+
+def test_runs_started_together_need_their_own_cores_and_at_most_one_ray_cluster():
+    assert bench_scaling.parse_group("local:1+ray:2", pinned=True) == [("local", 1, False), ("ray", 2, False)]
+    assert bench_scaling.parse_group("ray:4", pinned=False) == [("ray", 4, False)]
+    with pytest.raises(ValueError, match="--cores-per-gpu"):
+        bench_scaling.parse_group("local:1+ray:2", pinned=False)
+    with pytest.raises(ValueError, match="at most one Ray run"):
+        bench_scaling.parse_group("ray:1+ray:2", pinned=True)
+    with pytest.raises(ValueError, match="KIND:GPUS"):
+        bench_scaling.parse_group("local:1+", pinned=True)
