@@ -197,6 +197,7 @@ class GradingWorker:
             "log": graded.log,
             "children": graded.children,
             "profile": dict(graded.profile.seconds),
+            "uncovered": dict(graded.profile.gaps),
             "total": graded.profile.total,
         }
 
@@ -347,6 +348,10 @@ def accept(result, module, source: bytes) -> Graded:
     for step, seconds in (result.get("profile") or {}).items():
         if isinstance(step, str) and type(seconds) in (int, float):
             profile.add(step, seconds)
+    profile.spans.clear()  # the worker's, not this process's
+    gaps = result.get("uncovered")
+    if isinstance(gaps, dict):
+        profile.gaps = {k: float(v) for k, v in gaps.items() if isinstance(k, str) and type(v) in (int, float)}
     total = result.get("total")
     profile.total = float(total) if type(total) in (int, float) else 0.0
     return Graded(record, result["log"], result["children"], profile)

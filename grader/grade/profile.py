@@ -57,10 +57,18 @@ def claimed_seconds(value) -> float:
 class Profile:
     seconds: dict[str, float] = field(default_factory=dict)
     total: float = 0.0
+    spans: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, step), monotonic
+    # The wall seconds no step covers, by the step that ended just before them (``uncovered``).
+    gaps: dict[str, float] = field(default_factory=dict)
 
     def add(self, step: str, seconds: float) -> None:
+        """``seconds`` of ``step`` that ended now."""
+        seconds = max(0.0, float(seconds))
         with _adding:  # a grading's public and hidden children may report at once
-            self.seconds[step] = self.seconds.get(step, 0.0) + max(0.0, float(seconds))
+            self.seconds[step] = self.seconds.get(step, 0.0) + seconds
+            if step not in _INSIDE and seconds > 0:
+                now = time.monotonic()
+                self.spans.append((now - seconds, now, step))
 
     @contextmanager
     def step(self, name: str):
@@ -75,9 +83,32 @@ class Profile:
         self.total = total
         counted = sum(s for name, s in self.seconds.items() if name not in _INSIDE and name != "other")
         self.seconds["other"] = max(0.0, total - counted)
+        end = time.monotonic()
+        self.gaps = uncovered(self.spans, end - total, end)
 
     def as_dict(self) -> dict:
-        return {"total": round(self.total, 3), **{k: round(v, 3) for k, v in self.seconds.items()}}
+        found = {"total": round(self.total, 3), **{k: round(v, 3) for k, v in self.seconds.items()}}
+        if self.gaps:
+            found["uncovered"] = {k: round(v, 3) for k, v in self.gaps.items()}
+        return found
+
+
+def uncovered(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
+    """The seconds of [start, end] that no span covers, each gap under the step whose span ended
+    last before it ("start" for a gap before every span). Side by side, the steps overlap, so
+    "other" (the total less the steps' sum) misses such gaps; these are where the time went."""
+    gaps: dict[str, float] = {}
+    reached, last = start, "start"
+    for begin, finish, name in sorted(spans):
+        if begin > reached:
+            gaps[last] = gaps.get(last, 0.0) + min(begin, end) - reached
+        if finish >= reached:
+            reached, last = finish, name
+        if reached >= end:
+            break
+    if end > reached:
+        gaps[last] = gaps.get(last, 0.0) + end - reached
+    return {name: seconds for name, seconds in gaps.items() if seconds > 0}
 
 
 def table(profiles: list[tuple[str, Profile]]) -> str:
@@ -99,6 +130,17 @@ def table(profiles: list[tuple[str, Profile]]) -> str:
         total = sum(p.total for p in entries) / n
         means = [sum(p.seconds.get(step, 0.0) for p in entries) / n for step in names]
         lines.append(f"{module_id:<{width}}{n:>4}{total:>8.1f}" + "".join(f"{mean:>11.2f}" for mean in means))
+    for module_id, entries in sorted(by_module.items()):
+        gaps: dict[str, float] = {}
+        for p in entries:
+            for name, seconds in p.gaps.items():
+                gaps[name] = gaps.get(name, 0.0) + seconds / len(entries)
+        if sum(gaps.values()) >= 1.0:
+            largest = sorted(gaps.items(), key=lambda item: -item[1])[:3]
+            lines.append(
+                f"{module_id}: {sum(gaps.values()):.1f} s a grading covered by no step, "
+                + ", ".join(f"{seconds:.1f} s after {name}" for name, seconds in largest)
+            )
     lines.append("Steps: " + "; ".join(f"{name}: {what}" for name, what in STEPS) + ".")
     lines.append("Gradings run side by side, so the totals add up to more than the run's wall time.")
     return "\n".join(lines)

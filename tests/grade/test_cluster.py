@@ -315,10 +315,12 @@ def test_accept_checks_every_part_of_an_answer(spoil, words):
         "log": "",
         "children": 2,
         "profile": {"cases": 1.5, 3: "x"},
+        "uncovered": {"cases": 0.5, "x": "y"},
         "total": 2.0,
     }
     graded = cluster.accept(json.loads(json.dumps(answer)), VECTOR_ADD, source)
     assert graded.children == 2 and graded.profile.seconds == {"cases": 1.5} and graded.profile.total == 2.0
+    assert graded.profile.gaps == {"cases": 0.5}
     spoil(answer)
     with pytest.raises(ValueError, match=words):
         cluster.accept(answer, VECTOR_ADD, source)
