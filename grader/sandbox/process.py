@@ -25,6 +25,9 @@ from grader.sandbox.files import read_regular, remove_tree, tree_usage
 from grader.sandbox.limits import Limits, MiB
 from grader.sandbox.slots import Slot, _kill_uid
 
+# How long ``Process.cpu_seconds`` keeps its list of a child's processes.
+TREE_SECONDS = 1.0
+
 
 def _descendants(pid: int) -> list[int]:
     parents: dict[int, list[int]] = {}
@@ -84,14 +87,29 @@ class Child:
         self._next_disk_check = 0.0
         self._closed = False
         self.leftovers: list[str] = []  # folders cleanup could not remove in time
+        self._tree: list[int] = []  # the child's processes as last listed (``cpu_seconds``)
+        self._tree_until = 0.0
+
+    def _listed(self) -> list[int]:
+        """The child's processes (not the child itself), listed afresh; kept for ``cpu_seconds``."""
+        self._tree, self._tree_until = _descendants(self.popen.pid), time.monotonic() + TREE_SECONDS
+        return self._tree
 
     def cpu_seconds(self) -> float:
         """CPU time used so far by the child and every process it started (what they have
         running now). Unlike wall time it hardly depends on how busy the machine is, so time
-        limits are judged on it (see grader.grade.runphase)."""
+        limits are judged on it (see grader.grade.runphase).
+
+        Listing the child's processes reads every process's entry in /proc (10 ms with 500
+        processes, as a busy grading machine has), and a grading reads its CPU time several
+        times a case: the list is kept for ``TREE_SECONDS``, and only the listed processes' own
+        entries are read in between. A process started meanwhile is counted from the next listing
+        on, with all the CPU time it has used by then."""
         ticks = os.sysconf("SC_CLK_TCK")
+        if time.monotonic() >= self._tree_until:
+            self._listed()
         total = 0
-        for pid in (self.popen.pid, *_descendants(self.popen.pid)):
+        for pid in (self.popen.pid, *self._tree):
             try:
                 with open(f"/proc/{pid}/stat") as stat:
                     fields = stat.read().rsplit(")", 1)[1].split()
@@ -237,7 +255,7 @@ class Child:
             )
 
     def _signal_all(self, signum: int) -> None:
-        for pid in _descendants(self.popen.pid):
+        for pid in self._listed():
             try:
                 os.kill(pid, signum)
             except (ProcessLookupError, PermissionError):
@@ -261,7 +279,7 @@ class Child:
     def kill(self) -> None:
         """Stop the child and everything it started."""
         if self.popen.poll() is None:
-            inner = _descendants(self.popen.pid)
+            inner = self._listed()
             self.processes_seen = max(self.processes_seen, len(inner) + 1)
             # Inner processes first (with a PID namespace, its first process takes all the
             # others with it): the boot process then reaps them and exits by itself, so no

@@ -726,6 +726,26 @@ def test_a_paused_child_and_what_it_started_run_nothing_until_resumed():
         assert child.cpu_seconds() - frozen > 0.5
 
 
+def test_a_childs_cpu_time_counts_processes_it_starts_later_without_listing_proc_at_every_read(monkeypatch):
+    from grader.sandbox import process
+
+    listed = []
+    descendants = process._descendants
+    monkeypatch.setattr(process, "_descendants", lambda pid: listed.append(pid) or descendants(pid))
+    # The parent sleeps; only a process it starts a moment later uses the CPU.
+    script = "import os, time\ntime.sleep(0.5)\nif os.fork() == 0:\n    while True: pass\ntime.sleep(600)\n"
+    with _script_child(script) as (child, _):
+        child.cpu_seconds()
+        reads = len(listed)
+        for _ in range(50):
+            child.cpu_seconds()
+        assert len(listed) == reads  # within TREE_SECONDS the list is reused
+        deadline = time.monotonic() + 120
+        while child.cpu_seconds() < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.cpu_seconds() >= 0.5  # the later process's time, from a later listing
+
+
 def test_the_modules_that_took_longest_before_are_graded_first(tmp_path):
     from grader.grade import runphase
     from grader.grade.profile import measured_seconds
