@@ -180,6 +180,30 @@ def steady_rate(log: str) -> float | None:
     return (window[-1][0] - window[0][0]) / (window[-1][1] - window[0][1])
 
 
+def cpu_times() -> dict[int, tuple[int, int]]:
+    """{core: (busy, total)} clock ticks since boot, from /proc/stat ({} where it cannot be read)."""
+    found = {}
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        name, *values = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks = [int(v) for v in values[:8]]
+            found[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))  # less idle and iowait
+    return found
+
+
+def busy_share(before: dict, after: dict, cores: set[int] | None) -> float | None:
+    """The share of ``cores``' time (every core if None) that was busy between two ``cpu_times``:
+    near 1, the CPU limited the run."""
+    cores = set(after) if cores is None else cores
+    busy = sum(after[c][0] - before[c][0] for c in cores if c in before and c in after)
+    total = sum(after[c][1] - before[c][1] for c in cores if c in before and c in after)
+    return busy / total if total > 0 else None
+
+
 def start_one(
     source: Path,
     results: Path,
@@ -226,6 +250,7 @@ class Run:
     grades: dict[str, str]
     credits: dict[str, dict]
     ratios: list[float]
+    cpu_busy: float | None = None  # the share of its CPU cores' time that was busy (``busy_share``)
 
 
 def parse_run(text: str) -> tuple[str, int, bool]:
@@ -262,8 +287,8 @@ def table(rows: list[Run]) -> list[str]:
     lines = [
         "| run | GPUs | wall (s) | wall vs the first run | throughput once busy (gradings/min) | vs the first run "
         "| records | same correctness | largest credit gap | complete files' speed vs the reference "
-        "(median, range, files) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "(median, range, files) | its CPU cores busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         differing, gap = compare(r, first)
@@ -276,7 +301,7 @@ def table(rows: list[Run]) -> list[str]:
         runner = ("local pool" if r.kind == "local" else "Ray") + (", in turn" if r.in_turn else "")
         gap_text = "a part graded in one run only" if gap is None else f"{gap:.3f}"
         cells = [runner, r.gpus, f"{r.seconds:.0f}", f"{first.seconds / r.seconds:.2f}", rate, rate_ratio]
-        cells += [len(r.grades), same, gap_text, spread]
+        cells += [len(r.grades), same, gap_text, spread, "?" if r.cpu_busy is None else f"{100 * r.cpu_busy:.0f} %"]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return lines
 
@@ -322,15 +347,22 @@ def main(argv: list[str] | None = None) -> int:
                 target.write_text(secret + "\n")
                 target.chmod(0o600)
             process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
-            started.append((kind, gpus, in_turn, name, results, log, process, time.monotonic()))
-            first_gpu += gpus
-        for kind, gpus, in_turn, name, results, log, process, start in started:
-            process.wait()
-            seconds = time.monotonic() - start
-            rate = steady_rate(log.read_text(errors="replace"))
-            rows.append(
-                Run(kind, gpus, in_turn, seconds, rate, grades(results), credits(results), reference_ratios(results))
+            cores = set(range(args.cores_per_gpu * first_gpu, args.cores_per_gpu * (first_gpu + gpus)))
+            started.append(
+                (kind, gpus, in_turn, name, results, log, process, time.monotonic(), cores or None, cpu_times())
             )
+            first_gpu += gpus
+        ended: dict[int, tuple[float, dict]] = {}  # each run's seconds and CPU times as it ended
+        while len(ended) < len(started):
+            for index, run in enumerate(started):
+                if index not in ended and run[6].poll() is not None:
+                    ended[index] = (time.monotonic() - run[7], cpu_times())
+            time.sleep(0.5)
+        for index, (kind, gpus, in_turn, name, results, log, _, _, cores, before) in enumerate(started):
+            seconds, busy = ended[index][0], busy_share(before, ended[index][1], cores)
+            rate = steady_rate(log.read_text(errors="replace"))
+            found = [grades(results), credits(results), reference_ratios(results)]
+            rows.append(Run(kind, gpus, in_turn, seconds, rate, *found, busy))
             print(f"{name} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     print("\n" + "\n".join(table(rows)))
     summary = []
@@ -340,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = {k: {"first": rows[0].grades.get(k), "this": r.grades.get(k)} for k in differing}
         summary.append(
             {"run": f"{r.kind}:{r.gpus}" + (":in-turn" if r.in_turn else ""), "seconds": r.seconds,
-             "rate": r.rate, "records": len(r.grades),
+             "rate": r.rate, "records": len(r.grades), "cpu_busy": r.cpu_busy,
              "differing": shown, "credit_gap": gap, "ratios": r.ratios}
         )  # fmt: skip
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -137,3 +137,13 @@ def test_runs_started_together_need_their_own_cores_and_at_most_one_ray_cluster(
         bench_scaling.parse_group("ray:1+ray:2", pinned=True)
     with pytest.raises(ValueError, match="KIND:GPUS"):
         bench_scaling.parse_group("local:1+", pinned=True)
+
+
+def test_the_cpu_share_counts_only_the_runs_own_cores():
+    before = {0: (100, 1000), 1: (100, 1000)}
+    after = {0: (190, 1100), 1: (110, 1100)}  # core 0 busy 90 of 100 ticks, core 1 10 of 100
+    assert bench_scaling.busy_share(before, after, {0}) == 0.9
+    assert bench_scaling.busy_share(before, after, None) == 0.5
+    assert bench_scaling.busy_share(before, after, {7}) is None
+    now = bench_scaling.cpu_times()
+    assert now and all(0 <= busy <= total for busy, total in now.values())
