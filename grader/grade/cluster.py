@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -371,7 +372,12 @@ def grade_pending(
     ``options.ray`` names; ``done(outcome)`` is called as each ends. Return the protections of
     the first worker's sandbox. ``worker`` is the actor's class (tests replace it)."""
     ray = _ray()
+    began = time.monotonic()
     started_here = connect(options.ray or "")
+    # Said as it happens: a start that hangs (a cluster that does not answer, workers that do not
+    # come up) shows where it stands.
+    joined = "started a private cluster on this machine" if started_here else "joined a running cluster"
+    print(f"Ray: {joined} in {time.monotonic() - began:.0f} s.", file=sys.stderr, flush=True)
     pool = None
     try:
         resources = ray.cluster_resources()
@@ -391,7 +397,14 @@ def grade_pending(
         if options.workers:
             count = max(1, min(count, options.workers))
         pool = Pool(ray, _worker_class(ray, worker, slots), options, secret, slots, results_dir)
+        began = time.monotonic()
         protections = pool.start(min(count, len(pending)))
+        print(
+            f"Ray: {len(pool.workers)} grading worker(s) ready, {slots} grading(s) at a time each, "
+            f"in {time.monotonic() - began:.0f} s.",
+            file=sys.stderr,
+            flush=True,
+        )
         waiting = [Task(key, jobs[key].submissions[0].module.id, sources[key]) for key in pending]
         waiting.reverse()  # pop() from the end: in the order given
         while waiting or pool.running:

@@ -406,6 +406,7 @@ def test_a_worker_whose_device_fails_is_retired_and_the_other_grades_its_tasks(
     results = tmp_path / "results"
     outcomes = _grade_with(Breaks, examples, results, address)
     said = capsys.readouterr().err
+    assert "Ray: joined a running cluster" in said and "grading worker(s) ready" in said, said
     assert broken.exists() and died.exists()
     assert all(outcome.error is None for outcome in outcomes.values()), outcomes
     assert _records(results) == _records(local.results)
