@@ -27,8 +27,21 @@ def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> di
     todos = open_todos(source)
     hint = todo_summary(todos, track=plan.module.track)
 
+    # Each parses the file: once per function, not once per case (a stub fails every case).
+    behind_of: dict[str, list] = {}
+    note_of: dict[str, str] = {}
+
     def behind(case) -> list:  # the open TODOs that can change what the case's function computes
-        return todos_behind(source, todos, spec_for(case, plan.spec).api) if todos else []
+        api = spec_for(case, plan.spec).api
+        if api not in behind_of:
+            behind_of[api] = todos_behind(source, todos, api) if todos else []
+        return behind_of[api]
+
+    def hidden_note(case) -> str:
+        api = spec_for(case, plan.spec).api
+        if api not in note_of:
+            note_of[api] = hidden_todo_note(source, todos, api, plan.module.track)
+        return note_of[api]
 
     parts = plan.parts
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
@@ -49,7 +62,7 @@ def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> di
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
             message = hidden_message(verdict, spec_for(case, plan.spec).api) if shown_as_hidden else verdict.message
             if not verdict.passed and verdict.kind != "load":
-                message += hidden_todo_note(source, todos, spec_for(case, plan.spec).api, plan.module.track)
+                message += hidden_note(case)
         else:
             name = case.name
             message = verdict.message
