@@ -118,7 +118,9 @@ class Grading:
     def _reserved(self, per_child: int, children: int):
         waiting = time.monotonic()
         with self.memory.reserve(per_child * children):
-            self.profile.add("waiting", time.monotonic() - waiting)
+            waited = time.monotonic() - waiting
+            self.profile.add("waiting", waited)
+            self.profile.add("memory wait", waited)
             self.child_cap = per_child
             try:
                 yield

@@ -20,7 +20,9 @@ from grader.grade.leases import IDLE_LIMIT_SECONDS
 
 # In the order a grading meets them.
 STEPS = (
-    ("waiting", "waiting for a worker slot (a GPU, or CPU cores)"),
+    ("waiting", "waiting: for a worker slot (a GPU, or CPU cores), for another grading's timing, for GPU memory"),
+    ("memory wait", "of which for GPU memory that other gradings' children had reserved"),
+    ("alone wait", "of which for the GPU alone, to time this grading's kernel"),
     ("planning", "the grading's plan: its cases, and the policy gate reading kernel.py"),
     ("inputs", "building the cases' inputs in the grader"),
     ("sandbox", "starting sandboxed processes"),
@@ -44,7 +46,7 @@ STEPS = (
     ("other", "the rest: logs, feedback to the grader's threads, and what no step above covers"),
 )
 # Parts of another step, not added to the total.
-_INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone"}
+INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone", "memory wait", "alone wait"}
 _adding = threading.Lock()
 
 
@@ -66,7 +68,7 @@ class Profile:
         seconds = max(0.0, float(seconds))
         with _adding:  # a grading's public and hidden children may report at once
             self.seconds[step] = self.seconds.get(step, 0.0) + seconds
-            if step not in _INSIDE and seconds > 0:
+            if step not in INSIDE and seconds > 0:
                 now = time.monotonic()
                 self.spans.append((now - seconds, now, step))
 
@@ -81,7 +83,7 @@ class Profile:
     def close(self, total: float) -> None:
         """The grading took ``total`` seconds of wall time: what no step accounts for is "other"."""
         self.total = total
-        counted = sum(s for name, s in self.seconds.items() if name not in _INSIDE and name != "other")
+        counted = sum(s for name, s in self.seconds.items() if name not in INSIDE and name != "other")
         self.seconds["other"] = max(0.0, total - counted)
         end = time.monotonic()
         self.gaps = uncovered(self.spans, end - total, end)

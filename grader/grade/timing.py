@@ -267,7 +267,9 @@ def _timed(target: _Target, inputs: TimingInputs, busy: list) -> dict:
         with grading.lease.exclusive() as alone:
             if alone.idle is False:
                 busy.append(alone)
-            grading.profile.add("waiting", time.monotonic() - waiting)
+            waited = time.monotonic() - waiting
+            grading.profile.add("waiting", waited)
+            grading.profile.add("alone wait", waited)
             with grading.profile.step("reference timing"):
                 plan = _plan_for(target, inputs, reference)
             if plan is None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from grader.grade import profile
 
 
@@ -28,8 +26,9 @@ def test_a_closed_profile_keeps_its_gaps_apart_from_its_steps_and_the_table_name
     time.sleep(0.2)  # no step
     p.close(time.monotonic() - started)
     assert set(p.seconds) == {"planning", "cases", "other"}
-    assert p.gaps["cases"] == pytest.approx(0.2, abs=0.15)
-    assert p.as_dict()["uncovered"] == {"cases": round(p.gaps["cases"], 3)}
+    # at least the sleep after the step (a busy machine only adds), never more than the whole
+    assert 0.2 <= p.gaps["cases"] <= p.total
+    assert p.as_dict()["uncovered"]["cases"] == round(p.gaps["cases"], 3)
     p.gaps = {"cases": 3.0, "judging": 1.5}
     table = profile.table([("m/01", p)])
     assert "m/01: 4.5 s a grading covered by no step, 3.0 s after cases, 1.5 s after judging" in table
