@@ -209,6 +209,18 @@ def _worker_class(ray, worker: type, slots: int):
     return ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=slots, **resources)(worker)
 
 
+def private_cpus() -> int:
+    """The CPUs a private cluster offers: as many as grading workers it can start (one per GPU; on
+    a CPU one per core this process may run on). Ray would count every core of the machine,
+    whatever the process's CPU affinity, and start an idle Python process for each (two, for the
+    first driver): 128 of them on a 64-core host, on the cores a pinned run has."""
+    if device.is_cuda():
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def connect(address: str) -> bool:
     """Connect to the cluster at ``address``; with "" to one already running on this machine
     (``ray start --head``), else start a private one for this run. Return whether this process
@@ -230,7 +242,7 @@ def connect(address: str) -> bool:
                     f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
                     "--head` on its head node) or check the address, and try again."
                 ) from None
-        ray.init(**quiet)
+        ray.init(num_cpus=private_cpus(), **quiet)
         return True
     finally:
         for sig, handler in handlers.items():

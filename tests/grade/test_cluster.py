@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 from unittest import mock
 
@@ -477,3 +478,30 @@ def simulate_failing_gpu(
         first = outcome.submissions[0]
         print(f"  {first.student} {first.module.id}: {outcome.error}", file=sys.stderr)
     return summary
+
+
+def test_a_private_cluster_offers_a_cpu_per_worker_it_can_start(monkeypatch):
+    # cluster's own view of the device only: the rest of the process stays as it is
+    monkeypatch.setattr(cluster, "device", types.SimpleNamespace(is_cuda=lambda: False))
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {4, 5, 6})
+    assert cluster.private_cpus() == 3  # the cores this process may run on, not the machine's
+    import torch
+
+    monkeypatch.setattr(cluster, "device", types.SimpleNamespace(is_cuda=lambda: True))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert cluster.private_cpus() == 2  # a worker per GPU
+
+    started = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, address=None, **options):
+            if address == "auto":
+                raise ConnectionError("no cluster here")
+            started.append(options)
+
+    monkeypatch.setattr(cluster, "_ray", lambda: FakeRay())
+    assert cluster.connect("") is True
+    assert started[0]["num_cpus"] == 2
