@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.authoring import example_submissions, mistakes
@@ -253,6 +253,30 @@ class Run:
     cpu_busy: float | None = None  # the share of its CPU cores' time that was busy (``busy_share``)
 
 
+@dataclass
+class _Started:
+    """A run phase started by ``main``, until it ends: its seconds and its cores' CPU times then."""
+
+    kind: str
+    gpus: int
+    in_turn: bool
+    name: str
+    results: Path
+    log: Path
+    process: subprocess.Popen
+    cores: set[int] | None
+    began: float = field(default_factory=time.monotonic)
+    cpu_before: dict = field(default_factory=cpu_times)
+    seconds: float = 0.0
+    cpu_after: dict | None = None
+
+    def ended(self) -> bool:
+        """Whether the run has ended; the first time it is seen ended, note its time and CPU times."""
+        if self.cpu_after is None and self.process.poll() is not None:
+            self.seconds, self.cpu_after = time.monotonic() - self.began, cpu_times()
+        return self.cpu_after is not None
+
+
 def parse_run(text: str) -> tuple[str, int, bool]:
     """KIND:GPUS[:in-turn] as (kind, GPUs, in turn); a ValueError says what is wrong."""
     parts = text.split(":")
@@ -346,24 +370,21 @@ def main(argv: list[str] | None = None) -> int:
                 target = results / store.SECRET_FILE
                 target.write_text(secret + "\n")
                 target.chmod(0o600)
-            process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
             cores = set(range(args.cores_per_gpu * first_gpu, args.cores_per_gpu * (first_gpu + gpus)))
-            started.append(
-                (kind, gpus, in_turn, name, results, log, process, time.monotonic(), cores or None, cpu_times())
-            )
+            process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
+            started.append(_Started(kind, gpus, in_turn, name, results, log, process, cores or None))
             first_gpu += gpus
-        ended: dict[int, tuple[float, dict]] = {}  # each run's seconds and CPU times as it ended
-        while len(ended) < len(started):
-            for index, run in enumerate(started):
-                if index not in ended and run[6].poll() is not None:
-                    ended[index] = (time.monotonic() - run[7], cpu_times())
+        while True:
+            ended = [run.ended() for run in started]  # every run asked, so that each notes its own end
+            if all(ended):
+                break
             time.sleep(0.5)
-        for index, (kind, gpus, in_turn, name, results, log, _, _, cores, before) in enumerate(started):
-            seconds, busy = ended[index][0], busy_share(before, ended[index][1], cores)
-            rate = steady_rate(log.read_text(errors="replace"))
-            found = [grades(results), credits(results), reference_ratios(results)]
-            rows.append(Run(kind, gpus, in_turn, seconds, rate, *found, busy))
-            print(f"{name} done in {seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
+        for run in started:
+            found = [grades(run.results), credits(run.results), reference_ratios(run.results)]
+            rate = steady_rate(run.log.read_text(errors="replace"))
+            busy = busy_share(run.cpu_before, run.cpu_after, run.cores)
+            rows.append(Run(run.kind, run.gpus, run.in_turn, run.seconds, rate, *found, busy))
+            print(f"{run.name} done in {run.seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     print("\n" + "\n".join(table(rows)))
     summary = []
     for r in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import datetime
+import functools
 from typing import TYPE_CHECKING
 
 from grader.core import crashes, device, syntax
@@ -28,20 +29,13 @@ def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> di
     hint = todo_summary(todos, track=plan.module.track)
 
     # Each parses the file: once per function, not once per case (a stub fails every case).
-    behind_of: dict[str, list] = {}
-    note_of: dict[str, str] = {}
+    @functools.cache
+    def behind(api: str) -> list:  # the open TODOs that can change what the function computes
+        return todos_behind(source, todos, api) if todos else []
 
-    def behind(case) -> list:  # the open TODOs that can change what the case's function computes
-        api = spec_for(case, plan.spec).api
-        if api not in behind_of:
-            behind_of[api] = todos_behind(source, todos, api) if todos else []
-        return behind_of[api]
-
-    def hidden_note(case) -> str:
-        api = spec_for(case, plan.spec).api
-        if api not in note_of:
-            note_of[api] = hidden_todo_note(source, todos, api, plan.module.track)
-        return note_of[api]
+    @functools.cache
+    def hidden_note(api: str) -> str:
+        return hidden_todo_note(source, todos, api, plan.module.track)
 
     parts = plan.parts
     rows, counts = [], {"public": [0, 0], "hidden": [0, 0]}
@@ -62,11 +56,11 @@ def build(plan: Plan, ledger: Ledger, submission_sha: str, cases_sha: str) -> di
             shown_as_hidden = not verdict.passed and verdict.kind != "load"
             message = hidden_message(verdict, spec_for(case, plan.spec).api) if shown_as_hidden else verdict.message
             if not verdict.passed and verdict.kind != "load":
-                message += hidden_note(case)
+                message += hidden_note(spec_for(case, plan.spec).api)
         else:
             name = case.name
             message = verdict.message
-            case_hint = todo_summary(behind(case), track=plan.module.track)
+            case_hint = todo_summary(behind(spec_for(case, plan.spec).api), track=plan.module.track)
             if not verdict.passed and case_hint and verdict.kind != "load":
                 message += f"\n{case_hint}"
         counts[visibility][0] += verdict.passed
