@@ -4,7 +4,7 @@
 # Use your own environment instead with PYTHON=/path/to/python.
 #
 #   make check [M=missing-elements/03-softmax] [K=<function>|<part>] [IMPL=solutions|<folder>] [MEMCHECK=0] [GPUCHECK=0]
-#   make progress | make bench M=... [HOST=1] | make lab | make stubs | make test | make lint
+#   make progress | make bench M=... [HOST=1] [AGAINST="compile liger"|all] | make lab | make stubs | make test | make lint
 #   make grade [SUBMISSIONS=<folder or LMS zip>] [STUDENT=..] [M=..] [REGRADE=1] [ROSTER=..] [DEADLINES=..] | make release   (instructors)
 #   make verify-gpu   (maintainers, on a GPU: the whole suite natively, then every benchmark)
 #   make mutants [M=...] [EXTRA=file.py]   (maintainers: the kill table of the typical mistakes)
@@ -17,6 +17,7 @@ M ?=
 IMPL ?= learner
 K ?=
 HOST ?=
+AGAINST ?=
 MEMCHECK ?= 1
 GPUCHECK ?= 1
 SUBMISSIONS ?=
@@ -93,7 +94,7 @@ progress: $(ENV)
 	@$(PYTHON) -m grader progress
 
 bench: $(ENV)
-	@$(PYTHON) -m grader bench $(M) --impl $(IMPL) $(if $(filter 1,$(HOST)),--host)
+	@$(PYTHON) -m grader bench $(M) --impl $(IMPL) $(if $(filter 1,$(HOST)),--host) $(if $(AGAINST),--against $(AGAINST))
 
 stubs: $(ENV)
 	@$(PYTHON) -m grader stubs $(if $(FORCE),--force)

@@ -63,7 +63,7 @@ def cmd_bench(args) -> int:
     for module in modules:
         print(f"\n## {module.id}: {module.title}\n")
         try:
-            run_bench(module, args.impl, Path(args.out), host=args.host)
+            run_bench(module, args.impl, Path(args.out), host=args.host, against=args.against)
         except AssertionError as wrong:  # a kernel that fails its check is not timed
             print(f"{wrong}\nRun `make check M={module.id}` first.")
             return 1
@@ -224,6 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     bench_cmd.add_argument("--out", default="bench-results", help="folder for the PNG plot")
     bench_cmd.add_argument(
         "--host", action="store_true", help="also split each call's time into host (CPU) and GPU time"
+    )
+    bench_cmd.add_argument(
+        "--against",
+        nargs="+",
+        default=(),
+        metavar="NAME",
+        help="also time these comparisons where a function offers them: compile (torch.compile of "
+        "PyTorch's version), a library's name (liger), or all",
     )
     bench_cmd.set_defaults(run=cmd_bench)
 

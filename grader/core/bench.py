@@ -100,6 +100,10 @@ def _sleep_cycles_per_second() -> float:
     return cycles / (begin.elapsed_time(end) / 1e3)
 
 
+# The implementations a benchmark table is about; every other row is a baseline to compare with.
+COURSE_IMPLS = ("reference", "yours", "learner")
+
+
 @dataclass
 class Measurement:
     case: Case
@@ -115,10 +119,11 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable], host: bool = Fal
     """Time each implementation on the same inputs; each output is checked before it counts.
     ``host``: also split each call's time into host and GPU time (``host_and_device_ms``).
 
-    A course implementation with a wrong result is not timed. PyTorch's own result is checked
-    too, but it is the baseline the others are measured against, so a result outside the
-    module's tolerance (a bf16 backward that accumulates in bf16, say) is timed all the same and
-    the row carries a note that says by how much it is off.
+    A course implementation (``COURSE_IMPLS``) with a wrong result is not timed. A baseline's
+    result (PyTorch's, torch.compile's, another library's) is checked too, but the course is
+    measured against it, so a result outside the module's tolerance (a bf16 backward that
+    accumulates in bf16, say) is timed all the same and the row carries a note that says by how
+    much it is off.
     """
     args, kwargs = build_inputs(spec, case)
     references = reference_outputs(spec, args, kwargs)
@@ -129,12 +134,13 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable], host: bool = Fal
         returned = returned_values(protocols.calling(spec.protocol, fn, spec.api)(*args, **kwargs), spec.mutates)
         problems = compare(spec, case, with_mutated(spec, returned, args), references, (args, kwargs))
         note = None
-        if problems and name == "pytorch":
+        if problems and name not in COURSE_IMPLS:
             # how far off it is; the diagnosis lines after it are advice for a learner's kernel
             off = problems[0].split("\nPattern:")[0].replace("\n", " ")
+            whose = "PyTorch" if name == "pytorch" else name
             note = (
-                f"PyTorch's own result on {case.name} is outside this module's tolerance; it is timed "
-                f"as the baseline all the same. {off}"
+                f"{whose}'s own result on {case.name} is outside this module's tolerance; it is timed "
+                f"as a baseline all the same. {off}"
             )
         elif problems:
             raise AssertionError(f"{name} is wrong on {case.name}, so it is not timed:\n" + problems[0])
@@ -158,16 +164,17 @@ def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
     ceiling = "x copy" if spec.ceiling == "copy" else "x PyTorch"
     split = any(row.split is not None for row in rows)
     extra = f" {'host ms':>9} {'GPU ms':>9}" if split else ""
-    header = f"{'case':<34} {'impl':<10} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}{extra}"
+    header = f"{'case':<34} {'impl':<13} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}{extra}"
     lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header, "-" * len(header)]
     for row in rows:
         gbs = f"{row.gbs:8.0f}" if row.gbs is not None else f"{'':>8}"
         tflops = f"{row.tflops:8.1f}" if row.tflops is not None else f"{'':>8}"
         ratio = ceiling_ratio(spec, row, rows, copy_gbs)
-        line = f"{row.case.name:<34} {row.impl:<10} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}"
+        line = f"{row.case.name:<34} {row.impl:<13} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}"
         if split:
             line += _split_columns(row.split)
         lines.append(line)
+    lines += speedups(rows)
     lines += [f"Note: {row.note}" for row in rows if row.note]
     if any(row.split is not None and row.split.host_bound for row in rows):
         lines.append(
@@ -181,6 +188,27 @@ def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
             "GPU time cannot be told apart; in a training loop such a wait stalls every step."
         )
     return "\n".join(lines)
+
+
+def speedups(rows: list[Measurement]) -> list[str]:
+    """Where the table compares with more than PyTorch: per case, how many times faster the course's
+    first implementation is than each baseline (their time over its time; above 1: the course wins)."""
+    baselines = {r.impl for r in rows if r.impl not in COURSE_IMPLS}
+    if baselines <= {"pytorch"}:
+        return []
+    lines = []
+    for case in dict.fromkeys(r.case.name for r in rows):
+        of_case = [r for r in rows if r.case.name == case]
+        ours = next((r for r in of_case if r.impl in COURSE_IMPLS), None)
+        if ours is None:
+            continue
+        ratios = [f"{r.ms / ours.ms:.2f} x {_named(r.impl)}" for r in of_case if r.impl not in COURSE_IMPLS]
+        lines.append(f"{case}: {ours.impl} runs at " + ", ".join(ratios) + " (their time / its time)")
+    return lines
+
+
+def _named(impl: str) -> str:
+    return "eager PyTorch" if impl == "pytorch" else impl
 
 
 def _split_columns(split: HostAndDevice | None) -> str:

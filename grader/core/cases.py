@@ -131,7 +131,14 @@ class Spec:
     flops: Callable[[Case], int] | None = None
     # What a PyTorch user would write instead; benchmarks compare with it.
     torch_baseline: Callable[..., Any] | None = None
+    # Other libraries' versions of the API, compared only on request (``make bench AGAINST=...``):
+    # a name ("Liger-Kernel") -> a loader that returns the function, or None where the library is
+    # not installed. torch.compile of ``torch_baseline`` needs no entry (grader.learn.speed).
+    library_baselines: dict[str, Callable[[], Callable[..., Any] | None]] = field(default_factory=dict)
     bench_cases: tuple[Case, ...] = ()
+    # Further sizes that only `make bench` times (no speed verdict in `make check`, no grading):
+    # a layer's sizes in training, say, where the host's share of a call is the lesson.
+    bench_only_cases: tuple[Case, ...] = ()
     ceiling: str = "copy"  # "copy": a fraction of copy bandwidth; "torch": a ratio to torch_baseline
     target: float = 0.0  # the reference solution's target, as a fraction of the ceiling
     learner_threshold: float = 0.8  # learner's full performance credit, as a fraction of the reference
@@ -233,7 +240,9 @@ def refusal(
         protocol=Raises(tuple(e.__name__ for e in errors), needles, why),
         judge=None,
         bench_cases=(),
+        bench_only_cases=(),
         torch_baseline=None,
+        library_baselines={},
     )  # nothing to time or compare with PyTorch
     return Case({}, label=label, spec=refused)
 

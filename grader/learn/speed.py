@@ -12,14 +12,59 @@ from grader.core import bench, cases
 from grader.core.catalog import Module
 from grader.core.loading import load_kernel
 
+COMPILED = "torch.compile"
 
-def implementations(module: Module, impl: str | Path, spec: cases.Spec) -> dict[str, Callable]:
+
+def implementations(
+    module: Module, impl: str | Path, spec: cases.Spec, against=(), out=sys.stdout
+) -> dict[str, Callable]:
+    """The learner's (or the reference's) function, the reference beside a learner's, PyTorch's
+    baseline, and the further comparisons ``against`` names (see ``comparisons``)."""
     label = "reference" if impl == "solutions" else "yours"
     found = {label: load_kernel(module, impl).api(spec.api)}
     if (module.solution_dir / "kernel.py").is_file() and impl != "solutions":
         found["reference"] = load_kernel(module, "solutions").api(spec.api)
     if spec.torch_baseline:
         found["pytorch"] = spec.torch_baseline
+    found.update(comparisons(spec, against, out))
+    return found
+
+
+def offered(spec: cases.Spec) -> dict[str, Callable[[], Callable | None]]:
+    """The comparisons a function offers beyond eager PyTorch: torch.compile of PyTorch's baseline,
+    and the libraries its module names (``Spec.library_baselines``), each as a loader."""
+    found = {}
+    if spec.torch_baseline is not None:
+        baseline = spec.torch_baseline
+        found[COMPILED] = lambda: _compiled(baseline)
+    found.update(spec.library_baselines)
+    return found
+
+
+def _compiled(fn: Callable) -> Callable:
+    import torch
+
+    return torch.compile(fn, dynamic=False)  # one graph per benchmark shape, as a training job has
+
+
+def asked(name: str, against) -> bool:
+    """Whether a word of ``against`` ("all", "compile", "liger", ...) names the comparison ``name``."""
+    return any(word == "all" or word.lower() in name.lower() for word in against)
+
+
+def comparisons(spec: cases.Spec, against, out=sys.stdout) -> dict[str, Callable]:
+    """The offered comparisons that ``against`` asks for and that load here; a library that is not
+    installed is left out with a line that says so."""
+    found = {}
+    for name, load in offered(spec).items():
+        if not asked(name, against):
+            continue
+        try:
+            fn = load()
+        except ImportError as missing:
+            print(f"{name} is left out of {spec.api}()'s table: it does not import here ({missing}).", file=out)
+            continue
+        found[name] = fn
     return found
 
 
@@ -59,21 +104,31 @@ def _report_case(spec: cases.Spec, case: cases.Case, impls: dict, copy_gbs: floa
     return None
 
 
-def run_bench(module: Module, impl: str | Path, out_dir: Path, out=sys.stdout, host: bool = False) -> list[Path]:
+def run_bench(
+    module: Module, impl: str | Path, out_dir: Path, out=sys.stdout, host: bool = False, against=()
+) -> list[Path]:
     """Benchmark every bench case of every function of the module; print a table and write a PNG
-    plot per function. Returns the plot paths. ``host``: add each call's host and GPU time."""
+    plot per function. Returns the plot paths. ``host``: add each call's host and GPU time;
+    ``against``: also time the comparisons these words name (torch.compile, other libraries)."""
     module_spec, public = cases.public(module)
+    timed = [spec for spec in cases.specs_of(module_spec, public) if spec.bench_cases]
+    unmatched = [w for w in against if not any(asked(name, [w]) for spec in timed for name in offered(spec))]
+    if unmatched:
+        names = sorted({name for spec in timed for name in offered(spec)})
+        print(
+            f"{module.id} offers no comparison named {', '.join(unmatched)}; it offers "
+            f"{', '.join(names) or 'none'} (or `all`).",
+            file=out,
+        )
     copy_gbs = bench.copy_bandwidth_gbs()
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = []
-    for spec in cases.specs_of(module_spec, public):
-        if not spec.bench_cases:
-            continue
-        impls = implementations(module, impl, spec)
+    for spec in timed:
+        impls = implementations(module, impl, spec, against, out)
         # a bench case belongs to the Spec that lists it (its inputs may depend on which one)
         bound = [
             case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
-            for case in spec.bench_cases
+            for case in spec.bench_cases + spec.bench_only_cases
         ]
         rows = [row for case in bound for row in bench.measure(spec, case, impls, host=host)]
         print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)

@@ -2,6 +2,8 @@
 baseline is timed all the same, with a note that says how far off it is."""
 
 import importlib.util
+import io
+from dataclasses import replace
 
 import pytest
 import torch
@@ -112,3 +114,57 @@ def test_host_and_gpu_time_are_told_apart_on_a_gpu():
     waits = bench.host_and_device_ms(lambda: x.sum().item())
     assert many_launches.host_bound and not one_big.host_bound, (many_launches, one_big)
     assert waits.synchronizes and waits.device_ms is None
+
+
+def test_a_wrong_library_baseline_is_timed_with_its_name_in_the_note(untimed):
+    spec, public = cases.public(VECTOR_ADD)
+    case = cases.for_mode(public, False)[0]
+    reference = load_kernel(VECTOR_ADD, "solutions").api(spec.api)
+    rows = bench.measure(spec, case, {"reference": reference, "Liger-Kernel": _off_by_one})
+    assert [row.impl for row in rows] == ["reference", "Liger-Kernel"]
+    assert rows[1].note.startswith(f"Liger-Kernel's own result on {case.name} is outside")
+
+
+def test_comparisons_beyond_pytorch_get_a_speedup_line_per_case():
+    spec, public = cases.public(VECTOR_ADD)
+    first, second = cases.for_mode(public, False)[:2]
+    times = {"reference": 0.5, "pytorch": 0.75, "torch.compile": 0.5, "Liger-Kernel": 1.0}
+    rows = [bench.Measurement(c, impl, ms, 1.0 / ms, None) for c in (first, second) for impl, ms in times.items()]
+    lines = bench.format_table(spec, rows, copy_gbs=1000.0).splitlines()
+    expected = (
+        "reference runs at 1.50 x eager PyTorch, 1.00 x torch.compile, 2.00 x Liger-Kernel (their time / its time)"
+    )
+    assert lines.count(f"{first.name}: {expected}") == 1 and lines.count(f"{second.name}: {expected}") == 1
+    only_pytorch = [r for r in rows if r.impl in ("reference", "pytorch")]
+    assert "their time / its time" not in bench.format_table(spec, only_pytorch, copy_gbs=1000.0)
+
+
+def test_make_bench_against_picks_the_named_comparisons_and_leaves_out_what_does_not_import():
+    from grader.learn import speed
+
+    def missing():
+        raise ImportError("No module named 'liger_kernel'")
+
+    spec = replace(cases.public(VECTOR_ADD)[0], library_baselines={"Liger-Kernel": missing, "Other": lambda: abs})
+    assert list(speed.offered(spec)) == ["torch.compile", "Liger-Kernel", "Other"]
+    out = io.StringIO()
+    assert speed.comparisons(spec, (), out) == {} and out.getvalue() == ""
+    assert speed.comparisons(spec, ["other"], out) == {"Other": abs}
+    found = speed.comparisons(spec, ["all"], out)
+    assert list(found) == ["torch.compile", "Other"]
+    assert "Liger-Kernel is left out of add()'s table: it does not import here (No module named 'liger_kernel')" in (
+        out.getvalue()
+    )
+
+
+def test_the_training_kernels_offer_liger_kernel_and_time_a_layers_sizes_in_make_bench_only():
+    from grader.learn import speed
+
+    module = find_module("mastery/04-training-kernels")
+    module_spec, public = cases.public(module)
+    specs = {spec.api: spec for spec in cases.specs_of(module_spec, public) if spec.bench_cases}
+    for api in ("rms_norm", "layer_norm", "swiglu"):
+        assert list(speed.offered(specs[api])) == ["torch.compile", "Liger-Kernel"]
+        shapes = {(case.params["shape"], case.dtype) for case in specs[api].bench_only_cases}
+        assert ((4096, 1024), torch.bfloat16) in shapes and ((8192, 4096), torch.float32) in shapes
+        assert not shapes & {(case.params["shape"], case.dtype) for case in specs[api].bench_cases}

@@ -12,6 +12,7 @@ rms_norm() is the module's main function (SPEC); cases with spec=LAYER_NORM call
 and so on.
 """
 
+import functools
 import importlib.util
 import math
 from pathlib import Path
@@ -171,6 +172,24 @@ def norm_bench_cases():
         (Case({"shape": (16384, 8192)}, torch.bfloat16), Case({"shape": (32768, 8192)}, torch.bfloat16))
 
 
+# One layer's sizes in training, where the host's share of a call is largest: `make bench` only.
+TRAINING_SHAPES = tuple(Case({"shape": shape}, dtype) for dtype in (torch.bfloat16, torch.float32)
+                        for shape in ((8192, 4096), (4096, 1024)))
+
+
+def liger(function, **options):
+    """Liger-Kernel's version of an API (``liger_kernel.transformers.functional``), an optional
+    comparison of `make bench AGAINST=liger` (`pip install liger-kernel`); its loader raises
+    ImportError where the package is not installed."""
+
+    def load():
+        from liger_kernel.transformers import functional
+
+        return functools.partial(getattr(functional, function), **options)
+
+    return load
+
+
 ROWS_SHARED = ("more rows than backward programs (four under the interpreter, a few per multiprocessor "
                "on a GPU): each program walks several rows and must add all of them into its partial "
                "row of dweight.")
@@ -188,7 +207,10 @@ SPEC = Spec(
     row_wise=True,
     bytes_moved=norm_bytes(1),
     torch_baseline=torch_rms_norm,
+    # in_place=False: Liger's default writes dx over dy, which PyTorch and the course leave intact
+    library_baselines={"Liger-Kernel": liger("liger_rms_norm", in_place=False)},
     bench_cases=norm_bench_cases(),
+    bench_only_cases=TRAINING_SHAPES,
     ceiling="copy",
     target=0.70,
     allowed_torch_names=AUTOGRAD | {"tensor"},
@@ -208,7 +230,9 @@ LAYER_NORM = Spec(
     row_wise=True,
     bytes_moved=norm_bytes(2),
     torch_baseline=torch_layer_norm,
+    library_baselines={"Liger-Kernel": liger("liger_layer_norm")},
     bench_cases=norm_bench_cases(),
+    bench_only_cases=TRAINING_SHAPES,
     ceiling="copy",
     target=0.70,
     allowed_torch_names=AUTOGRAD,
@@ -269,7 +293,9 @@ SWIGLU = Spec(
     # forward: read gate and up, write y; backward: read dy, gate and up, write dgate and dup
     bytes_moved=elementwise_bytes(8),
     torch_baseline=swiglu_forward,
+    library_baselines={"Liger-Kernel": liger("liger_swiglu")},
     bench_cases=(Case({"shape": (8192, 14336)}, torch.bfloat16), Case({"shape": (1 << 26,)})),
+    bench_only_cases=TRAINING_SHAPES,
     ceiling="copy",
     target=0.85,
     allowed_torch_names=AUTOGRAD,
