@@ -180,7 +180,8 @@ TRAINING_SHAPES = tuple(Case({"shape": shape}, dtype) for dtype in (torch.bfloat
 def liger(function, **options):
     """Liger-Kernel's version of an API (``liger_kernel.transformers.functional``), an optional
     comparison of `make bench AGAINST=liger` (`pip install liger-kernel`); its loader raises
-    ImportError where the package is not installed."""
+    ImportError where the package is not installed. ``options`` fill in what our API defaults
+    (eps) and Liger's does not."""
 
     def load():
         from liger_kernel.transformers import functional
@@ -208,7 +209,7 @@ SPEC = Spec(
     bytes_moved=norm_bytes(1),
     torch_baseline=torch_rms_norm,
     # in_place=False: Liger's default writes dx over dy, which PyTorch and the course leave intact
-    library_baselines={"Liger-Kernel": liger("liger_rms_norm", in_place=False)},
+    library_baselines={"Liger-Kernel": liger("liger_rms_norm", eps=1e-6, in_place=False)},
     bench_cases=norm_bench_cases(),
     bench_only_cases=TRAINING_SHAPES,
     ceiling="copy",
@@ -230,7 +231,7 @@ LAYER_NORM = Spec(
     row_wise=True,
     bytes_moved=norm_bytes(2),
     torch_baseline=torch_layer_norm,
-    library_baselines={"Liger-Kernel": liger("liger_layer_norm")},
+    library_baselines={"Liger-Kernel": liger("liger_layer_norm", eps=1e-5)},
     bench_cases=norm_bench_cases(),
     bench_only_cases=TRAINING_SHAPES,
     ceiling="copy",
