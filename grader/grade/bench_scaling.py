@@ -224,7 +224,7 @@ def start_one(
     command = [sys.executable, "-m", "grader", "run", str(source), "--results", str(results)]
     command += ["--per-gpu", str(per_gpu), "--profile"]
     if kind == "ray":
-        command += ["--ray"]
+        command += ["--ray", "local"]  # its own cluster of its GPUs, never one left running here
     if in_turn:
         command += ["--in-turn"]
     # children and Ray's processes inherit the pinning

@@ -223,8 +223,9 @@ def private_cpus() -> int:
 
 def connect(address: str) -> bool:
     """Connect to the cluster at ``address``; with "" to one already running on this machine
-    (``ray start --head``), else start a private one for this run. Return whether this process
-    started it (and so should stop it)."""
+    (``ray start --head``), else start a private one for this run; with "local" start a private
+    one even where a cluster is running (Ray itself would join any cluster it finds here). Return
+    whether this process started it (and so should stop it)."""
     ray = _ray()
     if ray.is_initialized():
         return False
@@ -234,8 +235,9 @@ def connect(address: str) -> bool:
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
-            ray.init(address=address or "auto", **quiet)
-            return False
+            if address != "local":
+                ray.init(address=address or "auto", **quiet)
+                return False
         except ConnectionError as error:
             if address:
                 raise ClusterError(

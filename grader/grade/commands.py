@@ -24,7 +24,8 @@ def add_ray_argument(parser) -> None:
         metavar="ADDRESS",
         help="grade on a Ray cluster: one task per submission and module, one worker per GPU "
         "(needs `pip install -e '.[cluster]'`); without ADDRESS, the cluster of this "
-        "machine (`ray start --head`), or a private one for this run",
+        "machine (`ray start --head`), or a private one for this run; `--ray local`: a private "
+        "one even where a cluster runs here",
     )
 
 

@@ -101,7 +101,7 @@ def test_a_run_sees_its_own_gpus_and_cores_and_grades_in_turn_if_asked(tmp_path,
     bench_scaling.start_one(tmp_path, tmp_path / "r", "ray", 2, 8, 4, log, in_turn=True, first_gpu=1)
     bench_scaling.start_one(tmp_path, tmp_path / "r", "local", 1, 8, 0, log)
     (ray_command, ray_gpus, ray_pin), (local_command, local_gpus, local_pin) = started
-    assert "--in-turn" in ray_command and "--ray" in ray_command
+    assert "--in-turn" in ray_command and ray_command[ray_command.index("--ray") + 1] == "local"
     assert "--in-turn" not in local_command and "--ray" not in local_command
     assert (ray_gpus, local_gpus) == ("1,2", "0")
     ray_pin()

@@ -505,3 +505,14 @@ def test_a_private_cluster_offers_a_cpu_per_worker_it_can_start(monkeypatch):
     monkeypatch.setattr(cluster, "_ray", lambda: FakeRay())
     assert cluster.connect("") is True
     assert started[0]["num_cpus"] == 2
+
+    class RunningHere(FakeRay):  # a cluster is running on this machine: "auto" would join it
+        def init(self, address=None, **options):
+            started.append({"address": address, **options})
+
+    monkeypatch.setattr(cluster, "_ray", lambda: RunningHere())
+    started.clear()
+    assert cluster.connect("") is False and started[0]["address"] == "auto"
+    started.clear()
+    assert cluster.connect("local") is True  # started its own, without asking for one to join
+    assert len(started) == 1 and started[0]["address"] is None and started[0]["num_cpus"] == 2
