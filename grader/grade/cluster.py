@@ -244,7 +244,8 @@ def connect(address: str) -> bool:
                     f"No Ray cluster answers at {address} ({error}). Start one (`ray start "
                     "--head` on its head node) or check the address, and try again."
                 ) from None
-        ray.init(num_cpus=private_cpus(), **quiet)
+        # "local": Ray itself would otherwise join a cluster it finds running on this machine
+        ray.init(address="local", num_cpus=private_cpus(), **quiet)
         return True
     finally:
         for sig, handler in handlers.items():

@@ -515,4 +515,4 @@ def test_a_private_cluster_offers_a_cpu_per_worker_it_can_start(monkeypatch):
     assert cluster.connect("") is False and started[0]["address"] == "auto"
     started.clear()
     assert cluster.connect("local") is True  # started its own, without asking for one to join
-    assert len(started) == 1 and started[0]["address"] is None and started[0]["num_cpus"] == 2
+    assert len(started) == 1 and started[0]["address"] == "local" and started[0]["num_cpus"] == 2
