@@ -67,7 +67,7 @@ def host_and_device_ms(fn: Callable[[], object], calls: int = 10, repeats: int =
     issue_s = time.perf_counter() - started
     torch.cuda.synchronize()
     cycles_per_s = _sleep_cycles_per_second()
-    hosts, devices, waited = [], [], False
+    repeated = []
     for _ in range(repeats):
         sleep_s = max(0.02, 4 * issue_s)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -79,12 +79,29 @@ def host_and_device_ms(fn: Callable[[], object], calls: int = 10, repeats: int =
         host_s = time.perf_counter() - started
         end.record()
         torch.cuda.synchronize()
-        waited = waited or host_s >= 0.8 * sleep_s  # the calls waited for the sleep to end
-        hosts.append(host_s / calls * 1e3)
-        devices.append(begin.elapsed_time(end) / calls)
-    if waited:
-        return HostAndDevice(statistics.median(hosts), None, synchronizes=True)
-    return HostAndDevice(statistics.median(hosts), statistics.median(devices))
+        repeated.append(Repeat(host_s / calls * 1e3, begin.elapsed_time(end) / calls, waited=host_s >= 0.8 * sleep_s))
+    return split_of(repeated)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One timed batch of calls behind a sleep: host and GPU milliseconds per call, and whether
+    issuing them outlasted most of the sleep (the calls waited for the GPU)."""
+
+    host_ms: float
+    device_ms: float
+    waited: bool
+
+
+def split_of(repeats: list[Repeat]) -> HostAndDevice:
+    """The medians of the repeats. A call that synchronizes waits in every repeat; one repeat that
+    waited among others that did not (a collection of Python's garbage, a new block of memory
+    from the driver) is left out instead of calling the call synchronizing."""
+    waited = [r for r in repeats if r.waited]
+    if 2 * len(waited) > len(repeats):
+        return HostAndDevice(statistics.median(r.host_ms for r in repeats), None, synchronizes=True)
+    clean = [r for r in repeats if not r.waited]
+    return HostAndDevice(statistics.median(r.host_ms for r in clean), statistics.median(r.device_ms for r in clean))
 
 
 @functools.cache

@@ -168,3 +168,14 @@ def test_the_training_kernels_offer_liger_kernel_and_time_a_layers_sizes_in_make
         shapes = {(case.params["shape"], case.dtype) for case in specs[api].bench_only_cases}
         assert ((4096, 1024), torch.bfloat16) in shapes and ((8192, 4096), torch.float32) in shapes
         assert not shapes & {(case.params["shape"], case.dtype) for case in specs[api].bench_cases}
+
+
+def test_one_repeat_that_waited_does_not_make_a_call_synchronizing():
+    """``make bench HOST=1`` marked a bf16 rms_norm "sync" on an H200 although nothing in it waits
+    for the GPU: one of its five repeats outlasted the sleep. A call that synchronizes waits in
+    most repeats; an outlier is left out of the medians."""
+    fine = [bench.Repeat(0.7, 0.4, waited=False) for _ in range(4)]
+    outlier = bench.Repeat(3.0, 0.4, waited=True)
+    assert bench.split_of([*fine[:2], outlier, *fine[2:]]) == bench.HostAndDevice(0.7, 0.4)
+    waits = [bench.Repeat(2.0, 2.0, waited=True) for _ in range(3)]
+    assert bench.split_of([*fine[:2], *waits]) == bench.HostAndDevice(2.0, None, synchronizes=True)
