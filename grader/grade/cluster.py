@@ -153,6 +153,10 @@ class GradingWorker:
         self.where = f"GPU {gpu} of node {os.uname().nodename}" if gpu else f"node {os.uname().nodename}"
         self.fault: str | None = None  # once the device has failed its check, for good
         self.checking = threading.Lock()
+        if device.is_cuda():
+            import torch
+
+            torch.set_num_threads(worker_threads(_node_gpus()))
 
     def ready(self) -> dict:
         """The sandbox's protections on this node (raises UnsafeSandbox as the local pool would)."""
@@ -207,6 +211,25 @@ def _worker_class(ray, worker: type, slots: int):
     """``worker`` as a Ray actor: it holds one GPU (or one CPU) and runs ``slots`` tasks at once."""
     resources = {"num_gpus": 1, "num_cpus": 1} if device.is_cuda() else {"num_cpus": 1}
     return ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=slots, **resources)(worker)
+
+
+def worker_threads(node_gpus: int) -> int:
+    """Threads for a GPU worker's own torch work (reading its children's outputs, comparing them
+    with the references): its share of the cores it may run on, those of one GPU of its node. Ray
+    starts an actor that holds one CPU with OMP_NUM_THREADS=1, where the local pool's process
+    uses every core it may run on; judging on one thread made a Ray worker slower than the
+    local pool on the same GPU and cores."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, node_gpus))
+
+
+def _node_gpus() -> int:
+    """The GPUs Ray manages on the node this actor runs on (1 where that cannot be read)."""
+    ray = _ray()
+    try:
+        here = ray.get_runtime_context().get_node_id()
+        return int(next(n["Resources"].get("GPU", 1) for n in ray.nodes() if n["NodeID"] == here))
+    except Exception:  # a count for a thread pool's size, never worth a failed worker
+        return 1
 
 
 def private_cpus() -> int:

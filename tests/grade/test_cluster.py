@@ -516,3 +516,23 @@ def test_a_private_cluster_offers_a_cpu_per_worker_it_can_start(monkeypatch):
     started.clear()
     assert cluster.connect("local") is True  # started its own, without asking for one to join
     assert len(started) == 1 and started[0]["address"] == "local" and started[0]["num_cpus"] == 2
+
+
+def test_a_gpu_worker_judges_on_its_share_of_the_cores_not_on_the_one_thread_ray_gives_it(monkeypatch):
+    """Ray starts an actor of one CPU with OMP_NUM_THREADS=1; the worker of a GPU takes the cores
+    it may run on over the GPUs of its node, as the local pool's process has them."""
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: set(range(32)))
+    assert cluster.worker_threads(2) == 16 and cluster.worker_threads(4) == 8
+    assert cluster.worker_threads(0) == 32  # a node Ray counts no GPU on: never a division by zero
+    monkeypatch.setattr(cluster.os, "sched_getaffinity", lambda pid: {3})
+    assert cluster.worker_threads(8) == 1  # never fewer than one
+
+    class FakeRay:
+        def get_runtime_context(self):
+            return types.SimpleNamespace(get_node_id=lambda: "b")
+
+        def nodes(self):
+            return [{"NodeID": "a", "Resources": {"GPU": 8.0}}, {"NodeID": "b", "Resources": {"GPU": 2.0, "CPU": 2.0}}]
+
+    monkeypatch.setattr(cluster, "_ray", lambda: FakeRay())
+    assert cluster._node_gpus() == 2
