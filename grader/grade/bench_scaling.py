@@ -11,7 +11,8 @@ reference with one of the module's typical mistakes planted (partial: ``mistakes
 starting kernel (failing) and, for missing-elements/01, the quick hand-written examples.
 
 Each run is ``python -m grader run`` in a process of its own, seeing only its GPUs
-(``CUDA_VISIBLE_DEVICES``; ``--cores-per-gpu N`` pins it to N CPU cores per GPU), into a results
+(``CUDA_VISIBLE_DEVICES``; ``--cores-per-gpu N`` pins it to N logical CPUs per GPU, made of whole
+physical cores, the same for every run), into a results
 folder of its own that starts with the same secret (so every run meets the same hidden inputs).
 A run named ``local:N`` grades with the local pool, ``ray:N`` on a private Ray cluster of this
 machine. ``local:1+ray:2`` starts two runs together on disjoint GPUs (the first run on the
@@ -204,6 +205,49 @@ def busy_share(before: dict, after: dict, cores: set[int] | None) -> float | Non
     return busy / total if total > 0 else None
 
 
+def cores_in_order(root: Path = Path("/sys/devices/system/cpu")) -> list[int]:
+    """This machine's logical CPUs with the hardware threads of one physical core side by side
+    (by package, then core), so that a run given N of them in a row holds whole physical cores:
+    Linux numbers a core's second thread far from its first (on 16 cores with two threads each,
+    CPUs 0 and 16), and runs pinned to CPUs 0-15 and 0-31 would get the same 16 cores, not 1:2.
+    Numeric order where the topology cannot be read."""
+    found = []
+    for path in root.glob("cpu[0-9]*"):
+        try:
+            package = int((path / "topology" / "physical_package_id").read_text())
+            core = int((path / "topology" / "core_id").read_text())
+        except (OSError, ValueError):
+            return sorted(int(p.name[3:]) for p in root.glob("cpu[0-9]*")) or sorted(os.sched_getaffinity(0))
+        found.append((package, core, int(path.name[3:])))
+    return [cpu for *_, cpu in sorted(found)]
+
+
+def topology(order: list[int], root: Path = Path("/sys/devices/system/cpu")) -> str:
+    """A line on the machine's cores: logical CPUs, physical cores and threads per core."""
+    physical = set()
+    for cpu in order:
+        try:
+            physical.add(
+                tuple(
+                    int((root / f"cpu{cpu}" / "topology" / n).read_text()) for n in ("physical_package_id", "core_id")
+                )
+            )
+        except (OSError, ValueError):
+            return f"{len(order)} logical CPUs (their physical cores unknown)"
+    threads = len(order) / max(1, len(physical))
+    return f"{len(order)} logical CPUs on {len(physical)} physical cores ({threads:g} thread(s) each)"
+
+
+def run_cores(cores_per_gpu: int, first_gpu: int, gpus: int, order: list[int] | None = None) -> set[int]:
+    """The logical CPUs of a run on GPUs ``first_gpu`` .. ``first_gpu + gpus - 1``: ``cores_per_gpu``
+    per GPU, whole physical cores from ``cores_in_order``, the same ones every time (none without
+    ``cores_per_gpu``)."""
+    if not cores_per_gpu:
+        return set()
+    order = cores_in_order() if order is None else order
+    return set(order[cores_per_gpu * first_gpu : cores_per_gpu * (first_gpu + gpus)])
+
+
 def start_one(
     source: Path,
     results: Path,
@@ -228,7 +272,7 @@ def start_one(
     if in_turn:
         command += ["--in-turn"]
     # children and Ray's processes inherit the pinning
-    pinned = set(range(cores * first_gpu, cores * (first_gpu + gpus))) if cores else None
+    pinned = run_cores(cores, first_gpu, gpus) or None
     with log.open("w") as handle:
         return subprocess.Popen(
             command,
@@ -355,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(students)} students x {len(modules)} modules = {sum(len(s.kind) for s in students)} gradings", flush=True
     )
+    print(f"CPU: {topology(cores_in_order())}", flush=True)
 
     secret, rows = None, []
     for group in groups:
@@ -370,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                 target = results / store.SECRET_FILE
                 target.write_text(secret + "\n")
                 target.chmod(0o600)
-            cores = set(range(args.cores_per_gpu * first_gpu, args.cores_per_gpu * (first_gpu + gpus)))
+            cores = run_cores(args.cores_per_gpu, first_gpu, gpus)
             process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
             started.append(_Started(kind, gpus, in_turn, name, results, log, process, cores or None))
             first_gpu += gpus

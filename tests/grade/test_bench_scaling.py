@@ -97,6 +97,7 @@ def test_a_run_sees_its_own_gpus_and_cores_and_grades_in_turn_if_asked(tmp_path,
     monkeypatch.setattr(bench_scaling.subprocess, "Popen", fake_popen)
     pinned = []
     monkeypatch.setattr(bench_scaling.os, "sched_setaffinity", lambda pid, cores: pinned.append(cores))
+    monkeypatch.setattr(bench_scaling, "cores_in_order", lambda: list(range(16)))  # a 16-core machine
     log = tmp_path / "log.txt"
     bench_scaling.start_one(tmp_path, tmp_path / "r", "ray", 2, 8, 4, log, in_turn=True, first_gpu=1)
     bench_scaling.start_one(tmp_path, tmp_path / "r", "local", 1, 8, 0, log)
@@ -147,3 +148,30 @@ def test_the_cpu_share_counts_only_the_runs_own_cores():
     assert bench_scaling.busy_share(before, after, {7}) is None
     now = bench_scaling.cpu_times()
     assert now and all(0 <= busy <= total for busy, total in now.values())
+
+
+def _fake_cpus(root, threads_of_core):
+    for cpu, (package, core) in threads_of_core.items():
+        topo = root / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{package}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+
+
+def test_runs_get_whole_physical_cores_where_each_core_has_two_threads(tmp_path):
+    """Linux numbers the second thread of core k as k + cores: pinned by number, a 1-GPU run on
+    CPUs 0-3 and a 2-GPU run on CPUs 0-7 of a 4-core machine would hold the same 4 cores."""
+    _fake_cpus(tmp_path, {cpu: (0, cpu % 4) for cpu in range(8)})
+    order = bench_scaling.cores_in_order(tmp_path)
+    assert order == [0, 4, 1, 5, 2, 6, 3, 7]
+    assert bench_scaling.topology(order, tmp_path) == "8 logical CPUs on 4 physical cores (2 thread(s) each)"
+    one, two = bench_scaling.run_cores(2, 0, 1, order), bench_scaling.run_cores(2, 1, 2, order)
+    assert one == {0, 4} and two == {1, 5, 2, 6} and not one & two  # whole cores, none shared
+    assert bench_scaling.run_cores(0, 0, 1, order) == set()  # not pinned
+
+
+def test_without_a_readable_topology_cores_go_in_numeric_order(tmp_path):
+    for cpu in (0, 1, 2, 10):
+        (tmp_path / f"cpu{cpu}").mkdir()
+    assert bench_scaling.cores_in_order(tmp_path) == [0, 1, 2, 10]
+    assert "physical cores unknown" in bench_scaling.topology([0, 1], tmp_path)
