@@ -94,7 +94,7 @@ progress: $(ENV)
 	@$(PYTHON) -m grader progress
 
 bench: $(ENV)
-	@$(PYTHON) -m grader bench $(M) --impl $(IMPL) $(if $(filter 1,$(HOST)),--host) $(if $(AGAINST),--against $(AGAINST))
+	@$(PYTHON) -m grader bench $(M) --impl $(IMPL) $(if $(filter 1,$(HOST)),--host) $(if $(AGAINST),--against '$(AGAINST)')
 
 stubs: $(ENV)
 	@$(PYTHON) -m grader stubs $(if $(FORCE),--force)

@@ -227,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench_cmd.add_argument(
         "--against",
-        nargs="+",
+        type=lambda text: text.replace(",", " ").split(),
         default=(),
-        metavar="NAME",
-        help="also time these comparisons where a function offers them: compile (torch.compile of "
-        "PyTorch's version), a library's name (liger), or all",
+        metavar="NAMES",
+        help="also time these comparisons where a function offers them, comma-separated: compile "
+        "(torch.compile of PyTorch's version), a library's name (liger), or all",
     )
     bench_cmd.set_defaults(run=cmd_bench)
 

@@ -320,3 +320,18 @@ def test_a_kernel_a_gpu_would_not_compile_is_not_done_on_a_cpu(tmp_path, monkeyp
     assert f"(line {break_line} of kernel.py): unsupported AST node type: Break" in text
     assert "cannot break or continue" in text  # what it means
     assert "a GPU would not compile or launch the kernel" in text
+
+
+def test_bench_against_takes_one_list_of_names_and_leaves_the_module_alone(monkeypatch):
+    from grader import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "cmd_bench", lambda args: seen.append(args) or 0)
+    assert cli.main(["bench", "--against", "compile,liger", "mastery/04-training-kernels"]) == 0
+    assert cli.main(["bench", "mastery/04-training-kernels", "--against", "compile liger"]) == 0
+    assert cli.main(["bench", "mastery/04-training-kernels"]) == 0
+    assert [(a.module, list(a.against)) for a in seen] == [
+        ("mastery/04-training-kernels", ["compile", "liger"]),
+        ("mastery/04-training-kernels", ["compile", "liger"]),
+        ("mastery/04-training-kernels", []),
+    ]
