@@ -132,9 +132,13 @@ class Measurement:
     split: HostAndDevice | None = None  # host and GPU time per call (``make bench HOST=1``)
 
 
-def measure(spec: Spec, case: Case, impls: dict[str, Callable], host: bool = False) -> list[Measurement]:
+def measure(
+    spec: Spec, case: Case, impls: dict[str, Callable], host: bool = False, failed: list[str] | None = None
+) -> list[Measurement]:
     """Time each implementation on the same inputs; each output is checked before it counts.
     ``host``: also split each call's time into host and GPU time (``host_and_device_ms``).
+    ``failed``: where given, a baseline other than PyTorch's that raises is left out with a line
+    here (another library may not take every dtype or shape); otherwise the error propagates.
 
     A course implementation (``COURSE_IMPLS``) with a wrong result is not timed. A baseline's
     result (PyTorch's, torch.compile's, another library's) is checked too, but the course is
@@ -148,7 +152,13 @@ def measure(spec: Spec, case: Case, impls: dict[str, Callable], host: bool = Fal
     for name, fn in impls.items():
         # fresh inputs for each: an in-place API changes its arguments (the seed repeats the values)
         args, kwargs = build_inputs(spec, case)
-        returned = returned_values(protocols.calling(spec.protocol, fn, spec.api)(*args, **kwargs), spec.mutates)
+        try:
+            returned = returned_values(protocols.calling(spec.protocol, fn, spec.api)(*args, **kwargs), spec.mutates)
+        except Exception as error:
+            if failed is None or name in COURSE_IMPLS or name == "pytorch":
+                raise
+            failed.append(f"{name} raised on {case.name} and is not timed there: {type(error).__name__}: {error}")
+            continue
         problems = compare(spec, case, with_mutated(spec, returned, args), references, (args, kwargs))
         note = None
         if problems and name not in COURSE_IMPLS:

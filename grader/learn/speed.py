@@ -34,7 +34,8 @@ def offered(spec: cases.Spec) -> dict[str, Callable[[], Callable | None]]:
     """The comparisons a function offers beyond eager PyTorch: torch.compile of PyTorch's baseline,
     and the libraries its module names (``Spec.library_baselines``), each as a loader."""
     found = {}
-    if spec.torch_baseline is not None:
+    # Not for optimizers' steps: a step count passed as a Python int would recompile every step.
+    if spec.torch_baseline is not None and (spec.protocol is None or isinstance(spec.protocol, cases.Backward)):
         baseline = spec.torch_baseline
         found[COMPILED] = lambda: _compiled(baseline)
     found.update(spec.library_baselines)
@@ -130,8 +131,11 @@ def run_bench(
             case if case.spec is not None or spec is module_spec else replace(case, spec=spec)
             for case in spec.bench_cases + spec.bench_only_cases
         ]
-        rows = [row for case in bound for row in bench.measure(spec, case, impls, host=host)]
+        failed: list[str] = []  # baselines that raised: left out of the table, said under it
+        rows = [row for case in bound for row in bench.measure(spec, case, impls, host=host, failed=failed)]
         print(f"\n{spec.api}():\n{bench.format_table(spec, rows, copy_gbs)}", file=out)
+        for line in failed:
+            print(line, file=out)
         suffix = "" if spec is module_spec else f"-{spec.api}"
         png = out_dir / f"{module.track}-{module.slug}{suffix}.png"
         for n in range(2, 100):  # two Specs of one function (fp32 lists and large tensors)

@@ -179,3 +179,30 @@ def test_one_repeat_that_waited_does_not_make_a_call_synchronizing():
     assert bench.split_of([*fine[:2], outlier, *fine[2:]]) == bench.HostAndDevice(0.7, 0.4)
     waits = [bench.Repeat(2.0, 2.0, waited=True) for _ in range(3)]
     assert bench.split_of([*fine[:2], *waits]) == bench.HostAndDevice(2.0, None, synchronizes=True)
+
+
+def test_a_library_baseline_that_raises_is_left_out_with_a_line(untimed):
+    spec, public = cases.public(VECTOR_ADD)
+    case = cases.for_mode(public, False)[0]
+    reference = load_kernel(VECTOR_ADD, "solutions").api(spec.api)
+
+    def refuses(x, y):
+        raise NotImplementedError("float32 is not supported")
+
+    failed = []
+    rows = bench.measure(spec, case, {"reference": reference, "Liger-Kernel": refuses}, failed=failed)
+    assert [row.impl for row in rows] == ["reference"]
+    assert failed == [
+        f"Liger-Kernel raised on {case.name} and is not timed there: NotImplementedError: float32 is not supported"
+    ]
+    with pytest.raises(NotImplementedError):  # the course's own kernel raising is never left out
+        bench.measure(spec, case, {"reference": refuses}, failed=failed)
+
+
+def test_optimizer_steps_are_not_offered_to_torch_compile():
+    from grader.learn import speed
+
+    module = find_module("mastery/04-training-kernels")
+    module_spec, public = cases.public(module)
+    adamw = next(s for s in cases.specs_of(module_spec, public) if s.api == "adamw" and s.bench_cases)
+    assert adamw.torch_baseline is not None and "torch.compile" not in speed.offered(adamw)
