@@ -25,16 +25,20 @@ the integrity finding) equals the first run's; the largest gap in performance cr
 follows the measured speed between a module's floor and threshold); and the complete files'
 speed against the reference, which tells whether GPUs disturbed one another's timings. What
 differs is written side by side in ``<work>/summary.json``. Exit status 1 if any run's
-correctness differs from the first's.
+correctness differs from the first's. ``--deadline S`` stops the runs still going S seconds after
+the start, as Ctrl-C does (each keeps the records it finished), starts no later run, and compares
+the records the runs share: for a machine lent for a fixed time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +51,8 @@ from grader.core.catalog import REPO_ROOT, Module, find_module
 from grader.grade import course, store
 from grader.grade.bench_record import QUICK_EXAMPLES
 
+# How long a run stopped at the deadline may take to write what it finished before it is killed.
+STOP_GRACE_SECONDS = 120
 # What a record says about the student, not about the run (times, dates and paths left out).
 GRADE_FIELDS = ("load_error", "todos", "starting_kernel", "totals", "integrity", "refusal", "note")
 CASE_FIELDS = ("name", "visibility", "passed", "kind", "message")
@@ -295,6 +301,7 @@ class Run:
     credits: dict[str, dict]
     ratios: list[float]
     cpu_busy: float | None = None  # the share of its CPU cores' time that was busy (``busy_share``)
+    stopped: bool = False  # stopped at the deadline: its records are those it finished
 
 
 @dataclass
@@ -314,11 +321,19 @@ class _Started:
     seconds: float = 0.0
     cpu_after: dict | None = None
 
+    stopped: bool = False
+
     def ended(self) -> bool:
         """Whether the run has ended; the first time it is seen ended, note its time and CPU times."""
         if self.cpu_after is None and self.process.poll() is not None:
             self.seconds, self.cpu_after = time.monotonic() - self.began, cpu_times()
         return self.cpu_after is not None
+
+    def stop(self) -> None:
+        """Stop the run as Ctrl-C does (it keeps the records it finished), unless it has ended."""
+        if not self.ended():
+            self.stopped = True
+            self.process.send_signal(signal.SIGINT)
 
 
 def parse_run(text: str) -> tuple[str, int, bool]:
@@ -344,9 +359,10 @@ def parse_group(text: str, pinned: bool) -> list[tuple[str, int, bool]]:
 
 
 def compare(run: Run, first: Run) -> tuple[list[str], float | None]:
-    """The records whose correctness differs from the first run's (or that only one run has),
-    and the largest gap in performance credit (None: a part graded in one run only)."""
-    keys = set(run.grades) | set(first.grades)
+    """The records whose correctness differs from the first run's (or that only one run has,
+    where neither was stopped at the deadline), and the largest gap in performance credit (None:
+    a part graded in one run only)."""
+    keys = set(run.grades) & set(first.grades) if run.stopped or first.stopped else set(run.grades) | set(first.grades)
     return sorted(k for k in keys if run.grades.get(k) != first.grades.get(k)), credit_gap(first.credits, run.credits)
 
 
@@ -368,7 +384,9 @@ def table(rows: list[Run]) -> list[str]:
         rate_ratio = f"{r.rate / first.rate:.2f}" if r.rate and first.rate else "?"
         runner = ("local pool" if r.kind == "local" else "Ray") + (", in turn" if r.in_turn else "")
         gap_text = "a part graded in one run only" if gap is None else f"{gap:.3f}"
-        cells = [runner, r.gpus, f"{r.seconds:.0f}", f"{first.seconds / r.seconds:.2f}", rate, rate_ratio]
+        wall = f"stopped at {r.seconds:.0f}" if r.stopped else f"{r.seconds:.0f}"
+        wall_ratio = "" if r.stopped or first.stopped else f"{first.seconds / r.seconds:.2f}"
+        cells = [runner, r.gpus, wall, wall_ratio, rate, rate_ratio]
         cells += [len(r.grades), same, gap_text, spread, "?" if r.cpu_busy is None else f"{100 * r.cpu_busy:.0f} %"]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return lines
@@ -388,6 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-gpu", type=int, default=8, help="gradings at a time on each GPU")
     parser.add_argument("--cores-per-gpu", type=int, default=0, help="pin each run to this many CPU cores per GPU")
     parser.add_argument("--work", type=Path, default=REPO_ROOT / "build" / "bench-scaling")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="seconds from the start after which runs still going are stopped as Ctrl-C stops them "
+        "(keeping what they finished) and later runs are not started; the table then compares "
+        "the records both runs have",
+    )
     args = parser.parse_args(argv)
     try:
         groups = [parse_group(text, bool(args.cores_per_gpu)) for text in args.runs]
@@ -402,7 +428,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {topology(cores_in_order())}", flush=True)
 
     secret, rows = None, []
+    deadline = time.monotonic() + args.deadline if args.deadline > 0 else None
     for group in groups:
+        if deadline is not None and time.monotonic() >= deadline:
+            print(
+                f"{'+'.join(f'{kind}:{gpus}' for kind, gpus, _ in group)} not started: the deadline has passed",
+                flush=True,
+            )
+            continue
         started, first_gpu = [], 0
         for kind, gpus, in_turn in group:
             name = f"{kind}-{gpus}" + ("-in-turn" if in_turn else "")
@@ -419,17 +452,33 @@ def main(argv: list[str] | None = None) -> int:
             process = start_one(source, results, kind, gpus, args.per_gpu, args.cores_per_gpu, log, in_turn, first_gpu)
             started.append(_Started(kind, gpus, in_turn, name, results, log, process, cores or None))
             first_gpu += gpus
+        kill_at = None  # once stopped at the deadline: when a run still going is killed
         while True:
             ended = [run.ended() for run in started]  # every run asked, so that each notes its own end
             if all(ended):
                 break
+            now = time.monotonic()
+            if kill_at is None and deadline is not None and now >= deadline:
+                print("deadline: stopping the runs still going (they keep what they finished)", flush=True)
+                for run in started:
+                    run.stop()
+                kill_at = now + STOP_GRACE_SECONDS
+            elif kill_at is not None and now >= kill_at:
+                for run in started:
+                    if not run.ended():
+                        run.process.kill()
+                kill_at = math.inf
             time.sleep(0.5)
         for run in started:
             found = [grades(run.results), credits(run.results), reference_ratios(run.results)]
             rate = steady_rate(run.log.read_text(errors="replace"))
             busy = busy_share(run.cpu_before, run.cpu_after, run.cores)
-            rows.append(Run(run.kind, run.gpus, run.in_turn, run.seconds, rate, *found, busy))
-            print(f"{run.name} done in {run.seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
+            rows.append(Run(run.kind, run.gpus, run.in_turn, run.seconds, rate, *found, busy, run.stopped))
+            ended = "stopped" if run.stopped else "done"
+            print(f"{run.name} {ended} in {run.seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
+    if not rows:
+        print("No run was started before the deadline.")
+        return 1
     print("\n" + "\n".join(table(rows)))
     summary = []
     for r in rows:
@@ -438,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = {k: {"first": rows[0].grades.get(k), "this": r.grades.get(k)} for k in differing}
         summary.append(
             {"run": f"{r.kind}:{r.gpus}" + (":in-turn" if r.in_turn else ""), "seconds": r.seconds,
-             "rate": r.rate, "records": len(r.grades), "cpu_busy": r.cpu_busy,
+             "rate": r.rate, "records": len(r.grades), "cpu_busy": r.cpu_busy, "stopped": r.stopped,
              "differing": shown, "credit_gap": gap, "ratios": r.ratios}
         )  # fmt: skip
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -175,3 +175,49 @@ def test_without_a_readable_topology_cores_go_in_numeric_order(tmp_path):
         (tmp_path / f"cpu{cpu}").mkdir()
     assert bench_scaling.cores_in_order(tmp_path) == [0, 1, 2, 10]
     assert "physical cores unknown" in bench_scaling.topology([0, 1], tmp_path)
+
+
+def test_a_deadline_stops_the_runs_going_keeps_their_records_and_starts_no_more(tmp_path, monkeypatch, capsys):
+    """On a machine lent for a fixed time: the run still going at the deadline is stopped as
+    Ctrl-C stops it (so it writes what it finished), the next one is not started, and the table
+    compares what the runs have."""
+    import signal
+
+    monkeypatch.setattr(bench_scaling, "build_class", lambda work, count, modules: (tmp_path / "source", []))
+    monkeypatch.setattr(bench_scaling, "find_module", lambda name: name)
+    signals, starts = [], []
+
+    class Endless:  # a run that ends only when told to stop
+        returncode = None
+
+        def poll(self):
+            return self.returncode
+
+        def send_signal(self, sig):
+            signals.append(sig)
+            self.returncode = 130
+
+        def kill(self):
+            self.returncode = -9
+
+    def start_one(source, results, kind, gpus, per_gpu, cores, log, in_turn=False, first_gpu=0):
+        starts.append(kind)
+        log.write_text("run phase: 0/4 gradings (0%)\n")
+        return Endless()
+
+    monkeypatch.setattr(bench_scaling, "start_one", start_one)
+    argv = ["--modules", "x", "--runs", "local:1", "ray:2", "--work", str(tmp_path), "--deadline", "0.3"]
+    bench_scaling.main(argv)
+    out = capsys.readouterr().out
+    assert starts == ["local"] and signals == [signal.SIGINT]
+    assert "ray:2 not started: the deadline has passed" in out
+    assert "| local pool | 1 | stopped at " in out
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["stopped"] is True
+
+
+def test_a_stopped_run_is_compared_on_the_records_both_runs_have():
+    full = bench_scaling.Run("local", 1, False, 10.0, None, {"a": "x", "b": "y"}, {}, [])
+    stopped = bench_scaling.Run("ray", 2, False, 5.0, None, {"a": "x"}, {}, [], stopped=True)
+    assert bench_scaling.compare(stopped, full) == ([], 0.0)
+    finished = bench_scaling.Run("ray", 2, False, 5.0, None, {"a": "x"}, {}, [])
+    assert bench_scaling.compare(finished, full) == (["b"], 0.0)  # a finished run lacking one differs
