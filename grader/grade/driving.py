@@ -254,7 +254,7 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
             judged.get(first.id) or grading.ledger.verdicts.get(first.id) or grading.ledger.unconfirmed.get(first.id)
         )
         earlier = found.outputs if found else ()
-    with JUDGING.judging():
+    with JUDGING.judging() as waited:
         verdict = judge(
             grading.plan.spec,
             case,
@@ -266,6 +266,7 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
             earlier,
             grading.plan.own_kernels,
         )
+    grading.profile.add("judging memory wait", waited.seconds)
     child.discard(output_name(trial.id))
     if trial.repeat or not any(t.repeat and t.case_index == trial.case_index for t in grading.plan.trials):
         # Only a call that a repeat is compared with keeps its outputs: the verdicts of a grading

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 GIB = 1 << 30
 
@@ -24,6 +26,11 @@ def default_budget() -> int:
     except (ValueError, OSError):
         total = 16 * GIB
     return max(GIB, min(4 * GIB, total // 4))
+
+
+@dataclass
+class Waited:
+    seconds: float = 0.0
 
 
 class HostBudget:
@@ -38,13 +45,14 @@ class HostBudget:
 
     @contextmanager
     def judging(self):
-        """A judging: what ``need`` reserves inside the block is given back when it ends."""
+        """A judging: what ``need`` reserves inside the block is given back when it ends. Yields
+        its ``Waited``: the seconds its reservation waited for others' to end (``--profile``)."""
         if getattr(self._local, "held", None) is not None:  # inside another judging: part of it
-            yield
+            yield self._local.waited
             return
-        self._local.held = 0
+        self._local.held, self._local.waited = 0, Waited()
         try:
-            yield
+            yield self._local.waited
         finally:
             held, self._local.held = self._local.held, None
             if held:
@@ -61,7 +69,9 @@ class HostBudget:
             return
         with self._lock:
             if not held:
+                started = time.monotonic()
                 self._lock.wait_for(lambda: self.used == 0 or self.used + nbytes <= self.budget)
+                self._local.waited.seconds += time.monotonic() - started
             self.used += nbytes
             self.peak = max(self.peak, self.used)
         self._local.held = held + nbytes

@@ -33,6 +33,7 @@ STEPS = (
     ("autotuning", "of which autotuning (its configs' compiling included), where reported"),
     ("stopped calls", "calls that a crash or a time limit ended (the file's own: an endless loop waits out its limit)"),
     ("judging", "references and comparisons in the grader"),
+    ("judging memory wait", "of which waiting for the grader's memory that other judgings held (its budget)"),
     ("timing start", "starting the timed children and their first call (compiling), sharing the GPU"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),
     ("learner timing", "timing the submission's kernel, with the GPU alone"),
@@ -46,7 +47,16 @@ STEPS = (
     ("other", "the rest: logs, feedback to the grader's threads, and what no step above covers"),
 )
 # Parts of another step, not added to the total.
-INSIDE = {"compiling", "autotuning", "warm-up", "tuning alone", "compiling alone", "memory wait", "alone wait"}
+INSIDE = {
+    "compiling",
+    "autotuning",
+    "warm-up",
+    "tuning alone",
+    "compiling alone",
+    "memory wait",
+    "alone wait",
+    "judging memory wait",
+}
 _adding = threading.Lock()
 
 

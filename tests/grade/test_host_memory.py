@@ -52,3 +52,23 @@ def test_reads_outside_a_judging_are_not_counted():
     budget = HostBudget(10)
     budget.need(1 << 40)
     assert budget.used == 0
+
+
+def test_a_judging_says_how_long_its_reservation_waited(monkeypatch):
+    """``--profile``'s "judging memory wait": the seconds spent in the wait for the budget, once
+    per judging (its first reservation), none outside one."""
+    from grader.grade import host_memory
+
+    ticks = iter(range(100))
+    monkeypatch.setattr(host_memory.time, "monotonic", lambda: float(next(ticks)) * 1.5)
+    budget = HostBudget(100)
+    with budget.judging() as waited:
+        budget.need(10)  # one tick apart around the wait: 1.5 s
+        budget.need(10)  # not the first reservation: never waits
+        with budget.judging() as inner:  # a nested judging belongs to the outer one
+            budget.need(5)
+        assert inner is waited
+    assert waited.seconds == 1.5
+    with budget.judging() as nothing:
+        pass
+    assert nothing.seconds == 0.0
