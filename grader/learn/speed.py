@@ -55,15 +55,16 @@ def asked(name: str, against) -> bool:
 
 def comparisons(spec: cases.Spec, against, out=sys.stdout) -> dict[str, Callable]:
     """The offered comparisons that ``against`` asks for and that load here; a library that is not
-    installed is left out with a line that says so."""
+    installed (or fails to load) is left out with a line that says so."""
     found = {}
     for name, load in offered(spec).items():
         if not asked(name, against):
             continue
         try:
             fn = load()
-        except ImportError as missing:
-            print(f"{name} is left out of {spec.api}()'s table: it does not import here ({missing}).", file=out)
+        except Exception as failed:  # not installed, or a version that does not fit this one
+            why = str(failed) if isinstance(failed, ImportError) else f"{type(failed).__name__}: {failed}"
+            print(f"{name} is left out of {spec.api}()'s table: it does not load here ({why}).", file=out)
             continue
         found[name] = fn
     return found

@@ -152,9 +152,16 @@ def test_make_bench_against_picks_the_named_comparisons_and_leaves_out_what_does
     assert speed.comparisons(spec, ["other"], out) == {"Other": abs}
     found = speed.comparisons(spec, ["all"], out)
     assert list(found) == ["torch.compile", "Other"]
-    assert "Liger-Kernel is left out of add()'s table: it does not import here (No module named 'liger_kernel')" in (
+    assert "Liger-Kernel is left out of add()'s table: it does not load here (No module named 'liger_kernel')" in (
         out.getvalue()
     )
+
+    def broken():
+        raise AttributeError("module 'triton' has no attribute 'foo'")
+
+    spec = replace(spec, library_baselines={"Liger-Kernel": broken})
+    assert speed.comparisons(spec, ["liger"], out) == {}  # a version that does not fit: left out too
+    assert "it does not load here (AttributeError: module 'triton' has no attribute 'foo')" in out.getvalue()
 
 
 def test_the_training_kernels_offer_liger_kernel_and_time_a_layers_sizes_in_make_bench_only():
