@@ -211,37 +211,43 @@ def busy_share(before: dict, after: dict, cores: set[int] | None) -> float | Non
     return busy / total if total > 0 else None
 
 
-def cores_in_order(root: Path = Path("/sys/devices/system/cpu")) -> list[int]:
-    """This machine's logical CPUs with the hardware threads of one physical core side by side
-    (by package, then core), so that a run given N of them in a row holds whole physical cores:
-    Linux numbers a core's second thread far from its first (on 16 cores with two threads each,
-    CPUs 0 and 16), and runs pinned to CPUs 0-15 and 0-31 would get the same 16 cores, not 1:2.
-    Numeric order where the topology cannot be read."""
+CPU_ROOT = Path("/sys/devices/system/cpu")
+
+
+def cpu_topology(root: Path = CPU_ROOT) -> list[tuple[int, int, int]] | None:
+    """(package, core, logical CPU) for every logical CPU, sorted, so that the hardware threads of
+    one physical core stand side by side; None where the topology cannot be read."""
     found = []
     for path in root.glob("cpu[0-9]*"):
         try:
             package = int((path / "topology" / "physical_package_id").read_text())
             core = int((path / "topology" / "core_id").read_text())
         except (OSError, ValueError):
-            return sorted(int(p.name[3:]) for p in root.glob("cpu[0-9]*")) or sorted(os.sched_getaffinity(0))
+            return None
         found.append((package, core, int(path.name[3:])))
-    return [cpu for *_, cpu in sorted(found)]
+    return sorted(found)
 
 
-def topology(order: list[int], root: Path = Path("/sys/devices/system/cpu")) -> str:
+def cores_in_order(root: Path = CPU_ROOT) -> list[int]:
+    """This machine's logical CPUs, a physical core's threads side by side, so that a run given N
+    of them in a row holds whole physical cores: Linux numbers a core's second thread far from its
+    first (on 16 cores with two threads each, CPUs 0 and 16), and runs pinned to CPUs 0-15 and 0-31
+    would get the same 16 cores, not 1:2. Numeric order where the topology cannot be read."""
+    found = cpu_topology(root)
+    if found is None:
+        return sorted(int(p.name[3:]) for p in root.glob("cpu[0-9]*")) or sorted(os.sched_getaffinity(0))
+    return [cpu for *_, cpu in found]
+
+
+def topology(root: Path = CPU_ROOT) -> str:
     """A line on the machine's cores: logical CPUs, physical cores and threads per core."""
-    physical = set()
-    for cpu in order:
-        try:
-            physical.add(
-                tuple(
-                    int((root / f"cpu{cpu}" / "topology" / n).read_text()) for n in ("physical_package_id", "core_id")
-                )
-            )
-        except (OSError, ValueError):
-            return f"{len(order)} logical CPUs (their physical cores unknown)"
-    threads = len(order) / max(1, len(physical))
-    return f"{len(order)} logical CPUs on {len(physical)} physical cores ({threads:g} thread(s) each)"
+    found = cpu_topology(root)
+    if found is None:
+        return f"{len(cores_in_order(root))} logical CPUs (their physical cores unknown)"
+    physical = {(package, core) for package, core, _ in found}
+    return (
+        f"{len(found)} logical CPUs on {len(physical)} physical cores ({len(found) / len(physical):g} thread(s) each)"
+    )
 
 
 def run_cores(cores_per_gpu: int, first_gpu: int, gpus: int, order: list[int] | None = None) -> set[int]:
@@ -320,7 +326,6 @@ class _Started:
     cpu_before: dict = field(default_factory=cpu_times)
     seconds: float = 0.0
     cpu_after: dict | None = None
-
     stopped: bool = False
 
     def ended(self) -> bool:
@@ -425,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(students)} students x {len(modules)} modules = {sum(len(s.kind) for s in students)} gradings", flush=True
     )
-    print(f"CPU: {topology(cores_in_order())}", flush=True)
+    print(f"CPU: {topology()}", flush=True)
 
     secret, rows = None, []
     deadline = time.monotonic() + args.deadline if args.deadline > 0 else None

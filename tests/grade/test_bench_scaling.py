@@ -164,7 +164,7 @@ def test_runs_get_whole_physical_cores_where_each_core_has_two_threads(tmp_path)
     _fake_cpus(tmp_path, {cpu: (0, cpu % 4) for cpu in range(8)})
     order = bench_scaling.cores_in_order(tmp_path)
     assert order == [0, 4, 1, 5, 2, 6, 3, 7]
-    assert bench_scaling.topology(order, tmp_path) == "8 logical CPUs on 4 physical cores (2 thread(s) each)"
+    assert bench_scaling.topology(tmp_path) == "8 logical CPUs on 4 physical cores (2 thread(s) each)"
     one, two = bench_scaling.run_cores(2, 0, 1, order), bench_scaling.run_cores(2, 1, 2, order)
     assert one == {0, 4} and two == {1, 5, 2, 6} and not one & two  # whole cores, none shared
     assert bench_scaling.run_cores(0, 0, 1, order) == set()  # not pinned
@@ -174,7 +174,7 @@ def test_without_a_readable_topology_cores_go_in_numeric_order(tmp_path):
     for cpu in (0, 1, 2, 10):
         (tmp_path / f"cpu{cpu}").mkdir()
     assert bench_scaling.cores_in_order(tmp_path) == [0, 1, 2, 10]
-    assert "physical cores unknown" in bench_scaling.topology([0, 1], tmp_path)
+    assert "physical cores unknown" in bench_scaling.topology(tmp_path)
 
 
 def test_a_deadline_stops_the_runs_going_keeps_their_records_and_starts_no_more(tmp_path, monkeypatch, capsys):
