@@ -164,9 +164,8 @@ def measure(
         if problems and name not in COURSE_IMPLS:
             # how far off it is; the diagnosis lines after it are advice for a learner's kernel
             off = problems[0].split("\nPattern:")[0].replace("\n", " ")
-            whose = "PyTorch" if name == "pytorch" else name
             note = (
-                f"{whose}'s own result on {case.name} is outside this module's tolerance; it is timed "
+                f"{_named(name)}'s own result on {case.name} is outside this module's tolerance; it is timed "
                 f"as a baseline all the same. {off}"
             )
         elif problems:
