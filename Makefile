@@ -26,7 +26,7 @@ ROWS ?=
 # make verify-gpu's parallel pass is mostly Triton compiling (CPU work): three workers per four cores.
 GPU_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 4); echo $$(( n * 3 / 4 > 1 ? n * 3 / 4 : 1 )))
 # The grader's own tests each grade as if the GPU were theirs (memory caps, child processes):
-# twelve side by side ran an 80 GB H100 out of memory, so fewer of them share it.
+# fewer of them share it, and each budgets its share of the memory (GRADER_GPU_SHARED_BY).
 GPU_GRADER_WORKERS ?= 4
 TORCH_VERSION ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -121,7 +121,7 @@ lint: $(DEV_ENV)
 verify-gpu: $(DEV_ENV)
 	@failed=0; \
 	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_WORKERS) --dist loadfile -m "not timed" --failures-at-once tracks tests/course || failed=1; \
-	GRADER_AUTOTUNE=first $(PYTHON) -m pytest --impl=solutions -n $(GPU_GRADER_WORKERS) --dist loadfile -m "not timed" --failures-at-once tests --ignore=tests/course || failed=1; \
+	GRADER_AUTOTUNE=first GRADER_GPU_SHARED_BY=$(GPU_GRADER_WORKERS) $(PYTHON) -m pytest --impl=solutions -n $(GPU_GRADER_WORKERS) --dist loadfile -m "not timed" --failures-at-once tests --ignore=tests/course || failed=1; \
 	$(PYTHON) -m pytest --impl=solutions -m timed --failures-at-once || failed=1; \
 	GRADER_DEVICE=cpu $(PYTHON) -m pytest -q --impl=solutions tests/core/test_traffic.py tests/core/test_memcheck.py \
 		tracks/optimization -k "traffic or memory or memcheck" || failed=1; \

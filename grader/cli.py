@@ -12,6 +12,7 @@ from grader.core import device
 from grader.core.catalog import REPO_ROOT, available_modules, find_module
 from grader.grade.commands import add_commands as add_instructor_commands
 from grader.grade.commands import add_ray_argument, add_workers_argument, stop_on_signals
+from grader.grade.gpu_memory import SharingError
 from grader.learn import progress
 
 
@@ -319,6 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except LookupError as error:
+    except (LookupError, SharingError) as error:
         print(error)
         return 2

@@ -13,10 +13,15 @@ grading that waits for memory holds nothing another one waits for.
 Correctness children get an equal share that never waits while all gradings are checking
 correctness; a timing gets what its inputs need, at most half of the budget per child (the
 submission's and the reference's children exist together).
+
+The ledger is this grader's: two graders on one GPU (the grader's own tests on several workers,
+two classes graded at once) would each budget the whole GPU, and a child of one could run out of
+memory the other's children hold. ``GRADER_GPU_SHARED_BY=N`` gives each of N graders 1/N.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 
@@ -25,6 +30,7 @@ import torch
 GIB = 1 << 30
 CONTEXT_BYTES = 2 * GIB  # room for what a child's kernels use beside its inputs: outputs, workspaces
 INPUT_FACTOR = 4  # a timed child holds its inputs, the audit call's, and outputs of about their size
+SHARED_BY = "GRADER_GPU_SHARED_BY"  # how many graders share each GPU (their budgets add up to one)
 
 
 class MemoryBudget:
@@ -66,8 +72,31 @@ def for_gpu(index: int, fraction: float) -> MemoryBudget:
     with _ledgers_lock:
         if index not in _ledgers:
             total = torch.cuda.get_device_properties(index).total_memory
-            _ledgers[index] = MemoryBudget(int(total * fraction))
+            _ledgers[index] = MemoryBudget(budget_bytes(total, fraction, graders_sharing()))
         return _ledgers[index]
+
+
+def budget_bytes(total: int, fraction: float, graders: int) -> int:
+    """This grader's budget on a GPU of ``total`` bytes: ``fraction`` of it, split evenly between
+    the ``graders`` that share the GPU."""
+    return int(total * fraction) // graders
+
+
+class SharingError(ValueError):
+    """``GRADER_GPU_SHARED_BY`` holds something other than a count of graders."""
+
+
+def graders_sharing(environ=os.environ) -> int:
+    """How many graders share each GPU: ``GRADER_GPU_SHARED_BY``, 1 when unset."""
+    raw = environ.get(SHARED_BY, "").strip()
+    if not raw:
+        return 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise SharingError(
+            f"{SHARED_BY}={raw!r}: it must be how many graders share each GPU, a whole number of 1 or "
+            f"more; unset it when this grader has the GPUs to itself."
+        )
+    return int(raw)
 
 
 def correctness_cap(ledger: MemoryBudget, gradings: int, children_per_grading: int) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from grader.core import device
 from grader.core.catalog import Module, available_modules, find_module
-from grader.grade import leases, profile, store
+from grader.grade import gpu_memory, leases, profile, store
 from grader.grade.grading import Cancelled, Graded, Options, default_workers, grade_one, make_sandbox
 from grader.grade.phases import Bar, Phases
 from grader.grade.profile import Profile
@@ -142,6 +142,7 @@ def _run(
     submissions_root: Path, results_dir: Path, modules: list[Module] | None, options: Options, progress_bar: Bar
 ) -> RunSummary:
     submissions_root, results_dir = Path(submissions_root).resolve(), Path(results_dir).resolve()
+    gpu_memory.graders_sharing()  # a malformed GRADER_GPU_SHARED_BY stops the run before any grading
     modules = [m for m in (modules or available_modules()) if m.api]
     found = find_submissions(submissions_root, modules)
 

@@ -57,3 +57,30 @@ def test_a_timed_cap_fits_its_inputs_and_leaves_room_for_the_reference_child():
     assert large >= 4 * 4 * GIB  # the inputs, the audit call's and outputs of their size
     huge = gpu_memory.timed_cap(ledger, 64 * GIB, floor)
     assert 2 * huge <= ledger.budget  # the submission's and the reference's children together
+
+
+def test_graders_that_share_a_gpu_split_its_budget_evenly():
+    total = 80 * GIB
+    assert gpu_memory.budget_bytes(total, 0.9, 1) == int(total * 0.9)
+    assert gpu_memory.budget_bytes(total, 0.9, 4) == int(total * 0.9) // 4
+    assert gpu_memory.graders_sharing({}) == 1
+    assert gpu_memory.graders_sharing({gpu_memory.SHARED_BY: " 4 "}) == 4
+
+
+def test_a_share_that_is_not_a_count_of_graders_is_refused_with_the_variable_named():
+    for wrong in ("0", "-2", "two", "1.5"):
+        try:
+            gpu_memory.graders_sharing({gpu_memory.SHARED_BY: wrong})
+        except gpu_memory.SharingError as error:
+            assert "GRADER_GPU_SHARED_BY" in str(error) and "whole number" in str(error)
+        else:
+            raise AssertionError(f"{wrong!r} was taken as a number of graders")
+
+
+def test_a_run_with_a_malformed_share_stops_before_grading_anything(tmp_path, monkeypatch, capsys):
+    from grader import cli
+
+    monkeypatch.setenv(gpu_memory.SHARED_BY, "all")
+    assert cli.main(["run", str(tmp_path), "--results", str(tmp_path / "results"), "--quiet"]) == 2
+    assert "GRADER_GPU_SHARED_BY='all'" in capsys.readouterr().out
+    assert not (tmp_path / "results").exists()

@@ -281,7 +281,7 @@ def graded(tmp_path_factory, platform_protections):
         patch.setattr(plan, "specs_of", every_spec)  # what the policy gate allows
         options = runphase.Options(limits=LIMITS, allow_unsafe=not offers(platform_protections, "processes"))
         summary = runphase.run(root, results, [TRAINING, ATTENTION, MEMORY], options, progress=False)
-    assert not summary.errors, [o.error for o in summary.errors]
+    assert not summary.errors, "\n".join(str(o.error) for o in summary.errors)
 
     def record_of(name: str) -> dict:
         found = summary.record_for(name, GRADED[name][0].id)

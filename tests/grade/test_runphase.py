@@ -156,7 +156,7 @@ def _require(graded: Graded, what: str, example: str | None = None) -> None:
 
 
 def test_every_example_is_graded_without_errors(graded):
-    assert not graded.summary.errors, [o.error for o in graded.summary.errors]
+    assert not graded.summary.errors, "\n".join(str(o.error) for o in graded.summary.errors)
     assert {o.submissions[0].student for o in graded.summary.outcomes} == set(graded.examples)
 
 

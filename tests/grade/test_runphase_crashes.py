@@ -101,7 +101,7 @@ def crashing(tmp_path_factory, platform_protections) -> runphase.RunSummary:
         limits=LIMITS, policy_gate=False, side_by_side=True, allow_unsafe=not offers(platform_protections, "processes")
     )
     summary = runphase.run(root, results, [VECTOR_ADD], options, progress=False)
-    assert not summary.errors, [o.error for o in summary.errors]
+    assert not summary.errors, "\n".join(str(o.error) for o in summary.errors)
     return summary
 
 

@@ -66,7 +66,7 @@ def timed_around(tmp_path_factory) -> runphase.RunSummary:
 
 
 def _record(summary, student: str, module) -> dict:
-    assert not summary.errors, [o.error for o in summary.errors]
+    assert not summary.errors, "\n".join(str(o.error) for o in summary.errors)
     found = summary.record_for(student, module.id)
     assert found is not None, f"{student} was not graded in {module.id}"
     return found

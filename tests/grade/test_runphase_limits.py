@@ -87,7 +87,7 @@ def budgeted(tmp_path_factory, platform_protections) -> runphase.RunSummary:
     started = time.monotonic()
     summary = runphase.run(tmp / "submissions", tmp / "results", [VECTOR_ADD], options, progress=False)
     summary.seconds = time.monotonic() - started
-    assert not summary.errors, [o.error for o in summary.errors]
+    assert not summary.errors, "\n".join(str(o.error) for o in summary.errors)
     return summary
 
 

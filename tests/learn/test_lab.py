@@ -199,9 +199,10 @@ def test_lab_runs_as_the_intended_user(lab):
 
 def test_nbgrader_is_off(lab):
     status, page = lab.get("/lab")
-    config = json.loads(
-        re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S).group(1)
-    )
+    assert status == 200, page[:500]
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S)
+    assert found, f"the lab's page holds no jupyter-config-data; it begins: {page[:500]}"
+    config = json.loads(found.group(1))
     disabled = config.get("disabledExtensions", [])
     frontend = [ext["name"] for ext in config["federated_extensions"] if "nbgrader" in ext["name"]]
     assert all(name in disabled for name in frontend), f"enabled in the lab: {frontend}, disabled: {disabled}"

@@ -132,7 +132,7 @@ def hardened(tmp_path_factory, platform_protections) -> runphase.RunSummary:
         limits=LIMITS, policy_gate=False, allow_unsafe=not offers(platform_protections, "processes")
     )
     summary = runphase.run(root, results, [VECTOR_ADD, TILING, PRODUCTION], options, progress=False)
-    assert not summary.errors, [o.error for o in summary.errors]
+    assert not summary.errors, "\n".join(str(o.error) for o in summary.errors)
     return summary
 
 
