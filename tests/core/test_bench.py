@@ -213,3 +213,27 @@ def test_optimizer_steps_are_not_offered_to_torch_compile():
     module_spec, public = cases.public(module)
     adamw = next(s for s in cases.specs_of(module_spec, public) if s.api == "adamw" and s.bench_cases)
     assert adamw.torch_baseline is not None and "torch.compile" not in speed.offered(adamw)
+
+
+def test_where_a_call_is_host_bound_the_speedup_line_compares_loop_times():
+    spec, public = cases.public(VECTOR_ADD)
+    case = cases.for_mode(public, False)[0]
+    split = {  # (ms from do_bench, host ms, GPU ms): PyTorch's ms hides most of its host time
+        "reference": (0.27, 0.36, 0.04),
+        "pytorch": (0.07, 0.18, 0.03),
+        "torch.compile": (0.32, 0.49, 0.02),
+    }
+    rows = [
+        bench.Measurement(case, impl, ms, 1.0, None, split=bench.HostAndDevice(host, gpu))
+        for impl, (ms, host, gpu) in split.items()
+    ]
+    lines = bench.format_table(spec, rows, copy_gbs=1000.0).splitlines()
+    assert (
+        f"{case.name}: reference runs at 0.50 x eager PyTorch, 1.36 x torch.compile "
+        "(in a loop, the longer of host and GPU time; their time / its time)"
+    ) in lines
+    # GPU-bound everywhere: the benchmark's own times, as before
+    bound = [replace(r, split=bench.HostAndDevice(0.01, r.ms)) for r in rows]
+    assert f"{case.name}: reference runs at 0.26 x eager PyTorch, 1.19 x torch.compile (their time / its time)" in (
+        bench.format_table(spec, bound, copy_gbs=1000.0).splitlines()
+    )
