@@ -110,6 +110,28 @@ def split_of(repeats: list[Repeat]) -> HostAndDevice:
     return HostAndDevice(statistics.median(r.host_ms for r in clean), statistics.median(r.device_ms for r in clean))
 
 
+def graph_ms(fn: Callable[[], object]) -> tuple[float | None, str | None]:
+    """The call captured once in a CUDA graph and then replayed: its GPU work without the host's
+    part (the driver issues the captured launches at once: no Python, no autograd, no per-launch
+    cost), which is what a training step captured whole pays. (ms, None), or (None, why) where
+    the call cannot be captured (it waits for the GPU, or allocates outside PyTorch's allocator)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capturing needs
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return time_ms(graph.replay), None
+    except Exception as error:  # whatever stops the capture is reported, not raised
+        torch.cuda.synchronize()
+        first = (str(error).splitlines() or [""])[0]
+        return None, f"{type(error).__name__}: {first[:200]}"
+
+
 @functools.cache
 def _sleep_cycles_per_second() -> float:
     """How many cycles of ``torch.cuda._sleep`` make a second on this GPU (its clock varies)."""
@@ -134,8 +156,9 @@ class Measurement:
     ms: float
     gbs: float | None
     tflops: float | None
-    note: str | None = None  # why the row is timed although its result is off (PyTorch's only)
+    note: str | None = None  # a baseline timed although its result is off; a call no CUDA graph captures
     split: HostAndDevice | None = None  # host and GPU time per call (``make bench HOST=1``)
+    graph_ms: float | None = None  # the call replayed from a CUDA graph (``make bench HOST=1``)
 
 
 def measure(
@@ -180,7 +203,15 @@ def measure(
         ms = time_ms(once)
         gbs = spec.bytes_moved(case) / ms / 1e6 if spec.bytes_moved else None
         tflops = spec.flops(case) / ms / 1e9 if spec.flops else None
-        rows.append(Measurement(case, name, ms, gbs, tflops, note, host_and_device_ms(once) if host else None))
+        row = Measurement(case, name, ms, gbs, tflops, note)
+        if host:
+            row.split = host_and_device_ms(once)
+            row.graph_ms, why = graph_ms(once)
+            if why is not None:
+                row.note = (f"{row.note} " if row.note else "") + (
+                    f"{_named(name)} cannot be captured in a CUDA graph on {case.name} ({why})."
+                )
+        rows.append(row)
     return rows
 
 
@@ -195,7 +226,8 @@ def ceiling_ratio(spec: Spec, row: Measurement, rows: list[Measurement], copy_gb
 def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
     ceiling = "x copy" if spec.ceiling == "copy" else "x PyTorch"
     split = any(row.split is not None for row in rows)
-    extra = f" {'host ms':>9} {'GPU ms':>9}" if split else ""
+    graphed = any(row.graph_ms is not None for row in rows)
+    extra = (f" {'host ms':>9} {'GPU ms':>9}" if split else "") + (f" {'graph ms':>9}" if graphed else "")
     header = f"{'case':<34} {'impl':<13} {'ms':>9} {'GB/s':>8} {'TFLOP/s':>8} {ceiling:>10}{extra}"
     lines = [f"{device.describe()}; copy bandwidth {copy_gbs:.0f} GB/s (measured now)", header, "-" * len(header)]
     for row in rows:
@@ -205,6 +237,8 @@ def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
         line = f"{row.case.name:<34} {row.impl:<13} {row.ms:9.3f} {gbs} {tflops} {ratio:10.2f}"
         if split:
             line += _split_columns(row.split)
+        if graphed:
+            line += f" {row.graph_ms:9.3f}" if row.graph_ms is not None else f" {'-':>9}"
         lines.append(line)
     lines += speedups(rows)
     lines += [f"Note: {row.note}" for row in rows if row.note]
@@ -215,6 +249,11 @@ def format_table(spec: Spec, rows: list[Measurement], copy_gbs: float) -> str:
             "graph or a larger batch pay off here; a faster kernel does not. Such a call's ms hides "
             "part of its host time (issued while the benchmark flushes the cache), so its speed-up "
             "line compares loop times: the longer of host and GPU time."
+        )
+    if graphed:
+        lines.append(
+            "graph ms: the call captured once in a CUDA graph and replayed, so the host issues nothing "
+            "but the replay: its GPU time, which is what a training step captured whole pays for it."
         )
     if any(row.split is not None and row.split.synchronizes for row in rows):
         lines.append(

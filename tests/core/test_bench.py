@@ -237,3 +237,27 @@ def test_where_a_call_is_host_bound_the_speedup_line_compares_loop_times():
     assert f"{case.name}: reference runs at 0.26 x eager PyTorch, 1.19 x torch.compile (their time / its time)" in (
         bench.format_table(spec, bound, copy_gbs=1000.0).splitlines()
     )
+
+
+def test_the_graph_column_shows_each_replayed_call_and_a_dash_where_none_could_be_captured():
+    spec, public = cases.public(VECTOR_ADD)
+    case = cases.for_mode(public, False)[0]
+    rows = [
+        bench.Measurement(case, "reference", 0.3, 1.0, None, split=bench.HostAndDevice(0.36, 0.04), graph_ms=0.041),
+        bench.Measurement(
+            case,
+            "pytorch",
+            0.1,
+            1.0,
+            None,
+            note="eager PyTorch cannot be captured in a CUDA graph on the case (RuntimeError: sync).",
+            split=bench.HostAndDevice(0.18, 0.03),
+        ),
+    ]
+    lines = bench.format_table(spec, rows, copy_gbs=1000.0).splitlines()
+    assert lines[1].rstrip().endswith("GPU ms  graph ms")
+    assert lines[3].rstrip().endswith("0.041") and lines[4].rstrip().endswith("-")
+    assert any(line.startswith("graph ms: the call captured once in a CUDA graph") for line in lines)
+    assert "Note: eager PyTorch cannot be captured in a CUDA graph on the case (RuntimeError: sync)." in lines
+    without = [replace(r, graph_ms=None) for r in rows]
+    assert "graph ms" not in bench.format_table(spec, without, copy_gbs=1000.0)
