@@ -259,17 +259,21 @@ def run(
     jobs: int = 8,
     timeout: float = 120.0,
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    command_for: Callable[[str, str], list[str]] = command,
+    with_checker: bool = True,
 ) -> str:
     """Fill in each entry's checker verdict and tool reports, running ``jobs`` processes at a time.
+    ``command_for(tool, name)``: the command line of one run (the corpus's by default);
+    ``with_checker``: also run the checker (entries checked elsewhere keep the verdict they hold).
     Returns the note on GSan ("" if it ran)."""
     gsan_note = gsan_missing()
     tools = [t for t in TOOLS if t != "gsan" or not gsan_note]
-    runs = [(entry, tool) for entry in entries for tool in ("checker", *tools)]
+    runs = [(entry, tool) for entry in entries for tool in (("checker",) if with_checker else ()) + tuple(tools)]
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         futures = {
             pool.submit(
                 run_process,
-                command(tool, entry.name),
+                command_for(tool, entry.name),
                 env=child_env(dict(os.environ), tool),
                 timeout=timeout,
                 log=out_dir / entry.name / f"{tool}.txt",
