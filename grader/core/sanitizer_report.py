@@ -187,6 +187,14 @@ def _hardware(f: SanitizerFinding) -> str:
 
 
 def _api_error(f: SanitizerFinding) -> str:
+    if f.detail.startswith("cuPointerGetAttribute returned"):
+        # Triton's launcher asks this of every pointer argument before it launches.
+        return (
+            f"a CUDA call failed: {f.detail}. Triton's launcher asks this about each tensor it is "
+            "handed, and it fails for memory the GPU cannot use (a CPU tensor): Triton then refuses the "
+            "launch with its own error. If your code passed a CPU tensor on purpose and caught that "
+            "error (debugging/02's device probe does), this report is that refusal, not a fault."
+        )
     return (
         f"a CUDA call failed: {f.detail}. This is usually the echo of an earlier fault in a kernel "
         "(CUDA reports errors at the next call that synchronises): look at the findings before it."

@@ -330,3 +330,24 @@ def test_initcheck_finds_the_accumulator_nothing_cleared(tmp_path):
     assert found, (
         f"initcheck reported no read of uninitialised memory in dot_kernel:\n{run.report()}\n{run.output[-3000:]}"
     )
+
+
+# What memcheck printed on an H200 for debugging/02's reference, whose device probe launches a
+# kernel on a CPU tensor on purpose and catches Triton's refusal.
+MEMCHECK_HOST_POINTER_PROBE = """\
+========= COMPUTE-SANITIZER
+========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to "invalid argument" on CUDA API call to cuPointerGetAttribute.
+=========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: extractPointer [0x3f6c] in cuda_utils.cpython-312-x86_64-linux-gnu.so
+=========         Host Frame: kernel_device in kernel.py:77
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_a_refused_host_pointer_is_explained_as_tritons_check_not_as_an_earlier_fault():
+    (api,) = sanitizer_report.parse_report(MEMCHECK_HOST_POINTER_PROBE)
+    sentence = str(api)
+    assert api.kind == "api-error" and "cuPointerGetAttribute returned CUDA_ERROR_INVALID_VALUE" in sentence
+    assert "CPU tensor" in sentence and "not a fault" in sentence
+    assert "echo of an earlier fault" not in sentence
