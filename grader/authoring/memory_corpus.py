@@ -1010,18 +1010,7 @@ def sanitize(bugs: list[Bug], out_dir: Path, jobs: int, timeout: float) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = [sanitizers.Entry(b.name, b.kind, b.line, b.gpu_tools) for b in bugs]
     gsan_note = sanitizers.run(entries, out_dir, jobs=jobs, timeout=timeout)
-    about = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "gsan": gsan_note or "ran",
-        "timeout_s": str(timeout),
-    }
-    sanitizers.write_json(entries, out_dir / "sanitizers.json", about)
-    print(sanitizers.table(entries))
-    print()
-    print("\n".join(sanitizers.totals(entries, gsan_note)))
-    print(f"\nraw output of every run under {out_dir}/<entry>/; the results in {out_dir / 'sanitizers.json'}")
+    sanitizers.publish(entries, out_dir, gsan_note, {"timeout_s": str(timeout)})
     return 0
 
 

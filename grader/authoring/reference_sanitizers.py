@@ -19,9 +19,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-import triton
-
 from grader.authoring import sanitizers
 from grader.core import cases, checks, device
 from grader.core.catalog import MODULES, Module
@@ -101,21 +98,11 @@ def sanitize(modules: list[Module], out_dir: Path, per_function: int, jobs: int,
     gsan_note = sanitizers.run(
         entries, out_dir, jobs=jobs, timeout=timeout, command_for=command_for(per_function), with_checker=False
     )
-    about = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "gsan": gsan_note or "ran",
-        "cases_per_function": str(per_function),
-    }
-    sanitizers.write_json(entries, out_dir / "sanitizers.json", about)
-    print(sanitizers.table(entries))
-    print()
-    print("\n".join(sanitizers.totals(entries, gsan_note)))
-    failed_runs = [f"{e.name} ({t})" for e in entries for t, r in e.tools.items() if r.returncode not in (0, None)]
-    if failed_runs:
-        print(f"runs that exited with an error (a failed case, or a tool's finding): {', '.join(failed_runs)}")
-    print(f"\nraw output of every run under {out_dir}/<entry>/; the results in {out_dir / 'sanitizers.json'}")
+    failed = [f"{e.name} ({t})" for e in entries for t, r in e.tools.items() if r.returncode not in (0, None)]
+    notes = (
+        [f"runs that exited with an error (a failed case, or a tool's finding): {', '.join(failed)}"] if failed else []
+    )
+    sanitizers.publish(entries, out_dir, gsan_note, {"cases_per_function": str(per_function)}, notes)
     return 0
 
 

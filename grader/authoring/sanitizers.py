@@ -309,6 +309,20 @@ def write_json(entries: list[Entry], path: Path, about: dict[str, str]) -> None:
     path.write_text(json.dumps({**about, "entries": records}, indent=1) + "\n")
 
 
+def publish(entries: list[Entry], out_dir: Path, gsan_note: str, about: dict[str, str], notes=()) -> None:
+    """Write ``sanitizers.json`` (what ran where, with ``about``'s own keys) and print the table, its
+    totals, the ``notes`` and where the raw output is."""
+    import torch
+    import triton
+
+    ran_on = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    write_json(entries, out_dir / "sanitizers.json", {**ran_on, "gsan": gsan_note or "ran", **about})
+    print(table(entries))
+    print()
+    print("\n".join([*totals(entries, gsan_note), *notes]))
+    print(f"\nraw output of every run under {out_dir}/<entry>/; the results in {out_dir / 'sanitizers.json'}")
+
+
 # -- the table and its totals ----------------------------------------------------------------------
 
 

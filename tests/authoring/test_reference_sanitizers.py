@@ -86,3 +86,21 @@ def test_without_a_gpu_the_command_refuses_and_says_where_the_references_are_che
     said = capsys.readouterr().err
     assert "no CUDA GPU here" in said and "make test" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_the_results_name_the_machine_and_print_the_table_totals_and_notes(tmp_path, monkeypatch, capsys):
+    import json
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a fake GPU")
+    entry = sanitizers.Entry("missing-elements-01-vector-add", "", 0, ())
+    entry.checker = sanitizers.Verdict(verdict=refs.CHECKED_IN_THE_SUITE)
+    entry.tools = {"memcheck": sanitizers.Report(errors=0, returncode=0)}
+    sanitizers.publish([entry], tmp_path, "", {"cases_per_function": "1"}, ["a note"])
+    saved = json.loads((tmp_path / "sanitizers.json").read_text())
+    assert saved["gpu"] == "a fake GPU" and saved["gsan"] == "ran" and saved["cases_per_function"] == "1"
+    assert saved["entries"][0]["name"] == "missing-elements-01-vector-add"
+    out = capsys.readouterr().out
+    assert out.startswith("entry") and "false alarms on the 1 clean controls: checker 0, tools 0" in out
+    assert "\na note\n" in out and f"the results in {tmp_path / 'sanitizers.json'}" in out
