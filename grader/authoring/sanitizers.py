@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from grader.authoring.text_table import aligned
 from grader.core.catalog import REPO_ROOT
+from grader.core.sanitizer_report import parse_gsan as gsan_findings
 from grader.core.sanitizer_report import parse_report, reported_errors, reported_warnings
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
@@ -96,8 +96,6 @@ class Entry:
 
 # -- reading the tools' output ---------------------------------------------------------------------
 
-_GSAN_ASSERT = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+): .*Assertion `(?P<message>[^`]*)` failed")
-
 
 def parse_sanitizer(output: str) -> Report:
     """compute-sanitizer's report (any of its tools), read by ``grader.core.sanitizer_report``: the
@@ -113,20 +111,19 @@ def parse_sanitizer(output: str) -> Report:
 
 
 def parse_gsan(output: str, returncode: int | None) -> Report:
-    """GSan's report: each thread that finds a race fails a device-side assertion, printed as
-    ``file.py:123: : block: [..], thread: [..] Assertion `Write after write race detected` failed.``.
-    A run that ends normally without one found nothing; one that fails without one gave no count."""
-    asserts = [m for m in map(_GSAN_ASSERT.search, output.splitlines()) if m]
-    if not asserts:
+    """GSan's report, read by ``grader.core.sanitizer_report.parse_gsan`` (one failed device-side
+    assertion per thread that finds a race): the count and the first finding. A run that ends
+    normally without one found nothing; one that fails without one gave no count."""
+    findings = gsan_findings(output)
+    if not findings:
         return Report(errors=0 if returncode == 0 else None, returncode=returncode)
-    first = asserts[0]
-    message = first["message"]
+    first = findings[0]
     return Report(
-        errors=len(asserts),
-        kind="race" if "race" in message.lower() else "other",
-        description=message,
-        file=Path(first["file"]).name,
-        line=int(first["line"]),
+        errors=sum(f.count for f in findings),
+        kind="race" if "race" in first.detail.lower() else "other",
+        description=first.detail,
+        file=Path(first.file).name,
+        line=first.line,
         returncode=returncode,
     )
 

@@ -5,7 +5,9 @@ turned into findings, each with a plain sentence, like the interpreter's memory 
 ``parse_report`` reads the text compute-sanitizer prints (its line formats changed over the
 years; both the ``kernel+0x1b0 in file:line`` and the older ``0x1b0 in file:line:kernel`` forms
 are read) and merges the reports of one access made by many threads into one finding;
-``reported_errors`` and ``reported_warnings`` read its summary lines. Running the tool is
+``reported_errors`` and ``reported_warnings`` read its summary lines. ``parse_gsan`` reads what
+Triton's GSan (3.9 and later) prints: one failed device assertion per thread that found a race on
+global memory. Running the tools is
 ``grader.learn.sanitizer``'s job (for learners) and ``grader.authoring.sanitizers``'s (the
 memory-bug corpus).
 """
@@ -75,7 +77,8 @@ class SanitizerFinding:
     how many reports it stands for: usually one per thread that made the access)."""
 
     tool: str
-    kind: str  # "out-of-bounds", "misaligned", "uninitialised-read", "race", "hardware-exception", "api-error"
+    kind: str  # "out-of-bounds", "misaligned", "uninitialised-read", "race", "hardware-exception",
+    # "api-error", "global-race" (GSan)
     access: str = ""  # "read", "write", "atomic", ... as the report says
     space: str = ""  # "global", "shared" or "local" memory
     size: int | None = None  # bytes per access
@@ -201,7 +204,34 @@ def _api_error(f: SanitizerFinding) -> str:
     )
 
 
+# What each of GSan's messages means, in the programs' terms.
+_GSAN_RACES = {
+    "write after read": "stored over a value that another program had loaded",
+    "read after write": "loaded a value that another program had stored",
+    "write after write": "stored where another program had stored",
+}
+
+
+def _global_race(f: SanitizerFinding) -> str:
+    what = _GSAN_RACES.get(f.detail.lower().removesuffix(" race detected"), f"hit GSan's check ({f.detail})")
+    where = f"line {f.line} of {Path(f.file).name}" if f.line else "an unknown line"
+    who = f"program {f.block}" if f.block else "a program"
+    text = (
+        f"GSan: a race on global memory at {where}: {who} {what} in the same launch, with nothing (an "
+        "atomic, a second launch) ordering the two. Programs run at the same time on a GPU, so the "
+        "result changes from run to run: give each program its own elements, or combine them with "
+        "tl.atomic_add."
+    )
+    if f.detail.lower().startswith("write after write"):
+        text += (
+            " If every program stores only elements of its own and they are 16 bits wide, this can be "
+            "two neighbours in one 4-byte word, which GSan reports the same way."
+        )
+    return text
+
+
 _SENTENCES = {
+    "global-race": _global_race,
     "out-of-bounds": _out_of_bounds,
     "misaligned": _misaligned,
     "uninitialised-read": _uninitialised,
@@ -376,3 +406,36 @@ def reported_errors(text: str) -> int | None:
         if summary:
             return _number(summary["errors"] if "errors" in summary.groupdict() else summary["count"])
     return None
+
+
+_GSAN_ASSERT = re.compile(
+    r"^(?P<file>[^\s:]+):(?P<line>\d+): .*block: \[(?P<block>[\d,]+)\], thread: \[(?P<thread>[\d,]+)\] "
+    r"Assertion `(?P<message>[^`]*)` failed"
+)
+
+
+def parse_gsan(text: str) -> list[SanitizerFinding]:
+    """GSan's findings: it fails a device-side assertion in every thread that finds a race, printed
+    as ``file.py:172: : block: [78,0,0], thread: [64,0,0] Assertion `Write after read race
+    detected` failed.``; those of one line and message become one finding with a ``count``."""
+    merged: dict[tuple, SanitizerFinding] = {}
+    for match in map(_GSAN_ASSERT.search, text.splitlines()):
+        if not match:
+            continue
+        key = (match["file"], int(match["line"]), match["message"])
+        if key in merged:
+            merged[key] = replace(merged[key], count=merged[key].count + 1)
+            continue
+        message = match["message"]
+        merged[key] = SanitizerFinding(
+            tool="gsan",
+            kind="global-race",
+            access="read" if message.lower().startswith("read") else "write",
+            file=match["file"],
+            line=int(match["line"]),
+            block=tuple(int(n) for n in match["block"].split(",")),
+            thread=tuple(int(n) for n in match["thread"].split(",")),
+            detail=message,
+            reported=match.group(0),
+        )
+    return list(merged.values())

@@ -13,6 +13,10 @@ kernel the process launches. Its tools, and what each one sees:
   are not reported; on a GPU they show as results that change from run to run.
 - ``synccheck``: barriers used wrongly.
 
+``--tool gsan`` runs Triton's own GSan instead (Triton 3.9 and later): races on global memory
+between the programs of a launch, the kind racecheck cannot see; it needs PyTorch's caching
+allocator, which is left on for it.
+
 Two settings make its reports about PyTorch tensors precise, and ``run_python`` sets both:
 
 - ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``. PyTorch's caching allocator carves tensors out of large
@@ -42,11 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.core.catalog import REPO_ROOT
-from grader.core.sanitizer_report import SanitizerFinding, parse_report, reported_errors
+from grader.core.sanitizer_report import SanitizerFinding, parse_gsan, parse_report, reported_errors
 
 __all__ = ["TOOLS", "SanitizerRun", "find_tool", "command", "run", "run_python", "run_function", "main"]
 
-TOOLS = ("memcheck", "initcheck", "racecheck", "synccheck")
+TOOLS = ("memcheck", "initcheck", "racecheck", "synccheck", "gsan")
+GSAN = "gsan"  # Triton's own sanitizer for races on global memory (Triton 3.9 and later), not compute-sanitizer's
 
 
 @dataclass
@@ -68,11 +73,15 @@ class SanitizerRun:
         """The findings in kernels whose name contains ``name``."""
         return [f for f in self.findings if name in f.kernel]
 
+    @property
+    def name(self) -> str:
+        return "GSan" if self.tool == GSAN else f"compute-sanitizer --tool {self.tool}"
+
     def report(self) -> str:
         if self.clean:
-            return f"compute-sanitizer --tool {self.tool}: nothing to report."
+            return f"{self.name}: nothing to report."
         lines = [
-            f"compute-sanitizer --tool {self.tool} found {len(self.findings)} problem(s)"
+            f"{self.name} found {len(self.findings)} problem(s)"
             + (f" ({self.errors} error(s) in its summary)" if self.errors else "")
             + ":"
         ]
@@ -104,9 +113,20 @@ def find_tool() -> str | None:
 def command(
     program: list[str], tool: str = "memcheck", print_limit: int = 20, sanitizer: str | None = None
 ) -> list[str]:
-    """The command line that runs ``program`` (an argv) under compute-sanitizer's ``tool``."""
+    """The command line that runs ``program`` (an argv: Python and a script) under compute-sanitizer's
+    ``tool``, or under GSan (``gsan``), which runs the script in a Python of its own."""
     if tool not in TOOLS:
-        raise ValueError(f"unknown tool {tool!r}; compute-sanitizer's tools are {', '.join(TOOLS)}")
+        raise ValueError(f"unknown tool {tool!r}; the tools are {', '.join(TOOLS)}")
+    if tool == GSAN:
+        if not gsan_available():
+            import triton
+
+            raise FileNotFoundError(
+                f"GSan ships with Triton 3.9 and later, and this environment has Triton {triton.__version__}: "
+                "install a newer Triton, or check for races by running the kernel several times against a "
+                "reference (on a GPU) and with the memory checker (make check, on a CPU)."
+            )
+        return [sys.executable, "-m", "triton.tools.gsan", *program[1:]]
     tool_path = sanitizer or find_tool()
     if tool_path is None:
         raise FileNotFoundError(
@@ -114,6 +134,15 @@ def command(
             "/usr/local/cuda/bin); add that folder to PATH or set CUDA_HOME."
         )
     return [tool_path, "--tool", tool, "--print-limit", str(print_limit), *program]
+
+
+def gsan_available() -> bool:
+    import importlib.util
+
+    return (
+        importlib.util.find_spec("triton.tools") is not None
+        and importlib.util.find_spec("triton.tools.gsan") is not None
+    )
 
 
 def child_environment(caching: bool = False, extra: dict | None = None) -> dict[str, str]:
@@ -139,13 +168,34 @@ def run(
     cwd: str | Path | None = None,
     sanitizer: str | None = None,
 ) -> SanitizerRun:
-    """Run ``program`` (an argv) under compute-sanitizer and read its report."""
+    """Run ``program`` (an argv) under compute-sanitizer (or GSan) and read its report."""
+    if tool == GSAN:
+        # GSan's memory sits behind PyTorch's caching allocator, which must stay on.
+        return _run_gsan(
+            program, timeout, cwd, child_environment(True, {**(env or {}), "PYTORCH_NO_CUDA_MEMORY_CACHING": "0"})
+        )
     argv = command(program, tool, print_limit, sanitizer)
     child = subprocess.run(
         argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=child_environment(caching, env)
     )
     output = child.stdout + child.stderr
     return SanitizerRun(tool, argv, child.returncode, output, parse_report(output, tool), reported_errors(output))
+
+
+def _run_gsan(program: list[str], timeout: float, cwd, env: dict[str, str]) -> SanitizerRun:
+    """GSan runs a script by its path: code given with ``-c`` goes to a file of its own first."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        if program[1:2] == ["-c"]:
+            script = Path(folder) / "sanitized.py"
+            script.write_text(program[2])
+            program = [program[0], str(script), *program[3:]]
+        argv = command(program, GSAN)
+        child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    output = child.stdout + child.stderr
+    findings = parse_gsan(output)
+    return SanitizerRun(GSAN, argv, child.returncode, output, findings, sum(f.count for f in findings) or None)
 
 
 def run_python(code: str, **options) -> SanitizerRun:
@@ -175,7 +225,8 @@ def run_function(path: str | Path, function: str, **options) -> SanitizerRun:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m grader sanitize",
-        description="Run a Python script under compute-sanitizer and explain its findings in plain sentences.",
+        description="Run a Python script under compute-sanitizer (or GSan: --tool gsan) and explain its findings "
+        "in plain sentences.",
     )
     parser.add_argument("--tool", choices=TOOLS, default="memcheck")
     parser.add_argument("--print-limit", type=int, default=20, help="reports the tool prints at most")

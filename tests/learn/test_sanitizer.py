@@ -9,7 +9,10 @@ tool runs on the planted bugs of debugging/04-memory-debugging.
 
 import os
 import stat
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -351,3 +354,57 @@ def test_a_refused_host_pointer_is_explained_as_tritons_check_not_as_an_earlier_
     assert api.kind == "api-error" and "cuPointerGetAttribute returned CUDA_ERROR_INVALID_VALUE" in sentence
     assert "CPU tensor" in sentence and "not a fault" in sentence
     assert "echo of an earlier fault" not in sentence
+
+
+# What GSan printed on an H200 (Triton 3.9) for debugging/04's starting column_sum, shortened.
+GSAN_COLUMN_SUM = """\
+/opt/repo/tracks/debugging/04-memory-debugging/kernel.py:172: : block: [78,0,0], thread: [64,0,0] Assertion `Write after read race detected` failed.
+/opt/repo/tracks/debugging/04-memory-debugging/kernel.py:172: : block: [78,0,0], thread: [65,0,0] Assertion `Write after read race detected` failed.
+/opt/repo/tracks/debugging/04-memory-debugging/kernel.py:172: : block: [12,0,0], thread: [3,0,0] Assertion `Write after read race detected` failed.
+torch.AcceleratorError: CUDA error: device-side assert triggered
+"""
+
+
+def test_gsans_failed_assertions_become_one_finding_per_line_with_the_program_named():
+    (race,) = sanitizer_report.parse_gsan(GSAN_COLUMN_SUM)
+    assert (race.kind, race.line, race.block, race.thread, race.count) == (
+        "global-race",
+        172,
+        (78, 0, 0),
+        (64, 0, 0),
+        3,
+    )
+    sentence = str(race)
+    assert sentence.startswith("GSan: a race on global memory at line 172 of kernel.py: program (78, 0, 0) stored")
+    assert "over a value that another program had loaded" in sentence and "tl.atomic_add" in sentence
+    assert "16 bits" not in sentence  # that caveat is for two stores
+    (both,) = sanitizer_report.parse_gsan(GSAN_COLUMN_SUM.replace("Write after read", "Write after write"))
+    assert "stored where another program had stored" in str(both) and "16 bits wide" in str(both)
+    assert sanitizer_report.parse_gsan("an ordinary line\n" + CLEAN) == []
+
+
+def test_gsan_runs_the_script_in_its_own_python_with_the_caching_allocator_on(monkeypatch):
+    seen = {}
+
+    def fake_run(argv, **options):
+        seen["argv"], seen["env"] = argv, options["env"]
+        seen["script"] = Path(argv[3]).read_text() if argv[3].endswith(".py") else None
+        return subprocess.CompletedProcess(argv, 1, GSAN_COLUMN_SUM, "")
+
+    monkeypatch.setattr(sanitizer, "gsan_available", lambda: True)
+    monkeypatch.setattr(sanitizer.subprocess, "run", fake_run)
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    run = sanitizer.run_python("print('racing')", tool="gsan")
+    assert seen["argv"][:3] == [sys.executable, "-m", "triton.tools.gsan"] and seen["script"] == "print('racing')"
+    assert seen["env"]["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "0"
+    assert not run.clean and run.errors == 3 and [f.kind for f in run.findings] == ["global-race"]
+    assert run.report().startswith("GSan found 1 problem(s)")
+    assert sanitizer.command([sys.executable, "x.py", "--n", "3"], tool="gsan")[3:] == ["x.py", "--n", "3"]
+
+
+def test_without_gsan_the_command_says_which_triton_has_it(monkeypatch, capsys):
+    monkeypatch.setattr(sanitizer, "gsan_available", lambda: False)
+    with pytest.raises(FileNotFoundError, match="Triton 3.9 and later"):
+        sanitizer.command([sys.executable, "x.py"], tool="gsan")
+    assert sanitizer.main(["--tool", "gsan", "x.py"]) == 2
+    assert "GSan ships with Triton 3.9" in capsys.readouterr().err
