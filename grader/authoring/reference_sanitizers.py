@@ -16,6 +16,7 @@ and exits 1 if a case failed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,11 @@ def picked_cases(module: Module, per_function: int) -> list[tuple[cases.Spec, ca
             chosen += [case for case in own if case.cuda_only][:1]
         picked += [(spec, case) for case in chosen]
     return picked
+
+
+def heaviest_first(modules: list[Module], per_function: int) -> list[Module]:
+    """The modules with the most cases first: started last, they would hold up the end of a run."""
+    return sorted(modules, key=lambda m: len(picked_cases(m, per_function)), reverse=True)
 
 
 def plain(name: str, per_function: int) -> int:
@@ -92,7 +98,7 @@ def sanitize(modules: list[Module], out_dir: Path, per_function: int, jobs: int,
         print(problem, file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = [sanitizers.Entry(entry_name(m), "", 0, ()) for m in modules]
+    entries = [sanitizers.Entry(entry_name(m), "", 0, ()) for m in heaviest_first(modules, per_function)]
     for entry in entries:
         entry.checker = sanitizers.Verdict(verdict=CHECKED_IN_THE_SUITE)
     gsan_note = sanitizers.run(
@@ -117,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", metavar="NAME", help="run one reference's cases without a tool")
     parser.add_argument("--only", help="module ids, comma-separated (default: all)")
     parser.add_argument("--cases", type=int, default=2, help="public cases of each function (default 2)")
-    parser.add_argument("--jobs", type=int, default=8, help="processes at a time")
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 8, help="processes at a time (default: one a core)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per process")
     args = parser.parse_args(argv)
     if args.plain:

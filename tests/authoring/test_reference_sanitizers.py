@@ -104,3 +104,10 @@ def test_the_results_name_the_machine_and_print_the_table_totals_and_notes(tmp_p
     out = capsys.readouterr().out
     assert out.startswith("entry") and "false alarms on the 1 clean controls: checker 0, tools 0" in out
     assert "\na note\n" in out and f"the results in {tmp_path / 'sanitizers.json'}" in out
+
+
+def test_the_modules_with_the_most_cases_start_first():
+    order = refs.heaviest_first([MODULES[0], TRAINING, MODULES[2]], 1)
+    assert order[0] is TRAINING
+    sizes = [len(refs.picked_cases(m, 1)) for m in order]
+    assert sizes == sorted(sizes, reverse=True)
