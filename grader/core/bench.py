@@ -8,6 +8,7 @@ are ratios to the copy bandwidth, to PyTorch, or to the reference solution, all 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import time
@@ -127,7 +128,8 @@ def graph_ms(fn: Callable[[], object]) -> tuple[float | None, str | None]:
             fn()
         return time_ms(graph.replay), None
     except Exception as error:  # whatever stops the capture is reported, not raised
-        torch.cuda.synchronize()
+        with contextlib.suppress(Exception):  # a failed capture can leave an error for the next call
+            torch.cuda.synchronize()
         first = (str(error).splitlines() or [""])[0]
         return None, f"{type(error).__name__}: {first[:200]}"
 
