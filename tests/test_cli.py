@@ -296,7 +296,7 @@ def test_sanitize_passes_everything_after_it_to_the_sanitizer(tmp_path):
     assert result.returncode == 2
     assert "compute-sanitizer was not found" in result.stdout + result.stderr
     usage = _grader("sanitize", "--help")
-    assert "--tool {memcheck,initcheck,racecheck,synccheck}" in usage.stdout
+    assert "--tool {memcheck,initcheck,racecheck,synccheck,gsan}" in usage.stdout
 
 
 @pytest.mark.skipif(device.is_cuda(), reason="on a GPU the kernel compiles for real")
