@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     # Listed for --help; main() hands everything after `sanitize` to grader.learn.sanitizer itself.
     commands.add_parser(
         "sanitize",
-        help="GPU only: run a script under compute-sanitizer, its findings in plain "
-        "sentences (sanitize [--tool memcheck|initcheck|racecheck|synccheck] SCRIPT)",
+        help="GPU only: run a script under compute-sanitizer or GSan, its findings in plain "
+        "sentences (sanitize [--tool memcheck|initcheck|racecheck|synccheck|gsan] SCRIPT)",
     )
 
     run_cmd = commands.add_parser("run", help="grade submissions in sandboxed processes (instructors)")
