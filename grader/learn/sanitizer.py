@@ -45,6 +45,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from grader.core.catalog import REPO_ROOT
 from grader.core.sanitizer_report import SanitizerFinding, parse_gsan, parse_report, reported_errors
 
@@ -80,17 +82,17 @@ class SanitizerRun:
     def report(self) -> str:
         if self.clean:
             return f"{self.name}: nothing to report."
+        if not self.findings and self.returncode:
+            return (
+                f"{self.name} found no problem, but the program exited with code {self.returncode}; its "
+                "output ends with:\n" + "\n".join(self.output.splitlines()[-15:])
+            )
         lines = [
             f"{self.name} found {len(self.findings)} problem(s)"
             + (f" ({self.errors} error(s) in its summary)" if self.errors else "")
             + ":"
         ]
         lines += [f"  - {finding}" for finding in self.findings]
-        if not self.findings and self.returncode:
-            lines.append(
-                f"  the program exited with code {self.returncode}; its output ends with:\n"
-                + "\n".join(self.output.splitlines()[-15:])
-            )
         return "\n".join(lines)
 
 
@@ -118,6 +120,11 @@ def command(
     if tool not in TOOLS:
         raise ValueError(f"unknown tool {tool!r}; the tools are {', '.join(TOOLS)}")
     if tool == GSAN:
+        if not torch.cuda.is_available():
+            raise FileNotFoundError(
+                "GSan instruments kernels compiled for a GPU, and there is no CUDA GPU here. On a CPU, "
+                "make check runs every case under the memory checker, which finds races between programs too."
+            )
         if not gsan_available():
             import triton
 

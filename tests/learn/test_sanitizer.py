@@ -392,6 +392,7 @@ def test_gsan_runs_the_script_in_its_own_python_with_the_caching_allocator_on(mo
         return subprocess.CompletedProcess(argv, 1, GSAN_COLUMN_SUM, "")
 
     monkeypatch.setattr(sanitizer, "gsan_available", lambda: True)
+    monkeypatch.setattr(sanitizer.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sanitizer.subprocess, "run", fake_run)
     monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
     run = sanitizer.run_python("print('racing')", tool="gsan")
@@ -402,7 +403,22 @@ def test_gsan_runs_the_script_in_its_own_python_with_the_caching_allocator_on(mo
     assert sanitizer.command([sys.executable, "x.py", "--n", "3"], tool="gsan")[3:] == ["x.py", "--n", "3"]
 
 
+def test_without_a_gpu_gsan_is_refused_and_the_cpus_checker_named(monkeypatch, capsys):
+    monkeypatch.setattr(sanitizer.torch.cuda, "is_available", lambda: False)
+    assert sanitizer.main(["--tool", "gsan", "x.py"]) == 2
+    said = capsys.readouterr().err
+    assert "no CUDA GPU here" in said and "make check" in said
+
+
+def test_a_run_that_fails_without_a_finding_says_so_and_shows_the_end_of_its_output():
+    run = sanitizer.SanitizerRun("gsan", ["x"], 1, "line 1\nRuntimeError: broken")
+    report = run.report()
+    assert report.startswith("GSan found no problem, but the program exited with code 1")
+    assert report.endswith("RuntimeError: broken") and "0 problem(s)" not in report
+
+
 def test_without_gsan_the_command_says_which_triton_has_it(monkeypatch, capsys):
+    monkeypatch.setattr(sanitizer.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sanitizer, "gsan_available", lambda: False)
     with pytest.raises(FileNotFoundError, match="Triton 3.9 and later"):
         sanitizer.command([sys.executable, "x.py"], tool="gsan")
