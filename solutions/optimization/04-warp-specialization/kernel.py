@@ -25,7 +25,6 @@ Check your work:  make check M=optimization/04-warp-specialization
 import torch
 import triton
 import triton.language as tl
-
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from grader.validation import check_tensors
