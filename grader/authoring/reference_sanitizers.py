@@ -24,6 +24,7 @@ from grader.authoring import sanitizers
 from grader.core import cases, checks, device
 from grader.core.catalog import MODULES, Module
 from grader.core.loading import load_kernel
+from grader.core.sanitizer_report import gsan_command
 
 SCRIPT = Path(__file__).resolve()
 CHECKED_IN_THE_SUITE = "the CPU suite"  # the checker's verdict, for the table
@@ -78,7 +79,7 @@ def command_for(per_function: int):
     def command(tool: str, name: str) -> list[str]:
         plain_run = [str(SCRIPT), "--plain", name, "--cases", str(per_function)]
         if tool == "gsan":
-            return [sys.executable, "-m", "triton.tools.gsan", *plain_run]
+            return gsan_command(plain_run)
         error_exit = ["--error-exitcode", str(sanitizers.ERROR_EXIT)]
         return ["compute-sanitizer", "--tool", tool, *error_exit, sys.executable, *plain_run]
 

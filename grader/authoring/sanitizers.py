@@ -16,7 +16,6 @@ is handed (a name, a class, a planted line, ``gpu_tools``) and as a command line
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -31,8 +30,8 @@ from pathlib import Path
 
 from grader.authoring.text_table import aligned
 from grader.core.catalog import REPO_ROOT
+from grader.core.sanitizer_report import gsan_available, gsan_command, parse_report, reported_errors, reported_warnings
 from grader.core.sanitizer_report import parse_gsan as gsan_findings
-from grader.core.sanitizer_report import parse_report, reported_errors, reported_warnings
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 TOOLS = (*SANITIZER_TOOLS, "gsan")
@@ -206,14 +205,14 @@ def command(tool: str, name: str) -> list[str]:
     if tool == "checker":
         return [sys.executable, "-m", CORPUS_MODULE, "--json", "--only", name]
     if tool == "gsan":  # GSan runs a script by path
-        return [sys.executable, "-m", "triton.tools.gsan", str(REPO_ROOT / "grader/authoring" / CORPUS_FILE), *plain]
+        return gsan_command([str(REPO_ROOT / "grader/authoring" / CORPUS_FILE), *plain])
     error_exit = ["--error-exitcode", str(ERROR_EXIT)]
     return ["compute-sanitizer", "--tool", tool, *error_exit, sys.executable, "-m", CORPUS_MODULE, *plain]
 
 
 def gsan_missing() -> str:
     """Why GSan cannot run here, or "" if it can."""
-    if importlib.util.find_spec("triton.tools") and importlib.util.find_spec("triton.tools.gsan"):
+    if gsan_available():
         return ""
     import triton
 

@@ -14,7 +14,9 @@ memory-bug corpus).
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -406,6 +408,19 @@ def reported_errors(text: str) -> int | None:
         if summary:
             return _number(summary["errors"] if "errors" in summary.groupdict() else summary["count"])
     return None
+
+
+def gsan_command(script_and_args: list[str]) -> list[str]:
+    """The command line that runs a Python script (and its arguments) under Triton's GSan."""
+    return [sys.executable, "-m", "triton.tools.gsan", *script_and_args]
+
+
+def gsan_available() -> bool:
+    """Whether the installed Triton has GSan (3.9 and later)."""
+    return (
+        importlib.util.find_spec("triton.tools") is not None
+        and importlib.util.find_spec("triton.tools.gsan") is not None
+    )
 
 
 _GSAN_ASSERT = re.compile(

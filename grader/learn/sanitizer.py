@@ -48,7 +48,14 @@ from pathlib import Path
 import torch
 
 from grader.core.catalog import REPO_ROOT
-from grader.core.sanitizer_report import SanitizerFinding, parse_gsan, parse_report, reported_errors
+from grader.core.sanitizer_report import (
+    SanitizerFinding,
+    gsan_available,
+    gsan_command,
+    parse_gsan,
+    parse_report,
+    reported_errors,
+)
 
 __all__ = ["TOOLS", "SanitizerRun", "find_tool", "command", "run", "run_python", "run_function", "main"]
 
@@ -133,7 +140,7 @@ def command(
                 "install a newer Triton, or check for races by running the kernel several times against a "
                 "reference (on a GPU) and with the memory checker (make check, on a CPU)."
             )
-        return [sys.executable, "-m", "triton.tools.gsan", *program[1:]]
+        return gsan_command(program[1:])
     tool_path = sanitizer or find_tool()
     if tool_path is None:
         raise FileNotFoundError(
@@ -141,15 +148,6 @@ def command(
             "/usr/local/cuda/bin); add that folder to PATH or set CUDA_HOME."
         )
     return [tool_path, "--tool", tool, "--print-limit", str(print_limit), *program]
-
-
-def gsan_available() -> bool:
-    import importlib.util
-
-    return (
-        importlib.util.find_spec("triton.tools") is not None
-        and importlib.util.find_spec("triton.tools.gsan") is not None
-    )
 
 
 def child_environment(caching: bool = False, extra: dict | None = None) -> dict[str, str]:
