@@ -17,7 +17,7 @@ import torch
 
 from grader.core import device, memcheck, protocols
 from grader.core.cases import Case, Rand, Spec, refusal, spec_for
-from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, non_contiguous_inputs
+from grader.core.diagnosis import Outcome, across_cases, diagnose, input_names, matches, non_contiguous_inputs
 from grader.core.evidence import ALLOWED_OPS, judge_evidence, shared_monitor
 from grader.core.loading import LoadedKernel, todo_summary
 from grader.core.markers import todos_behind
@@ -298,9 +298,14 @@ def expected_dtypes(spec: Spec, case: Case, references: tuple, inputs=None) -> l
     return found
 
 
-def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=None) -> list[str]:
+def compare(
+    spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=None, detail: bool = True, room=None
+) -> list[str]:
     """Problems found in ``outputs`` (empty when the case passes). ``inputs`` (the call's args and
-    kwargs) let the diagnosis tell overflow on large inputs from unwritten elements."""
+    kwargs) let the diagnosis tell overflow on large inputs from unwritten elements. Without
+    ``detail`` (a hidden case, whose learner reads no more than "failed") a wrong output is named
+    but not diagnosed: the diagnosis of a large output is most of a grading's judging. ``room``:
+    where the diagnosis may run (``diagnosis.diagnose``)."""
     spec = spec_for(case, spec)
     names = output_names(spec, len(references), inputs)
     if len(outputs) != len(references):
@@ -310,8 +315,8 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
             f"{len(references) - in_place}: {', '.join(names[: len(references) - in_place])}."
         ]
     problems, right, wrong_values = [], [], []
-    largest = largest_magnitude(inputs) if inputs is not None else 0.0
-    inf_seen = any(
+    largest = largest_magnitude(inputs) if inputs is not None and detail else 0.0
+    inf_seen = detail and any(
         isinstance(out, torch.Tensor)
         and out.is_floating_point()
         and out.shape == ref.shape
@@ -343,22 +348,26 @@ def compare(spec: Spec, case: Case, outputs: tuple, references: tuple, inputs=No
             right.append(name)
             continue
         atol, rtol = spec.tolerance(expected_dtype, case, name)
-        problem = diagnose(
-            out,
-            ref,
-            atol,
-            rtol,
-            name=name,
-            largest_input=largest,
-            inf_elsewhere=inf_seen,
-            updated_in_place=index >= len(outputs) - in_place,
-        )
+        if not detail:
+            problem = None if matches(out, ref, atol, rtol) else f"{name} is wrong."
+        else:
+            problem = diagnose(
+                out,
+                ref,
+                atol,
+                rtol,
+                name=name,
+                largest_input=largest,
+                inf_elsewhere=inf_seen,
+                updated_in_place=index >= len(outputs) - in_place,
+                room=room,
+            )
         if problem:
             problems.append(problem)
             wrong_values.append(name)
         else:
             right.append(name)
-    named = suspected(spec, case, dict(zip(names, outputs)), wrong_values, inputs)
+    named = suspected(spec, case, dict(zip(names, outputs)), wrong_values, inputs) if detail else None
     if named:
         problems.insert(0, named)
     if wrong_values and right:  # wrong values beside right ones (not a dtype or a shape): what differs

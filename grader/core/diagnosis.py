@@ -517,12 +517,13 @@ def _wrong(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float):
 _CHUNK = 1 << 23  # elements per step of the check on a GPU: bounds its float64 temporaries
 
 
-def _all_close_on(where: torch.device, out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool:
-    """Whether every element of ``out`` is right, computed on ``where`` in slices."""
+def matches(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Whether every element of ``out`` is right (same shape assumed), computed where ``ref`` lies,
+    in slices."""
     got, want = out.detach().reshape(-1), ref.detach().reshape(-1)
     for start in range(0, want.numel(), _CHUNK):
         piece = slice(start, start + _CHUNK)
-        _, _, bad = _wrong(got[piece].to(where, torch.float64), want[piece].to(where, torch.float64), atol, rtol)
+        _, _, bad = _wrong(got[piece].to(want.device, torch.float64), want[piece].to(torch.float64), atol, rtol)
         if bool(bad.any()):
             return False
     return True
@@ -537,6 +538,7 @@ def diagnose(
     largest_input: float = 0.0,
     inf_elsewhere: bool = False,
     updated_in_place: bool = False,
+    room=None,
 ) -> str | None:
     """None when ``out`` matches ``ref`` within ``atol + rtol * |ref|``, else the diagnosis.
 
@@ -545,6 +547,13 @@ def diagnose(
     from NaN that was never written: the poison fill writes NaN, never inf. ``updated_in_place``:
     ``out`` is an input the call updates (an optimizer's parameters), which held numbers before
     it, so its NaN was computed.
+
+    A wrong output is analysed where ``ref`` lies: on a GPU that is a hundred times faster than
+    the CPU (a 16M-element output took seconds there). ``room`` (a grader judging many files at
+    once): called with the bytes the analysis needs on that GPU, a context manager that holds them
+    and yields the device to use, or None where they can never fit: then only the count, the first
+    wrong element and the largest error are given, computed in slices. Without ``room`` a GPU that
+    runs out of memory hands the analysis to the CPU.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return (
@@ -553,10 +562,77 @@ def diagnose(
         )
     if out.numel() == 0:
         return None
-    if ref.device.type != "cpu" and _all_close_on(ref.device, out, ref, atol, rtol):
+    if ref.device.type != "cpu" and matches(out, ref, atol, rtol):
         return None  # the usual case on a GPU: decided there, without copying to the CPU
-    got = out.detach().to("cpu", torch.float64)
-    want = ref.detach().to("cpu", torch.float64)
+    facts = (atol, rtol, name, largest_input, inf_elsewhere, updated_in_place)
+    if room is not None:
+        with room(DIAGNOSIS_BYTES_PER_ELEMENT * out.numel()) as where:
+            if where is None:
+                return _headline(out, ref, atol, rtol, name)
+            return _diagnosed(out, ref, where, *facts)
+    if ref.device.type == "cpu":
+        return _diagnosed(out, ref, ref.device, *facts)
+    try:
+        return _diagnosed(out, ref, ref.device, *facts)
+    except torch.cuda.OutOfMemoryError:
+        return _diagnosed(out, ref, torch.device("cpu"), *facts)
+
+
+# What the analysis of a wrong output holds at most, per element: float64 copies of both tensors
+# and the masks and differences of the pattern search (about 65 bytes measured on a CPU).
+DIAGNOSIS_BYTES_PER_ELEMENT = 96
+
+
+def _headline(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str) -> str:
+    """The first lines of a diagnosis (how many elements are wrong, the first, the largest error),
+    computed in slices on ``ref``'s device, for an output too large to analyse whole."""
+    got, want = out.detach().reshape(-1), ref.detach().reshape(-1)
+    n_bad, n_nan, first, largest = 0, 0, None, None
+    for start in range(0, want.numel(), _CHUNK):
+        piece = slice(start, start + _CHUNK)
+        g, w = got[piece].to(want.device, torch.float64), want[piece].to(torch.float64)
+        error, nan_out, bad = _wrong(g, w, atol, rtol)
+        n_bad, n_nan = n_bad + int(bad.sum()), n_nan + int(nan_out.sum())
+        if first is None and bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            first = (start + at, float(g[at]), float(w[at]))
+        finite_bad = bad & torch.isfinite(g) & torch.isfinite(w)
+        if bool(finite_bad.any()):
+            worst = float(error[finite_bad].max())
+            largest = worst if largest is None else max(largest, worst)
+    if first is None:  # right after all (NaN where NaN is expected)
+        return None
+    total = want.numel()
+    index, value, expected = first
+    lines = [
+        f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). First at index "
+        f"{_index(index, tuple(ref.shape))}: got {value:.6g}, expected {expected:.6g}."
+    ]
+    if largest is not None:
+        lines.append(f"Largest error {largest:.3g} (allowed: {atol:g} + {rtol:g} x |expected|).")
+    if n_nan:
+        lines.append(f"{n_nan} element(s) are NaN where the result is not.")
+    lines.append(
+        f"At {total} elements this output is too large for the grader to look for a pattern in the "
+        "wrong elements: the smaller cases' messages name it."
+    )
+    return "\n".join(lines)
+
+
+def _diagnosed(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    where: torch.device,
+    atol: float,
+    rtol: float,
+    name: str,
+    largest_input: float,
+    inf_elsewhere: bool,
+    updated_in_place: bool,
+) -> str | None:
+    """``diagnose``'s analysis, on device ``where``."""
+    got = out.detach().to(where, torch.float64)
+    want = ref.detach().to(where, torch.float64)
     error, nan_out, bad = _wrong(got, want, atol, rtol)
     finite_ref = torch.isfinite(want)
     if not bool(bad.any()):

@@ -261,10 +261,12 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
             args,
             kwargs,
             done,
-            lambda references: fetch(child, output_name(trial.id), args, kwargs, references),
+            lambda references: _read(grading, child, output_name(trial.id), args, kwargs, references),
             grading.on,
             earlier,
             grading.plan.own_kernels,
+            hidden=grading.plan.cases[trial.case_index][1] == "hidden",
+            room=grading.room,
         )
     grading.profile.add("judging memory wait", waited.seconds)
     child.discard(output_name(trial.id))
@@ -276,3 +278,8 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
         verdict.seconds = wall_seconds
     grading.ledger.traced = grading.ledger.traced or isinstance(done.get("kernels"), list)
     return verdict
+
+
+def _read(grading, child, name: str, args: tuple, kwargs: dict, references: tuple) -> dict:
+    with grading.profile.step("judging reads"):
+        return fetch(child, name, args, kwargs, references)

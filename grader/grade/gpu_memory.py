@@ -76,6 +76,33 @@ def for_gpu(index: int, fraction: float) -> MemoryBudget:
         return _ledgers[index]
 
 
+# A wrong output's diagnosis may hold this part of the grader's own share of a GPU (what the
+# children's ``fraction`` leaves): the rest holds the cases' inputs and references.
+DIAGNOSIS_PART = 3
+_rooms: dict[int, MemoryBudget] = {}
+
+
+def diagnosis_room(index: int, fraction: float):
+    """``grader.core.diagnosis.diagnose``'s ``room`` on GPU ``index``: a diagnosis reserves what it
+    needs there (waiting while others' do not leave room), or is told None when it could never
+    fit, so that the judgings of many gradings never take memory the children were promised."""
+    with _ledgers_lock:
+        if index not in _rooms:
+            total = torch.cuda.get_device_properties(index).total_memory
+            _rooms[index] = MemoryBudget(budget_bytes(total, 1.0 - fraction, graders_sharing()) // DIAGNOSIS_PART)
+        room = _rooms[index]
+    return lambda nbytes: _room(room, nbytes, torch.device("cuda", index))
+
+
+@contextmanager
+def _room(room: MemoryBudget, nbytes: int, on):
+    if nbytes > room.budget:
+        yield None
+        return
+    with room.reserve(nbytes):
+        yield on
+
+
 def budget_bytes(total: int, fraction: float, graders: int) -> int:
     """This grader's budget on a GPU of ``total`` bytes: ``fraction`` of it, split evenly between
     the ``graders`` that share the GPU."""

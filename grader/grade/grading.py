@@ -71,6 +71,8 @@ class Grading:
         # On a GPU the children of this grading share Triton's cache: each kernel compiles once.
         self.shared = sandbox.new_shared(slot) if device.is_cuda() else None
         self.on = torch.device(f"cuda:{slot.gpu or 0}") if device.is_cuda() else torch.device("cpu")
+        # Where a wrong output is analysed: on the GPU, in a part of the grader's own share of it.
+        self.room = gpu_memory.diagnosis_room(slot.gpu or 0, options.gpu_memory_fraction) if device.is_cuda() else None
         # On a GPU, input building waits while a kernel is timed (the GPU is the timing's alone).
         with self.lease.shared(), self.profile.step("inputs"):
             self.inputs = {

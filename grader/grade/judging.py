@@ -78,10 +78,14 @@ def judge(
     on: torch.device,
     earlier: tuple = (),
     own_kernels: set[str] | None = None,
+    hidden: bool = False,
+    room=None,
 ) -> Verdict:
     """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
     the references -> the saved outputs and inputs). ``own_kernels``: the submission's
-    @triton.jit names, read against the child's CUDA kernel trace."""
+    @triton.jit names, read against the child's CUDA kernel trace. A ``hidden`` case's wrong
+    output is not diagnosed: ``hidden_message`` is all its learner reads. ``room``: where a wrong
+    output's diagnosis may run (``grader.grade.gpu_memory.diagnosis_room``)."""
     spec = spec_for(case, spec)
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
@@ -164,7 +168,7 @@ def judge(
     outputs = with_mutated(spec, outputs, args_after)
 
     try:
-        problems = compare(spec, case, outputs, references, (args, kwargs))
+        problems = compare(spec, case, outputs, references, (args, kwargs), detail=not hidden, room=room)
     except Exception as error:  # a malformed output (meta tensor, odd layout) must not stop grading
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:

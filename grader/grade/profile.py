@@ -34,6 +34,7 @@ STEPS = (
     ("stopped calls", "calls that a crash or a time limit ended (the file's own: an endless loop waits out its limit)"),
     ("judging", "references and comparisons in the grader"),
     ("judging memory wait", "of which waiting for the grader's memory that other judgings held (its budget)"),
+    ("judging reads", "of which reading what the child saved (its outputs, the inputs as it left them)"),
     ("timing start", "starting the timed children and their first call (compiling), sharing the GPU"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),
     ("learner timing", "timing the submission's kernel, with the GPU alone"),
@@ -56,6 +57,7 @@ INSIDE = {
     "memory wait",
     "alone wait",
     "judging memory wait",
+    "judging reads",
 }
 _adding = threading.Lock()
 

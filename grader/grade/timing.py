@@ -530,6 +530,7 @@ def _checked(target: _Target, child, plan: TimingPlan, window: Timed, audit: dic
             lambda references: fetch(child, output_name(AUDIT_TRIAL), args, kwargs, references),
             grading.on,
             own_kernels=grading.plan.own_kernels,
+            room=grading.room,
         )
     if not judged.passed:
         entry = _failed(f"a call on fresh inputs right after the timed calls failed: {judged.message}")

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from grader.core.diagnosis import diagnose
@@ -101,9 +102,9 @@ def test_the_sliced_check_on_a_device_agrees_with_the_full_diagnosis(monkeypatch
     variants["lost nan"] = lost_nan
     for name, got in variants.items():
         expected = diagnosis.diagnose(got, want, 1e-2, 1e-2) is None
-        assert diagnosis._all_close_on(torch.device("cpu"), got, want, 1e-2, 1e-2) == expected, name
-    assert diagnosis._all_close_on(torch.device("cpu"), variants["exact"], want, 1e-2, 1e-2)
-    assert not diagnosis._all_close_on(torch.device("cpu"), variants["tail"], want, 0.0, 0.0)
+        assert diagnosis.matches(got, want, 1e-2, 1e-2) == expected, name
+    assert diagnosis.matches(variants["exact"], want, 1e-2, 1e-2)
+    assert not diagnosis.matches(variants["tail"], want, 0.0, 0.0)
 
 
 def test_a_nan_that_pytorch_keeps_and_the_kernel_drops_is_named():
@@ -504,3 +505,91 @@ def test_wrong_heads_of_a_statistic_per_head_point_at_the_head_mapping_not_the_r
     strided = every_other.clone()
     strided[0, 1::2] += 1.0
     assert "every other row" in diagnose(strided, every_other, 1e-5, 1e-4)
+
+
+def _planted_wrong_outputs() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A reference and outputs wrong in the ways the pattern search names."""
+    generator = torch.Generator().manual_seed(5)
+    want = torch.randn(96, 80, generator=generator, dtype=torch.float64)
+    tail, scaled, rows, every = want.clone(), want.clone(), want.clone(), want + 1.0
+    tail.view(-1)[-10:] = float("nan")
+    scaled[7] *= 2.0
+    rows[::2] = 0.0
+    return want, {"tail": tail, "one row scaled": scaled, "every other row": rows, "everything": every}
+
+
+def test_a_room_that_yields_a_device_gives_the_full_diagnosis_there():
+    from contextlib import contextmanager
+
+    from grader.core.diagnosis import DIAGNOSIS_BYTES_PER_ELEMENT
+
+    asked = []
+
+    @contextmanager
+    def room(nbytes):
+        asked.append(nbytes)
+        yield torch.device("cpu")
+
+    want, outputs = _planted_wrong_outputs()
+    for name, got in outputs.items():
+        assert diagnose(got.float(), want, ATOL, RTOL, room=room) == diagnose(got.float(), want, ATOL, RTOL), name
+    assert asked == [DIAGNOSIS_BYTES_PER_ELEMENT * want.numel()] * len(outputs)
+
+
+def test_an_output_too_large_for_the_room_gets_the_headline_computed_in_slices(monkeypatch):
+    """A grader judging many files at once analyses a wrong output only where its room on the GPU
+    holds it; beyond that it still says how many elements are wrong, the first and the largest
+    error (the same numbers as the full diagnosis), and why the pattern is missing."""
+    from contextlib import contextmanager
+
+    from grader.core import diagnosis
+
+    @contextmanager
+    def no_room(nbytes):
+        yield None
+
+    monkeypatch.setattr(diagnosis, "_CHUNK", 1000)  # several slices, the first wrong one not the first
+    want, outputs = _planted_wrong_outputs()
+    for name, got in outputs.items():
+        full = diagnose(got.float(), want, ATOL, RTOL).splitlines()
+        short = diagnose(got.float(), want, ATOL, RTOL, room=no_room).splitlines()
+        assert short[0] == full[0], name  # the count, the first wrong element and its values
+        largest = [line for line in full if line.startswith("Largest error")]
+        assert [line for line in short if line.startswith("Largest error")] == largest, name
+        assert "too large for the grader to look for a pattern" in short[-1], name
+        assert not any(line.startswith("Pattern:") for line in short), name
+    assert diagnose(want.float(), want, ATOL, RTOL, room=no_room) is None
+
+
+def test_a_hidden_case_is_decided_but_not_diagnosed(monkeypatch):
+    """A hidden case's learner reads only that it failed: comparing without detail names the wrong
+    output and spends nothing on the diagnosis or the suspects."""
+    from grader.core import checks
+    from grader.core.cases import Case, Spec, Suspect
+
+    spec = Spec(
+        api="double",
+        make_inputs=None,
+        reference=lambda x: x * 2,
+        suspects=(Suspect("tripling", lambda x: x * 3, "double it"),),
+    )
+    x = torch.randn(64)
+    references = checks.reference_outputs(spec, (x,), {})
+    case = Case({}, torch.float32)
+    monkeypatch.setattr(checks, "diagnose", lambda *a, **k: pytest.fail("diagnosed a hidden case"))
+    monkeypatch.setattr(checks, "suspected", lambda *a, **k: pytest.fail("suspects tried for a hidden case"))
+    assert checks.compare(spec, case, (x * 3,), references, ((x,), {}), detail=False) == ["output is wrong."]
+    assert checks.compare(spec, case, (x * 2,), references, ((x,), {}), detail=False) == []
+    assert checks.compare(spec, case, (x[:3] * 2,), references, ((x,), {}), detail=False)[0].startswith(
+        "output has shape (3,)"
+    )
+
+
+@pytest.mark.cuda
+def test_a_gpu_diagnoses_as_the_cpu_does():
+    """On a GPU a wrong output is analysed there; the words and numbers are the CPU's."""
+    want, outputs = _planted_wrong_outputs()
+    for name, got in outputs.items():
+        on_cpu = diagnose(got.float(), want, ATOL, RTOL)
+        assert diagnose(got.float(), want.cuda(), ATOL, RTOL) == on_cpu, name
+        assert diagnose(got.float().cuda(), want.cuda(), ATOL, RTOL) == on_cpu, name

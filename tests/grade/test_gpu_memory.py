@@ -84,3 +84,22 @@ def test_a_run_with_a_malformed_share_stops_before_grading_anything(tmp_path, mo
     assert cli.main(["run", str(tmp_path), "--results", str(tmp_path / "results"), "--quiet"]) == 2
     assert "GRADER_GPU_SHARED_BY='all'" in capsys.readouterr().out
     assert not (tmp_path / "results").exists()
+
+
+def test_a_diagnosis_gets_a_part_of_the_graders_own_share_and_none_where_it_never_fits(monkeypatch):
+    """The children have ``fraction`` of a GPU; the grader's own share is the rest, split between
+    the graders sharing it, and a wrong output's diagnosis may hold a third of that."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(gpu_memory, "_rooms", {})
+    monkeypatch.setattr(
+        gpu_memory.torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=24 * GIB)
+    )
+    monkeypatch.setenv(gpu_memory.SHARED_BY, "2")
+    room = gpu_memory.diagnosis_room(1, 0.75)  # 6 GiB the graders', 3 this one's, 1 the diagnosis's
+    with room(GIB) as where:
+        assert where == gpu_memory.torch.device("cuda", 1)
+        assert gpu_memory._rooms[1].used == GIB
+    assert gpu_memory._rooms[1].used == 0
+    with room(GIB + 1) as where:
+        assert where is None

@@ -76,6 +76,7 @@ def _grading():
         plan=SimpleNamespace(spec=spec, limits=Limits(case_seconds=2, startup_seconds=3), own_kernels=frozenset()),
         ledger=SimpleNamespace(log=[]),
         profile=Profile(),
+        room=None,
         let_in=let_in.append,
         went_on=let_in,
     )
