@@ -341,6 +341,42 @@ class _Started:
             self.process.send_signal(signal.SIGINT)
 
 
+# What a finished run leaves beside its records for ``--reuse``: its wall time, busy share, and
+# whether the deadline stopped it.
+RUN_FILE = "bench-run.json"
+
+
+def read_run(kind: str, gpus: int, in_turn: bool, results: Path, log: Path, seconds: float, busy, stopped: bool) -> Run:
+    """A run's row of the table, from its records and its log."""
+    found = [grades(results), credits(results), reference_ratios(results)]
+    rate = steady_rate(log.read_text(errors="replace"))
+    return Run(kind, gpus, in_turn, seconds, rate, *found, busy, stopped)
+
+
+@dataclass
+class _Finished:
+    name: str
+    results: Path
+    row: Run
+
+
+def finished_run(work: Path, kind: str, gpus: int, in_turn: bool) -> _Finished | None:
+    """The run of ``work`` that an earlier call finished (its records, log, secret and
+    ``RUN_FILE``), or None."""
+    name = f"{kind}-{gpus}" + ("-in-turn" if in_turn else "")
+    results, log = work / f"results-{name}", work / f"log-{name}.txt"
+    try:
+        noted = json.loads((results / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not log.is_file() or not (results / store.SECRET_FILE).is_file():
+        return None
+    row = read_run(
+        kind, gpus, in_turn, results, log, float(noted["seconds"]), noted["cpu_busy"], bool(noted["stopped"])
+    )
+    return _Finished(name, results, row)
+
+
 def parse_run(text: str) -> tuple[str, int, bool]:
     """KIND:GPUS[:in-turn] as (kind, GPUs, in turn); a ValueError says what is wrong."""
     parts = text.split(":")
@@ -419,14 +455,30 @@ def main(argv: list[str] | None = None) -> int:
         "(keeping what they finished) and later runs are not started; the table then compares "
         "the records both runs have",
     )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read back the runs that an earlier call with the same --work, class and modules "
+        "finished instead of running them again (its secret too: every run meets the same hidden "
+        "inputs), so that runs that need the GPUs free can follow other work on the machine",
+    )
     args = parser.parse_args(argv)
     try:
         groups = [parse_group(text, bool(args.cores_per_gpu)) for text in args.runs]
     except ValueError as error:
         parser.error(str(error))
     modules = [find_module(name) for name in args.modules]
+    before = (args.work / "class.json").read_text() if (args.work / "class.json").is_file() else None
     source, students = build_class(args.work, args.students, modules)
-    (args.work / "class.json").write_text(json.dumps({s.name: s.kind for s in students}, indent=1) + "\n")
+    drawn = json.dumps({s.name: s.kind for s in students}, indent=1) + "\n"
+    if args.reuse and before is not None and before != drawn:
+        print(
+            f"--reuse: this class differs from the earlier call's ({args.work / 'class.json'}): give the "
+            "same --students and --modules, or leave --reuse out to run every run again.",
+            file=sys.stderr,
+        )
+        return 2
+    (args.work / "class.json").write_text(drawn)
     print(
         f"{len(students)} students x {len(modules)} modules = {sum(len(s.kind) for s in students)} gradings", flush=True
     )
@@ -435,6 +487,14 @@ def main(argv: list[str] | None = None) -> int:
     secret, rows = None, []
     deadline = time.monotonic() + args.deadline if args.deadline > 0 else None
     for group in groups:
+        earlier = [finished_run(args.work, *run) for run in group] if args.reuse else []
+        if earlier and all(earlier):
+            for run in earlier:
+                if secret is None:
+                    secret = (run.results / store.SECRET_FILE).read_text().strip()
+                rows.append(run.row)
+                print(f"{run.name}: read back from an earlier call ({run.row.seconds:.0f} s)", flush=True)
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             print(
                 f"{'+'.join(f'{kind}:{gpus}' for kind, gpus, _ in group)} not started: the deadline has passed",
@@ -475,10 +535,11 @@ def main(argv: list[str] | None = None) -> int:
                 kill_at = math.inf
             time.sleep(0.5)
         for run in started:
-            found = [grades(run.results), credits(run.results), reference_ratios(run.results)]
-            rate = steady_rate(run.log.read_text(errors="replace"))
             busy = busy_share(run.cpu_before, run.cpu_after, run.cores)
-            rows.append(Run(run.kind, run.gpus, run.in_turn, run.seconds, rate, *found, busy, run.stopped))
+            rows.append(read_run(run.kind, run.gpus, run.in_turn, run.results, run.log, run.seconds, busy, run.stopped))
+            (run.results / RUN_FILE).write_text(
+                json.dumps({"seconds": run.seconds, "cpu_busy": busy, "stopped": run.stopped}) + "\n"
+            )
             ended = "stopped" if run.stopped else "done"
             print(f"{run.name} {ended} in {run.seconds:.0f} s, {len(rows[-1].grades)} records", flush=True)
     if not rows:

@@ -221,3 +221,50 @@ def test_a_stopped_run_is_compared_on_the_records_both_runs_have():
     assert bench_scaling.compare(stopped, full) == ([], 0.0)
     finished = bench_scaling.Run("ray", 2, False, 5.0, None, {"a": "x"}, {}, [])
     assert bench_scaling.compare(finished, full) == (["b"], 0.0)  # a finished run lacking one differs
+
+
+def test_reuse_reads_back_a_finished_run_and_grades_the_next_with_its_secret(tmp_path, monkeypatch, capsys):
+    """A run that needs every GPU free can follow other work: a second call with ``--reuse`` reads
+    the first call's finished run back (its time, its records) instead of running it again, and
+    the run it starts meets the same hidden inputs (the first run's secret)."""
+    from grader.grade import store
+
+    monkeypatch.setattr(bench_scaling, "build_class", lambda work, count, modules: (tmp_path / "source", []))
+    monkeypatch.setattr(bench_scaling, "find_module", lambda name: name)
+    starts = []
+
+    class Done:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+    def start_one(source, results, kind, gpus, per_gpu, cores, log, in_turn=False, first_gpu=0):
+        starts.append((kind, (results / store.SECRET_FILE).read_text().strip()))
+        log.write_text("run phase: 4/4 gradings (100%)\n")
+        return Done()
+
+    monkeypatch.setattr(bench_scaling, "start_one", start_one)
+    work = ["--modules", "x", "--work", str(tmp_path)]
+    bench_scaling.main([*work, "--runs", "local:1"])
+    ((first_kind, secret),) = starts
+    noted = json.loads((tmp_path / "results-local-1" / bench_scaling.RUN_FILE).read_text())
+    assert first_kind == "local" and noted["stopped"] is False
+
+    bench_scaling.main([*work, "--runs", "local:1", "ray:2", "--reuse"])
+    assert starts[1:] == [("ray", secret)]  # local:1 not run again; ray:2 with its secret
+    out = capsys.readouterr().out
+    assert "local-1: read back from an earlier call" in out
+    assert [run["run"] for run in json.loads((tmp_path / "summary.json").read_text())] == ["local:1", "ray:2"]
+
+    bench_scaling.main([*work, "--runs", "local:1", "ray:2"])  # without --reuse: both run again
+    assert [kind for kind, _ in starts[2:]] == ["local", "ray"]
+
+
+def test_reuse_refuses_a_class_that_differs_from_the_earlier_calls(tmp_path, monkeypatch, capsys):
+    students = [bench_scaling.Student("student-000", {"m": "complete"})]
+    monkeypatch.setattr(bench_scaling, "build_class", lambda work, count, modules: (tmp_path / "source", students))
+    monkeypatch.setattr(bench_scaling, "find_module", lambda name: name)
+    (tmp_path / "class.json").write_text(json.dumps({"student-000": {"m": "stub"}}) + "\n")
+    assert bench_scaling.main(["--modules", "x", "--work", str(tmp_path), "--runs", "local:1", "--reuse"]) == 2
+    assert "this class differs from the earlier call's" in capsys.readouterr().err
