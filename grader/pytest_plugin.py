@@ -172,11 +172,14 @@ def pytest_generate_tests(metafunc):
         )
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item):
     # Several test processes share one GPU in make verify-gpu (and notebooks run beside them): hand
     # back the memory PyTorch's allocator keeps cached, so that none of them runs out for the others.
     # A test that leaves the CUDA context unusable (an illegal address in a planted bug) would make
     # every later test of this process fail in its place: it is named here, at its own teardown.
+    # Last, once the test's fixtures are torn down: a test that patches torch.cuda is undone by
+    # then, and a failure here cannot leave pytest's own teardown half done for the tests after.
     if device.is_cuda():
         import torch
 

@@ -56,3 +56,47 @@ def test_a_test_that_breaks_the_cuda_context_is_named_at_its_teardown(tmp_path, 
         monkeypatch.undo()  # before this test's own teardown, which runs the same check
     assert "ERROR at teardown of test_breaks" in said or "ERROR test_third_sample.py::test_breaks" in said, said
     assert "left the process's CUDA context unusable (CUDA error: an illegal memory access" in said, said
+
+
+PATCHING = """
+import torch
+
+def test_patches_cuda(monkeypatch):
+    def lost():
+        raise RuntimeError("invalid argument to exchangeDevice")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lost)
+
+def test_after():
+    pass
+"""
+
+
+def test_a_test_that_patches_torch_cuda_is_not_blamed_and_the_tests_after_it_run(tmp_path, capsys, monkeypatch):
+    """The check runs once the test's own fixtures are undone: a test that patches torch.cuda (to
+    act as if there were no GPU) leaves the context as it found it, and nothing after it errors."""
+    import torch
+
+    from grader.core import device
+
+    monkeypatch.setattr(device, "is_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    (tmp_path / "test_patching_sample.py").write_text(PATCHING)
+    arguments = [
+        "-p",
+        "grader.pytest_plugin",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-q",
+        f"--rootdir={tmp_path}",
+    ]
+    try:
+        code = pytest.main([*arguments, str(tmp_path)])
+    finally:
+        monkeypatch.undo()
+    said = capsys.readouterr().out
+    assert code == pytest.ExitCode.OK and "2 passed" in said, said
+    assert "unusable" not in said and "not torn down" not in said, said
