@@ -356,6 +356,26 @@ def test_a_refused_host_pointer_is_explained_as_tritons_check_not_as_an_earlier_
     assert "echo of an earlier fault" not in sentence
 
 
+# What memcheck printed on an H200 under Triton 3.9 for mastery/03's reference, which then passed
+# every case: Triton's loadBinary setting an attribute of the kernel it loads.
+MEMCHECK_LOAD_ATTRIBUTE = """\
+========= COMPUTE-SANITIZER
+========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to "invalid argument" on CUDA API call to cuFuncSetAttribute.
+=========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: loadBinary [0x4c33] in cuda_utils.cpython-312-x86_64-linux-gnu.so
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_a_refused_kernel_attribute_at_load_is_not_called_the_echo_of_a_fault():
+    (api,) = sanitizer_report.parse_report(MEMCHECK_LOAD_ATTRIBUTE)
+    sentence = str(api)
+    assert api.kind == "api-error" and "cuFuncSetAttribute returned CUDA_ERROR_INVALID_VALUE" in sentence
+    assert "Triton sets attributes of each kernel it loads" in sentence and "not a fault" in sentence
+    assert "echo of an earlier fault" not in sentence
+
+
 # What GSan printed on an H200 (Triton 3.9) for debugging/04's starting column_sum, shortened.
 GSAN_COLUMN_SUM = """\
 /opt/repo/tracks/debugging/04-memory-debugging/kernel.py:172: : block: [78,0,0], thread: [64,0,0] Assertion `Write after read race detected` failed.
