@@ -604,12 +604,9 @@ def _headline(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, na
         return None
     total = want.numel()
     index, value, expected = first
-    lines = [
-        f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). First at index "
-        f"{_index(index, tuple(ref.shape))}: got {value:.6g}, expected {expected:.6g}."
-    ]
+    lines = [_count_line(name, n_bad, total, _index(index, tuple(ref.shape)), value, expected)]
     if largest is not None:
-        lines.append(f"Largest error {largest:.3g} (allowed: {atol:g} + {rtol:g} x |expected|).")
+        lines.append(_largest_line(largest, atol, rtol))
     if n_nan:
         lines.append(f"{n_nan} element(s) are NaN where the result is not.")
     lines.append(
@@ -617,6 +614,17 @@ def _headline(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, na
         "wrong elements: the smaller cases' messages name it."
     )
     return "\n".join(lines)
+
+
+def _count_line(name: str, n_bad: int, total: int, first: tuple, value: float, expected: float) -> str:
+    return (
+        f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). "
+        f"First at index {first}: got {value:.6g}, expected {expected:.6g}."
+    )
+
+
+def _largest_line(largest: float, atol: float, rtol: float) -> str:
+    return f"Largest error {largest:.3g} (allowed: {atol:g} + {rtol:g} x |expected|)."
 
 
 def _diagnosed(
@@ -640,13 +648,10 @@ def _diagnosed(
 
     n_bad, total = int(bad.sum()), bad.numel()
     first = _index(int(bad.flatten().nonzero()[0]), tuple(bad.shape))
-    lines = [
-        f"{name}: {n_bad} of {total} elements are wrong ({100.0 * n_bad / total:.3g}%). "
-        f"First at index {first}: got {got[first].item():.6g}, expected {want[first].item():.6g}."
-    ]
+    lines = [_count_line(name, n_bad, total, first, got[first].item(), want[first].item())]
     finite_bad = bad & torch.isfinite(got) & finite_ref
     if bool(finite_bad.any()):
-        lines.append(f"Largest error {error[finite_bad].max().item():.3g} (allowed: {atol:g} + {rtol:g} x |expected|).")
+        lines.append(_largest_line(error[finite_bad].max().item(), atol, rtol))
     n_nan = int(nan_out.sum())
     non_finite = bool((~torch.isfinite(got) & finite_ref).any())
     large = largest_input >= _OVERFLOW_INPUT
