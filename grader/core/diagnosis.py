@@ -566,10 +566,10 @@ def diagnose(
         return None  # the usual case on a GPU: decided there, without copying to the CPU
     facts = (atol, rtol, name, largest_input, inf_elsewhere, updated_in_place)
     if room is not None:
-        with room(DIAGNOSIS_BYTES_PER_ELEMENT * out.numel()) as where:
-            if where is None:
+        with room(DIAGNOSIS_BYTES_PER_ELEMENT * out.numel()) as given:
+            if given is None:  # too large to analyse whole there
                 return _headline(out, ref, atol, rtol, name)
-            return _diagnosed(out, ref, where, *facts)
+            return _diagnosed(out, ref, given, *facts)
     if ref.device.type == "cpu":
         return _diagnosed(out, ref, ref.device, *facts)
     try:
