@@ -267,6 +267,7 @@ def _judge(grading, child, trial: Trial, done: dict, wall_seconds: float, judged
             grading.plan.own_kernels,
             hidden=grading.plan.cases[trial.case_index][1] == "hidden",
             room=grading.room,
+            step=grading.profile.step,
         )
     grading.profile.add("judging memory wait", waited.seconds)
     child.discard(output_name(trial.id))

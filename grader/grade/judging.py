@@ -3,6 +3,7 @@ learner may read of a failed hidden case."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -80,12 +81,15 @@ def judge(
     own_kernels: set[str] | None = None,
     hidden: bool = False,
     room=None,
+    step=None,
 ) -> Verdict:
     """The verdict on one call, from the child's report ``done`` and what it saved (``fetch``:
-    the references -> the saved outputs and inputs). ``own_kernels``: the submission's
-    @triton.jit names, read against the child's CUDA kernel trace. A ``hidden`` case's wrong
-    output is not diagnosed: ``hidden_message`` is all its learner reads. ``room``: where a wrong
-    output's diagnosis may run (``grader.grade.gpu_memory.diagnosis_room``)."""
+        the references -> the saved outputs and inputs). ``own_kernels``: the submission's
+        @triton.jit names, read against the child's CUDA kernel trace. A ``hidden`` case's wrong
+        output is not diagnosed: ``hidden_message`` is all its learner reads. ``room``: where a wrong
+        output's diagnosis may run (``grader.grade.gpu_memory.diagnosis_room``). ``step(name)``: a context
+    manager that times a part of the judging (``grader.grade.profile.Profile.step``)."""
+    step = step or (lambda name: nullcontext())
     spec = spec_for(case, spec)
     api = spec.api
     seconds = float(done.get("seconds") or 0.0)
@@ -105,7 +109,8 @@ def judge(
         # The child found the caller's tensors replaced: the parent says so from what it saved,
         # naming the arguments as the reference does (the child knows no names).
         replaced = error
-    references = reference_outputs(spec, args, kwargs)
+    with step("judging references"):
+        references = reference_outputs(spec, args, kwargs)
     try:
         saved = fetch(references)
         # "args" and "kwargs": the caller's tensors (as the child held them before the call, now
@@ -168,7 +173,8 @@ def judge(
     outputs = with_mutated(spec, outputs, args_after)
 
     try:
-        problems = compare(spec, case, outputs, references, (args, kwargs), detail=not hidden, room=room)
+        with step("judging comparisons"):
+            problems = compare(spec, case, outputs, references, (args, kwargs), detail=not hidden, room=room)
     except Exception as error:  # a malformed output (meta tensor, odd layout) must not stop grading
         problems = [f"The grader could not compare what {api}() returned ({type(error).__name__})."]
     if problems:

@@ -35,6 +35,8 @@ STEPS = (
     ("judging", "references and comparisons in the grader"),
     ("judging memory wait", "of which waiting for the grader's memory that other judgings held (its budget)"),
     ("judging reads", "of which reading what the child saved (its outputs, the inputs as it left them)"),
+    ("judging references", "of which computing the references (float64, where the inputs are)"),
+    ("judging comparisons", "of which comparing the outputs with them, and diagnosing wrong ones"),
     ("timing start", "starting the timed children and their first call (compiling), sharing the GPU"),
     ("reference timing", "timing the reference solution (once per run and GPU)"),
     ("learner timing", "timing the submission's kernel, with the GPU alone"),
@@ -58,6 +60,8 @@ INSIDE = {
     "alone wait",
     "judging memory wait",
     "judging reads",
+    "judging references",
+    "judging comparisons",
 }
 _adding = threading.Lock()
 

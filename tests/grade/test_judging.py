@@ -112,6 +112,29 @@ def test_the_parent_reads_in_place_results_from_the_callers_tensors():
     assert "params[0]" in verdict.message
 
 
+def test_a_judging_times_its_references_and_its_comparisons_for_the_profile():
+    """``--profile`` splits a judging: the references, then the comparison (with the diagnosis of a
+    wrong output), each timed by the step the grader hands over."""
+    from contextlib import contextmanager
+
+    spec = Spec(api="double", make_inputs=lambda case, rand: ((rand.randn(8),), {}), reference=lambda x: x * 2)
+    case = Case({})
+    args, kwargs = build_inputs(spec, case)
+    passed = protocols.as_passed(args, kwargs)
+    saved = {"outputs": [args[0] * 3], "args": list(passed[0]), "kwargs": passed[1]}
+    steps = []
+
+    @contextmanager
+    def step(name):
+        steps.append(name)
+        yield
+
+    done = {"returned": ["Tensor"], "launches": 1, "devices": ["cpu"]}
+    verdict = judging.judge(spec, case, args, kwargs, done, lambda refs: saved, torch.device("cpu"), step=step)
+    assert not verdict.passed and verdict.kind == "wrong", verdict
+    assert steps == ["judging references", "judging comparisons"]
+
+
 def test_adamw_and_sgd_that_fill_the_lists_with_updated_copies_fail(monkeypatch):
     # The memory checker would stop the call first (the copies are no tensor of the call's): off,
     # so that this test is about the harness's own check after the call.
