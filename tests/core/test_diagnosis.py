@@ -593,3 +593,23 @@ def test_a_gpu_diagnoses_as_the_cpu_does():
         on_cpu = diagnose(got.float(), want, ATOL, RTOL)
         assert diagnose(got.float(), want.cuda(), ATOL, RTOL) == on_cpu, name
         assert diagnose(got.float().cuda(), want.cuda(), ATOL, RTOL) == on_cpu, name
+
+
+def test_an_analysis_that_runs_out_of_memory_in_its_room_falls_back_to_the_headline(monkeypatch):
+    from contextlib import contextmanager
+
+    from grader.core import diagnosis
+
+    @contextmanager
+    def room(nbytes):
+        yield torch.device("cpu")
+
+    def out_of_memory(*args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    want, outputs = _planted_wrong_outputs()
+    full = diagnose(outputs["tail"].float(), want, ATOL, RTOL)
+    monkeypatch.setattr(diagnosis, "_diagnosed", out_of_memory)
+    short = diagnose(outputs["tail"].float(), want, ATOL, RTOL, room=room)
+    assert short.splitlines()[0] == full.splitlines()[0]
+    assert "too large for the grader to look for a pattern" in short
