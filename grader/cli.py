@@ -150,7 +150,7 @@ def cmd_sanitize(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from grader.grade import runphase
+    from grader.grade import profile, runphase
     from grader.grade.cluster import ClusterError
     from grader.sandbox.isolation import GiB, Limits, SandboxError
 
@@ -171,6 +171,7 @@ def cmd_run(args) -> int:
         ray=args.ray,
     )
     modules = [find_module(name) for name in args.module] if args.module else None
+    logged_from = profile.log_size(Path(args.results))
     try:
         summary = runphase.run(Path(args.submissions), Path(args.results), modules, options, progress=not args.quiet)
     except SandboxError as error:
@@ -181,6 +182,8 @@ def cmd_run(args) -> int:
         return 2
     except KeyboardInterrupt:
         print("Stopped. Records written so far are kept; run the same command again to continue.", flush=True)
+        if args.profile:  # of the gradings that finished before the stop
+            print(profile.logged_table(Path(args.results), logged_from), flush=True)
         runphase.exit_if_workers_linger(130)
         return 130
     graded = [o for o in summary.outcomes if o.record is not None]

@@ -194,11 +194,45 @@ def memory_line() -> str:
     )
 
 
+# Where a run phase appends each grading's profile as it ends (``grader.grade.runphase``).
+LOG_NAME = "profile.jsonl"
+
+
+def log_size(results_dir: Path) -> int:
+    """Bytes in ``results_dir``'s profile log now: where the lines of a run starting now begin."""
+    try:
+        return (Path(results_dir) / LOG_NAME).stat().st_size
+    except OSError:
+        return 0
+
+
+def logged_table(results_dir: Path, start: int) -> str:
+    """``table`` of the gradings logged after byte ``start`` of ``results_dir``'s profile log: those a
+    run that was stopped had finished (its own table is never printed)."""
+    try:
+        with open(Path(results_dir) / LOG_NAME, "rb") as handle:
+            handle.seek(start)
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    steps = {name for name, _ in STEPS}
+    profiles = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            found = Profile({k: float(v) for k, v in entry.items() if k in steps}, float(entry["total"]))
+            found.gaps = {str(k): float(v) for k, v in entry.get("uncovered", {}).items()}
+            profiles.append((str(entry["module"]), found))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a line cut by the stop
+    return table(profiles)
+
+
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:
     """Mean wall seconds per grading of each module on this device, from the ``profile.jsonl``
     lines earlier runs left in ``results_dir`` (its last ``tail_bytes``); {} when there are none."""
     try:
-        with open(results_dir / "profile.jsonl", "rb") as handle:
+        with open(results_dir / LOG_NAME, "rb") as handle:
             handle.seek(0, 2)
             handle.seek(max(0, handle.tell() - tail_bytes))
             lines = handle.read().decode(errors="replace").splitlines()

@@ -253,7 +253,7 @@ def _log_profile(results_dir: Path, outcome: FileOutcome) -> None:
         "children": outcome.children,
         **outcome.profile.as_dict(),
     }
-    with open(results_dir / "profile.jsonl", "a") as handle:
+    with open(results_dir / profile.LOG_NAME, "a") as handle:
         handle.write(json.dumps(line) + "\n")
 
 
