@@ -191,26 +191,32 @@ def _hardware(f: SanitizerFinding) -> str:
     )
 
 
+# CUDA calls that Triton makes and that fail without a fault in a kernel, with what each failure
+# means (what memcheck reported for the course's own clean references on an H200).
+_HARMLESS_REFUSALS = {
+    # Asked of every pointer argument before a launch.
+    "cuPointerGetAttribute": (
+        "Triton's launcher asks this about each tensor it is handed, and it fails for memory the GPU "
+        "cannot use (a CPU tensor): Triton then refuses the launch with its own error. If your code "
+        "passed a CPU tensor on purpose and caught that error (debugging/02's device probe does), "
+        "this report is that refusal, not a fault."
+    ),
+    # Triton 3.9's loadBinary, for references that then pass every case.
+    "cuFuncSetAttribute": (
+        "Triton sets attributes of each kernel it loads (such as its shared-memory limit), and the "
+        "course's correct kernels meet this refusal too under Triton 3.9 on an H200, then run without "
+        "fault. Unless a memory finding follows, it is not a fault in your kernel."
+    ),
+}
+
+
 def _api_error(f: SanitizerFinding) -> str:
-    if f.detail.startswith("cuPointerGetAttribute returned"):
-        # Triton's launcher asks this of every pointer argument before it launches.
-        return (
-            f"a CUDA call failed: {f.detail}. Triton's launcher asks this about each tensor it is "
-            "handed, and it fails for memory the GPU cannot use (a CPU tensor): Triton then refuses the "
-            "launch with its own error. If your code passed a CPU tensor on purpose and caught that "
-            "error (debugging/02's device probe does), this report is that refusal, not a fault."
-        )
-    if f.detail.startswith("cuFuncSetAttribute returned"):
-        # Seen from Triton 3.9's loadBinary on an H200, for references that then pass every case.
-        return (
-            f"a CUDA call failed: {f.detail}. Triton sets attributes of each kernel it loads (such as "
-            "its shared-memory limit), and the course's correct kernels meet this refusal too under "
-            "Triton 3.9 on an H200, then run without fault. Unless a memory finding follows, it is "
-            "not a fault in your kernel."
-        )
-    return (
-        f"a CUDA call failed: {f.detail}. This is usually the echo of an earlier fault in a kernel "
-        "(CUDA reports errors at the next call that synchronises): look at the findings before it."
+    call = f.detail.split(" ", 1)[0]
+    meaning = _HARMLESS_REFUSALS.get(call) if f.detail.startswith(f"{call} returned") else None
+    return f"a CUDA call failed: {f.detail}. " + (
+        meaning
+        or "This is usually the echo of an earlier fault in a kernel (CUDA reports errors at the next "
+        "call that synchronises): look at the findings before it."
     )
 
 

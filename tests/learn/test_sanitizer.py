@@ -348,14 +348,6 @@ MEMCHECK_HOST_POINTER_PROBE = """\
 """
 
 
-def test_a_refused_host_pointer_is_explained_as_tritons_check_not_as_an_earlier_fault():
-    (api,) = sanitizer_report.parse_report(MEMCHECK_HOST_POINTER_PROBE)
-    sentence = str(api)
-    assert api.kind == "api-error" and "cuPointerGetAttribute returned CUDA_ERROR_INVALID_VALUE" in sentence
-    assert "CPU tensor" in sentence and "not a fault" in sentence
-    assert "echo of an earlier fault" not in sentence
-
-
 # What memcheck printed on an H200 under Triton 3.9 for mastery/03's reference, which then passed
 # every case: Triton's loadBinary setting an attribute of the kernel it loads.
 MEMCHECK_LOAD_ATTRIBUTE = """\
@@ -368,12 +360,26 @@ MEMCHECK_LOAD_ATTRIBUTE = """\
 """
 
 
-def test_a_refused_kernel_attribute_at_load_is_not_called_the_echo_of_a_fault():
-    (api,) = sanitizer_report.parse_report(MEMCHECK_LOAD_ATTRIBUTE)
+@pytest.mark.parametrize(
+    "output, call, says",
+    [
+        (MEMCHECK_HOST_POINTER_PROBE, "cuPointerGetAttribute", "CPU tensor"),
+        (MEMCHECK_LOAD_ATTRIBUTE, "cuFuncSetAttribute", "Triton sets attributes of each kernel it loads"),
+    ],
+    ids=["host pointer", "kernel attribute at load"],
+)
+def test_a_call_triton_makes_that_fails_without_a_fault_is_explained_not_called_an_echo(output, call, says):
+    (api,) = sanitizer_report.parse_report(output)
     sentence = str(api)
-    assert api.kind == "api-error" and "cuFuncSetAttribute returned CUDA_ERROR_INVALID_VALUE" in sentence
-    assert "Triton sets attributes of each kernel it loads" in sentence and "not a fault" in sentence
+    assert api.kind == "api-error" and f"{call} returned CUDA_ERROR_INVALID_VALUE" in sentence
+    assert says in sentence and "not a fault" in sentence
     assert "echo of an earlier fault" not in sentence
+
+
+def test_another_failed_call_is_read_as_the_echo_of_an_earlier_fault():
+    output = MEMCHECK_LOAD_ATTRIBUTE.replace("cuFuncSetAttribute", "cuMemcpyDtoHAsync")
+    (api,) = sanitizer_report.parse_report(output)
+    assert "echo of an earlier fault" in str(api) and "not a fault" not in str(api)
 
 
 # What GSan printed on an H200 (Triton 3.9) for debugging/04's starting column_sum, shortened.
