@@ -209,41 +209,46 @@ def log_size(results_dir: Path) -> int:
 def logged_table(results_dir: Path, start: int) -> str:
     """``table`` of the gradings logged after byte ``start`` of ``results_dir``'s profile log: those a
     run that was stopped had finished (its own table is never printed)."""
-    try:
-        with open(Path(results_dir) / LOG_NAME, "rb") as handle:
-            handle.seek(start)
-            lines = handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        lines = []
     steps = {name for name, _ in STEPS}
     profiles = []
-    for line in lines:
+    for entry in _logged(results_dir, start):
         try:
-            entry = json.loads(line)
             found = Profile({k: float(v) for k, v in entry.items() if k in steps}, float(entry["total"]))
             found.gaps = {str(k): float(v) for k, v in entry.get("uncovered", {}).items()}
             profiles.append((str(entry["module"]), found))
         except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a line cut by the stop
+            continue
     return table(profiles)
+
+
+def _logged(results_dir: Path, start: int) -> list[dict]:
+    """The entries of ``results_dir``'s profile log from byte ``start`` on (negative: that many
+    bytes before its end); a line cut (by a stop, or by the start) is left out."""
+    try:
+        with open(Path(results_dir) / LOG_NAME, "rb") as handle:
+            handle.seek(max(0, start) if start >= 0 else max(0, handle.seek(0, 2) + start))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
 
 
 def measured_seconds(results_dir: Path, device_name: str, tail_bytes: int = 4 << 20) -> dict[str, float]:
     """Mean wall seconds per grading of each module on this device, from the ``profile.jsonl``
     lines earlier runs left in ``results_dir`` (its last ``tail_bytes``); {} when there are none."""
-    try:
-        with open(results_dir / LOG_NAME, "rb") as handle:
-            handle.seek(0, 2)
-            handle.seek(max(0, handle.tell() - tail_bytes))
-            lines = handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        return {}
     sums: dict[str, list[float]] = {}
-    for line in lines:
+    for entry in _logged(results_dir, -tail_bytes):
         try:
-            entry = json.loads(line)
             if entry.get("device") == device_name:
                 sums.setdefault(str(entry["module"]), []).append(float(entry["total"]))
         except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a line cut by the tail, or by an interrupted run
+            continue  # an entry without the fields a grading writes
     return {module: sum(values) / len(values) for module, values in sums.items()}
